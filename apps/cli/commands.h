@@ -1,0 +1,10 @@
+// Sub-commands of the diffq CLI; each file adds one with its options to the CLI11 app.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace diffq::cli {
+
+void add_inspect_command(CLI::App& app);  // inspect.cpp
+
+}  // namespace diffq::cli

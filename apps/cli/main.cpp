@@ -1,0 +1,30 @@
+// diffq: command-line front end over the public API.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+
+#include "commands.h"
+#include "diffq/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"diffq: diffusion pipelines (FLUX.1, Wan2.1) in C++ with quantization, compile and offload"};
+  app.require_subcommand(0, 1);
+  app.set_version_flag("--version", std::string("diffq ") + DIFFQ_VERSION);
+  diffq::cli::add_inspect_command(app);
+  try {
+    app.parse(argc, argv);
+    if (app.get_subcommands().empty()) {
+      std::fputs(app.help().c_str(), stdout);
+      return 0;
+    }
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const diffq::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs the Debian packages of scripts/debian-packages.txt (idempotent; run as root or with sudo),
+# then configures and builds Release into build/.
+#   ./scripts/setup.sh               # install + build
+#   SKIP_APT=1 ./scripts/setup.sh    # build only
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "${SKIP_APT:-0}" != "1" ]; then
+  mapfile -t pkgs < <(grep -v -E '^\s*(#|$)' scripts/debian-packages.txt)
+  missing=()
+  for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    SUDO=""
+    [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    echo "setup: installing ${missing[*]}"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  fi
+fi
+
+# The CUDA backend builds wherever nvcc exists (it is on PATH or in /usr/local/cuda).
+if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export PATH=/usr/local/cuda/bin:$PATH
+fi
+
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release ${DIFFQ_CMAKE_ARGS:-}
+cmake --build build
+echo "setup: built build/bin/diffq"

@@ -1,0 +1,15 @@
+// The CPU thread pool. Thread count: set_num_threads(), else DIFFQ_NUM_THREADS, else the number of
+// hardware threads. parallel_for splits [0, n) into contiguous chunks of at least `grain` items.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+namespace diffq::backend::cpu {
+
+int num_threads();
+void set_num_threads(int n);  // n <= 0: back to the default
+// f(begin, end) is called on disjoint ranges covering [0, n); runs inline when n < 2*grain or one thread.
+void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& f);
+
+}  // namespace diffq::backend::cpu

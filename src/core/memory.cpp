@@ -1,0 +1,85 @@
+#include "diffq/memory.h"
+
+#include <cstdlib>
+#include <new>
+
+#include "diffq/error.h"
+
+namespace diffq {
+
+MemoryStats Allocator::stats() const {
+  return {current_.load(), peak_.load(), count_.load()};
+}
+
+void Allocator::reset_peak() { peak_.store(current_.load()); }
+
+void Allocator::record_alloc(size_t nbytes) {
+  const int64_t now = current_.fetch_add(int64_t(nbytes)) + int64_t(nbytes);
+  count_.fetch_add(1);
+  int64_t prev = peak_.load();
+  while (now > prev && !peak_.compare_exchange_weak(prev, now)) {
+  }
+}
+
+void Allocator::record_free(size_t nbytes) { current_.fetch_sub(int64_t(nbytes)); }
+
+std::string Device::str() const {
+  return is_cpu() ? std::string("cpu") : "cuda:" + std::to_string(index);
+}
+
+Device Device::parse(std::string_view s) {
+  if (s == "cpu") return cpu();
+  if (s == "cuda") return cuda(0);
+  if (s.substr(0, 5) == "cuda:" && s.size() > 5) {
+    int idx = 0;
+    for (char c : s.substr(5)) {
+      check(c >= '0' && c <= '9', "device", "invalid device '", s, "'");
+      idx = idx * 10 + (c - '0');
+    }
+    return cuda(idx);
+  }
+  fail("device", "invalid device '", s, "' (expected cpu, cuda or cuda:N)");
+}
+
+namespace {
+
+// 64-byte aligned host memory (cache lines, AVX-512 loads).
+class CpuAllocator final : public Allocator {
+ public:
+  void* allocate(size_t nbytes) override {
+    const size_t rounded = (nbytes + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+    if (!p) fail("memory", "cpu: out of memory allocating ", nbytes, " bytes");
+    record_alloc(nbytes);
+    return p;
+  }
+  void deallocate(void* p, size_t nbytes) override {
+    std::free(p);
+    record_free(nbytes);
+  }
+  Device device() const override { return Device::cpu(); }
+};
+
+AllocatorFactory& cuda_factory() {
+  static AllocatorFactory f = nullptr;
+  return f;
+}
+
+}  // namespace
+
+void register_cuda_allocator(AllocatorFactory f) { cuda_factory() = f; }
+
+Allocator& allocator_for(Device d) {
+  if (d.is_cpu()) {
+    static CpuAllocator cpu;
+    return cpu;
+  }
+  check(cuda_factory() != nullptr, "memory",
+        "device ", d.str(), " requested but this build of diffq has no CUDA backend");
+  return cuda_factory()(d.index);
+}
+
+MemoryStats memory_stats(Device d) { return allocator_for(d).stats(); }
+void reset_peak_memory_stats(Device d) { allocator_for(d).reset_peak(); }
+
+}  // namespace diffq

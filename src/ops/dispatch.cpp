@@ -1,0 +1,85 @@
+#include <array>
+#include <mutex>
+
+#include "diffq/error.h"
+#include "ops/op.h"
+#include "ops/trace.h"
+
+namespace diffq::backend::cpu {
+void register_kernels();
+}
+#ifdef DIFFQ_HAS_CUDA
+namespace diffq::backend::cuda {
+void register_kernels();
+}
+#endif
+
+namespace diffq::ops {
+
+namespace {
+constexpr size_t kNumOps = static_cast<size_t>(OpKind::count_);
+constexpr size_t kNumDeviceKinds = 2;
+using Table = std::array<std::array<KernelFn, kNumDeviceKinds>, kNumOps>;
+
+Table& table() {
+  static Table t{};
+  return t;
+}
+
+void ensure_registered() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    backend::cpu::register_kernels();
+#ifdef DIFFQ_HAS_CUDA
+    backend::cuda::register_kernels();
+#endif
+  });
+}
+
+constexpr std::array<std::string_view, kNumOps> kNames = {
+    "copy",      "cast",       "to_device",  "linear",  "matmul",    "binary",
+    "scalar",    "clamp",      "unary",      "softmax", "layer_norm", "rms_norm",
+    "group_norm", "rope",      "sdpa",       "conv2d",  "upsample_nearest2x", "concat",
+    "embedding", "reduce",     "absmax_blocks"};
+}  // namespace
+
+std::string_view op_name(OpKind k) {
+  const size_t i = static_cast<size_t>(k);
+  return i < kNumOps ? kNames[i] : std::string_view("unknown");
+}
+
+void register_kernel(OpKind k, DeviceKind d, KernelFn fn) {
+  table()[static_cast<size_t>(k)][static_cast<size_t>(d)] = fn;
+}
+
+KernelFn find_kernel(OpKind k, DeviceKind d) {
+  ensure_registered();
+  return table()[static_cast<size_t>(k)][static_cast<size_t>(d)];
+}
+
+Tensor execute(const OpCall& call) {
+  const OutputMeta meta = infer(call);
+  // to_device runs where the source lives; every other op where its output lives.
+  const Device where = call.kind == OpKind::to_device ? call.inputs[0].device() : meta.device;
+  const DeviceKind dk = (call.kind == OpKind::to_device && meta.device.is_cuda()) ? DeviceKind::cuda
+                                                                                 : where.kind;
+  KernelFn fn = find_kernel(call.kind, dk);
+  check(fn != nullptr, op_name(call.kind), "no kernel for device ", where.str(),
+        " in this build of diffq");
+  Tensor out = Tensor::empty(meta.shape, meta.dtype, meta.device);
+  if (out.numel() > 0) fn(call, out);
+  return out;
+}
+
+Tensor dispatch(OpCall call) {
+  if (Trace* t = Trace::current()) {
+    const OutputMeta meta = infer(call);
+    return t->record(std::move(call), meta);
+  }
+  bool symbolic = false;
+  for (const Tensor& t : call.inputs) symbolic |= t.is_symbolic();
+  check(!symbolic, op_name(call.kind), "a symbolic (traced) tensor was used outside its trace");
+  return execute(call);
+}
+
+}  // namespace diffq::ops

@@ -1,0 +1,88 @@
+// The op vocabulary and the single dispatch point. Model code calls the functions of ops/ops.h; each
+// builds an OpCall and hands it to dispatch(), which either runs the registered kernel for the inputs'
+// device (eager) or, while a Trace is active, records the call into a graph and returns a symbolic
+// tensor of the inferred shape. Every op has exactly one output.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "diffq/tensor.h"
+
+namespace diffq::ops {
+
+enum class OpKind : uint16_t {
+  copy,        // contiguous copy of any view, same dtype
+  cast,        // attrs.dtype
+  to_device,   // attrs.device
+  linear,      // x[..., K], w[N, K], b[N]? -> [..., N]
+  matmul,      // a[..., M, K] @ b[..., K, N], batch dims broadcast
+  binary,      // attrs.i0 = BinaryFn; numpy broadcasting; output dtype = a's dtype
+  scalar,      // attrs.i0 = ScalarFn, attrs.f0 = scalar
+  clamp,       // attrs.f0 = lo, attrs.f1 = hi
+  unary,       // attrs.i0 = UnaryFn
+  softmax,     // attrs.i0 = dim
+  layer_norm,  // x, w?, b?; attrs.f0 = eps; normalises the last dim
+  rms_norm,    // x, w?; attrs.f0 = eps; last dim
+  group_norm,  // x[N, C, ...], w?, b?; attrs.i0 = groups, attrs.f0 = eps
+  rope,        // x[B, S, H, D], cos[S, D], sin[S, D]: interleaved pairs
+  sdpa,        // q[B, H, Sq, D], k[B, H, Sk, D], v[B, H, Sk, Dv], mask?; attrs.f0 = scale
+  conv2d,      // x[N, C, H, W], w[O, C, kh, kw], b?; attrs.ints = {stride, pad_left, pad_right, pad_top, pad_bottom}
+  upsample_nearest2x,  // x[N, C, H, W] -> [N, C, 2H, 2W]
+  concat,      // inputs..., attrs.i0 = dim
+  embedding,   // ids (integer) [...], table [V, D] -> [..., D]
+  reduce,      // attrs.i0 = ReduceFn, attrs.ints = dims, attrs.flag = keepdim
+  absmax_blocks,  // x[..., K]: absmax per block of attrs.i0 along the last dim -> [..., K/block] (f32)
+  count_
+};
+
+enum class BinaryFn : int64_t { add, sub, mul, div, maximum, minimum };
+enum class ScalarFn : int64_t { add, mul, rsub, pow };  // x+s, x*s, s-x, x^s
+enum class UnaryFn : int64_t {
+  silu, gelu_tanh, gelu_erf, quick_gelu, exp, neg, sqrt, rsqrt, tanh, sigmoid, sin, cos, abs, square
+};
+enum class ReduceFn : int64_t { sum, mean, max };
+
+std::string_view op_name(OpKind k);
+
+// Plain data of an op call; each op documents which fields it reads (above). Unused fields stay zero.
+struct Attrs {
+  int64_t i0 = 0;
+  int64_t i1 = 0;
+  double f0 = 0.0;
+  double f1 = 0.0;
+  bool flag = false;
+  DType dtype = DType::f32;
+  Device device{};
+  std::vector<int64_t> ints;
+};
+
+struct OpCall {
+  OpKind kind;
+  std::vector<Tensor> inputs;  // an optional input that is absent is an undefined Tensor
+  Attrs attrs;
+};
+
+struct OutputMeta {
+  Shape shape;
+  DType dtype;
+  Device device;
+};
+
+// Shape/dtype inference and input validation: throws Error naming the op and the offending shapes.
+using InferFn = OutputMeta (*)(const OpCall&);
+// Writes the result into `out`, a fresh contiguous tensor of the inferred meta.
+using KernelFn = void (*)(const OpCall&, Tensor& out);
+
+void register_kernel(OpKind k, DeviceKind d, KernelFn fn);
+KernelFn find_kernel(OpKind k, DeviceKind d);  // nullptr when none
+OutputMeta infer(const OpCall& call);
+
+// The dispatch point: eager execution, or recording while a trace is active.
+Tensor dispatch(OpCall call);
+// Eager execution only (used by graph replay).
+Tensor execute(const OpCall& call);
+
+}  // namespace diffq::ops

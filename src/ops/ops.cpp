@@ -1,0 +1,136 @@
+// Builders: each public op turns its arguments into an OpCall for the dispatcher.
+#include "ops/ops.h"
+
+#include "diffq/error.h"
+
+namespace diffq::ops {
+
+namespace {
+Tensor call1(OpKind k, std::vector<Tensor> in, Attrs a = {}) {
+  return dispatch(OpCall{k, std::move(in), std::move(a)});
+}
+Tensor binary(const Tensor& a, const Tensor& b, BinaryFn fn) {
+  Attrs at;
+  at.i0 = int64_t(fn);
+  return call1(OpKind::binary, {a, b}, at);
+}
+Tensor scalar(const Tensor& x, ScalarFn fn, double s) {
+  Attrs at;
+  at.i0 = int64_t(fn);
+  at.f0 = s;
+  return call1(OpKind::scalar, {x}, at);
+}
+}  // namespace
+
+Tensor copy(const Tensor& x) { return call1(OpKind::copy, {x}); }
+
+Tensor cast(const Tensor& x, DType dtype) {
+  Attrs a;
+  a.dtype = dtype;
+  return call1(OpKind::cast, {x}, a);
+}
+
+Tensor to_device(const Tensor& x, Device d) {
+  Attrs a;
+  a.device = d;
+  return call1(OpKind::to_device, {x}, a);
+}
+
+Tensor concat(const std::vector<Tensor>& xs, int64_t dim) {
+  Attrs a;
+  a.i0 = dim;
+  return call1(OpKind::concat, xs, a);
+}
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  return call1(OpKind::linear, {x, w, bias});
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b) { return call1(OpKind::matmul, {a, b}); }
+
+Tensor add(const Tensor& a, const Tensor& b) { return binary(a, b, BinaryFn::add); }
+Tensor sub(const Tensor& a, const Tensor& b) { return binary(a, b, BinaryFn::sub); }
+Tensor mul(const Tensor& a, const Tensor& b) { return binary(a, b, BinaryFn::mul); }
+Tensor div(const Tensor& a, const Tensor& b) { return binary(a, b, BinaryFn::div); }
+Tensor maximum(const Tensor& a, const Tensor& b) { return binary(a, b, BinaryFn::maximum); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return binary(a, b, BinaryFn::minimum); }
+Tensor add_scalar(const Tensor& x, double s) { return scalar(x, ScalarFn::add, s); }
+Tensor mul_scalar(const Tensor& x, double s) { return scalar(x, ScalarFn::mul, s); }
+Tensor rsub_scalar(const Tensor& x, double s) { return scalar(x, ScalarFn::rsub, s); }
+Tensor pow_scalar(const Tensor& x, double s) { return scalar(x, ScalarFn::pow, s); }
+
+Tensor clamp(const Tensor& x, double lo, double hi) {
+  Attrs a;
+  a.f0 = lo;
+  a.f1 = hi;
+  return call1(OpKind::clamp, {x}, a);
+}
+
+Tensor unary(const Tensor& x, UnaryFn fn) {
+  Attrs a;
+  a.i0 = int64_t(fn);
+  return call1(OpKind::unary, {x}, a);
+}
+
+Tensor softmax(const Tensor& x, int64_t dim) {
+  Attrs a;
+  a.i0 = dim;
+  return call1(OpKind::softmax, {x}, a);
+}
+
+Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps) {
+  Attrs a;
+  a.f0 = eps;
+  return call1(OpKind::layer_norm, {x, w, b}, a);
+}
+
+Tensor rms_norm(const Tensor& x, const Tensor& w, double eps) {
+  Attrs a;
+  a.f0 = eps;
+  return call1(OpKind::rms_norm, {x, w}, a);
+}
+
+Tensor group_norm(const Tensor& x, int64_t groups, const Tensor& w, const Tensor& b, double eps) {
+  Attrs a;
+  a.i0 = groups;
+  a.f0 = eps;
+  return call1(OpKind::group_norm, {x, w, b}, a);
+}
+
+Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  return call1(OpKind::rope, {x, cos, sin});
+}
+
+Tensor sdpa(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, double scale) {
+  Attrs a;
+  a.f0 = scale;
+  return call1(OpKind::sdpa, {q, k, v, mask}, a);
+}
+
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride, Conv2dPad pad) {
+  Attrs a;
+  a.ints = {stride, pad.left, pad.right, pad.top, pad.bottom};
+  return call1(OpKind::conv2d, {x, w, b}, a);
+}
+
+Tensor upsample_nearest2x(const Tensor& x) { return call1(OpKind::upsample_nearest2x, {x}); }
+
+Tensor embedding(const Tensor& ids, const Tensor& table) {
+  return call1(OpKind::embedding, {ids, table});
+}
+
+Tensor reduce(const Tensor& x, ReduceFn fn, std::vector<int64_t> dims, bool keepdim) {
+  Attrs a;
+  a.i0 = int64_t(fn);
+  a.ints = std::move(dims);
+  a.flag = keepdim;
+  return call1(OpKind::reduce, {x}, a);
+}
+
+Tensor absmax_blocks(const Tensor& x, int64_t block) {
+  Attrs a;
+  a.i0 = block;
+  return call1(OpKind::absmax_blocks, {x}, a);
+}
+
+}  // namespace diffq::ops

@@ -1,0 +1,76 @@
+// What model code calls. Every function builds an OpCall and goes through ops::dispatch, so each works
+// on any backend and is recorded while a trace is active. Shapes follow PyTorch's conventions.
+#pragma once
+
+#include <vector>
+
+#include "diffq/tensor.h"
+#include "ops/op.h"
+
+namespace diffq::ops {
+
+// ---- layout and dtype ----
+Tensor copy(const Tensor& x);                 // contiguous copy
+Tensor cast(const Tensor& x, DType dtype);    // rounds as torch's .to(dtype)
+Tensor to_device(const Tensor& x, Device d);
+Tensor concat(const std::vector<Tensor>& xs, int64_t dim);
+
+// ---- GEMM ----
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias = {});  // x @ w^T + b
+Tensor matmul(const Tensor& a, const Tensor& b);
+
+// ---- elementwise (broadcasting; result dtype is a's) ----
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+Tensor add_scalar(const Tensor& x, double s);
+Tensor mul_scalar(const Tensor& x, double s);
+Tensor rsub_scalar(const Tensor& x, double s);  // s - x
+Tensor pow_scalar(const Tensor& x, double s);
+Tensor clamp(const Tensor& x, double lo, double hi);
+Tensor unary(const Tensor& x, UnaryFn fn);
+inline Tensor silu(const Tensor& x) { return unary(x, UnaryFn::silu); }
+inline Tensor gelu(const Tensor& x, bool tanh_approx) {
+  return unary(x, tanh_approx ? UnaryFn::gelu_tanh : UnaryFn::gelu_erf);
+}
+inline Tensor quick_gelu(const Tensor& x) { return unary(x, UnaryFn::quick_gelu); }
+
+// ---- normalisation and attention ----
+Tensor softmax(const Tensor& x, int64_t dim = -1);
+Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps);  // w, b optional
+Tensor rms_norm(const Tensor& x, const Tensor& w, double eps);                      // w optional
+Tensor group_norm(const Tensor& x, int64_t groups, const Tensor& w, const Tensor& b, double eps);
+// x [B, S, H, D]; cos, sin [S, D] (each value repeated for the pair): out[2k] = x[2k]c - x[2k+1]s,
+// out[2k+1] = x[2k+1]c + x[2k]s, computed in f32.
+Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin);
+// q [B, H, Sq, D], k [B, H, Sk, D], v [B, H, Sk, Dv]; optional additive mask broadcastable to
+// [B, H, Sq, Sk]; scale defaults to 1/sqrt(D) when <= 0. Never materialises Sq x Sk.
+Tensor sdpa(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask = {},
+            double scale = 0.0);
+
+// ---- convolution and resampling ----
+struct Conv2dPad {
+  int64_t left = 0, right = 0, top = 0, bottom = 0;
+};
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride, Conv2dPad pad);
+Tensor upsample_nearest2x(const Tensor& x);
+
+// ---- lookup and reductions ----
+Tensor embedding(const Tensor& ids, const Tensor& table);
+Tensor reduce(const Tensor& x, ReduceFn fn, std::vector<int64_t> dims, bool keepdim = false);
+inline Tensor sum(const Tensor& x, std::vector<int64_t> dims, bool keepdim = false) {
+  return reduce(x, ReduceFn::sum, std::move(dims), keepdim);
+}
+inline Tensor mean(const Tensor& x, std::vector<int64_t> dims, bool keepdim = false) {
+  return reduce(x, ReduceFn::mean, std::move(dims), keepdim);
+}
+inline Tensor max(const Tensor& x, std::vector<int64_t> dims, bool keepdim = false) {
+  return reduce(x, ReduceFn::max, std::move(dims), keepdim);
+}
+// absmax per block of `block` elements along the last dim (block = K gives per-row absmax); f32 out.
+Tensor absmax_blocks(const Tensor& x, int64_t block);
+
+}  // namespace diffq::ops
