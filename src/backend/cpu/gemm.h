@@ -1,0 +1,24 @@
+// The CPU GEMM entry points every matmul-shaped op uses. Which library implements them is chosen by
+// measurement (docs/benchmarks.md, bench/bench_gemm.cpp); callers never name a library.
+#pragma once
+
+#include <cstdint>
+
+namespace diffq::backend::cpu {
+
+// C[M, N] = alpha * op(A) @ op(B) + beta * C, row-major, f32. op(X) = X^T when trans_X.
+// lda/ldb/ldc are row strides in elements. Multithreaded with the diffq thread count.
+void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+// Same with bf16 (raw uint16 bits) A and B, f32 accumulation and f32 C.
+void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+               const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
+               int64_t ldc);
+
+// Scalar references (f64 accumulation) used by tests as the oracle.
+void sgemm_reference(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                     const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                     int64_t ldc);
+
+}  // namespace diffq::backend::cpu
