@@ -46,9 +46,10 @@ class Storage {
   int64_t symbolic_id() const { return symbolic_id_; }
   bool owns_allocation() const { return allocated_; }
 
-  // Moves the bytes to another device/buffer, keeping this Storage object (residency changes).
-  // `fill` copies the current content into the new place; the old bytes are released.
-  void replace(void* data, Device d, std::shared_ptr<const void> owner, bool allocated);
+  // Residency change: takes over the bytes of `other` (same size; e.g. a fresh copy on another
+  // device) and releases this storage's old bytes. Every tensor and graph that points at this Storage
+  // object sees the new place; `other` is left empty.
+  void take_bytes_from(Storage& other);
 
  private:
   Storage() = default;

@@ -92,12 +92,17 @@ void Storage::release() {
 
 Storage::~Storage() { release(); }
 
-void Storage::replace(void* data, Device d, std::shared_ptr<const void> owner, bool allocated) {
+void Storage::take_bytes_from(Storage& other) {
+  check(other.nbytes_ == nbytes_ && !other.is_symbolic() && !is_symbolic(), "storage",
+        "take_bytes_from: sizes differ (", other.nbytes_, " vs ", nbytes_, ") or storage is symbolic");
+  if (&other == this) return;
   release();
-  data_ = data;
-  device_ = d;
-  owner_ = std::move(owner);
-  allocated_ = allocated;
+  data_ = other.data_;
+  device_ = other.device_;
+  owner_ = std::move(other.owner_);
+  allocated_ = other.allocated_;
+  other.data_ = nullptr;
+  other.allocated_ = false;
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -1,0 +1,73 @@
+#include "modules/layers.h"
+
+#include "ops/ops.h"
+
+namespace diffq {
+
+namespace {
+const Tensor& opt(const Parameter& p, bool present) {
+  static const Tensor none;
+  return present ? p.dense() : none;
+}
+}  // namespace
+
+Linear::Linear(int64_t in, int64_t out, bool b)
+    : Module("Linear"), in_features(in), out_features(out), weight({out, in}), bias({out}), has_bias(b) {
+  register_parameter("weight", weight);
+  if (has_bias) register_parameter("bias", bias);
+}
+
+Tensor Linear::forward(const Tensor& x) {
+  const Tensor& b = opt(bias, has_bias);
+  if (weight.is_quantized()) return weight.quantized().linear(x, b);
+  return ops::linear(x, weight.dense(), b);
+}
+
+LayerNorm::LayerNorm(int64_t dim, double e, bool elementwise_affine, bool b)
+    : Module("LayerNorm"), eps(e), affine(elementwise_affine), has_bias(elementwise_affine && b),
+      weight({dim}), bias({dim}) {
+  if (affine) register_parameter("weight", weight);
+  if (has_bias) register_parameter("bias", bias);
+}
+
+Tensor LayerNorm::forward(const Tensor& x) {
+  return ops::layer_norm(x, opt(weight, affine), opt(bias, has_bias), eps);
+}
+
+RMSNorm::RMSNorm(int64_t dim, double e, bool elementwise_affine)
+    : Module("RMSNorm"), eps(e), affine(elementwise_affine), weight({dim}) {
+  if (affine) register_parameter("weight", weight);
+}
+
+Tensor RMSNorm::forward(const Tensor& x) { return ops::rms_norm(x, opt(weight, affine), eps); }
+
+GroupNorm::GroupNorm(int64_t g, int64_t channels, double e, bool a)
+    : Module("GroupNorm"), groups(g), eps(e), affine(a), weight({channels}), bias({channels}) {
+  if (affine) {
+    register_parameter("weight", weight);
+    register_parameter("bias", bias);
+  }
+}
+
+Tensor GroupNorm::forward(const Tensor& x) {
+  return ops::group_norm(x, groups, opt(weight, affine), opt(bias, affine), eps);
+}
+
+Conv2d::Conv2d(int64_t in, int64_t out, int64_t k, int64_t s, int64_t p, bool b)
+    : Module("Conv2d"), stride(s), padding(p), has_bias(b), weight({out, in, k, k}), bias({out}) {
+  register_parameter("weight", weight);
+  if (has_bias) register_parameter("bias", bias);
+}
+
+Tensor Conv2d::forward(const Tensor& x) {
+  return ops::conv2d(x, weight.dense(), opt(bias, has_bias), stride,
+                     {padding, padding, padding, padding});
+}
+
+Embedding::Embedding(int64_t n, int64_t dim) : Module("Embedding"), weight({n, dim}) {
+  register_parameter("weight", weight);
+}
+
+Tensor Embedding::forward(const Tensor& ids) { return ops::embedding(ids, weight.dense()); }
+
+}  // namespace diffq

@@ -1,0 +1,77 @@
+#include "modules/state_dict.h"
+
+#include <set>
+
+#include "diffq/error.h"
+
+namespace diffq {
+
+bool module_name_matches(const std::string& name, const std::vector<std::string>& modules) {
+  for (const std::string& m : modules) {
+    if (m.empty()) continue;
+    if (name == m || name.rfind(m + ".", 0) == 0 || name.find("." + m + ".") != std::string::npos)
+      return true;
+  }
+  return false;
+}
+
+namespace {
+std::string list(const std::vector<std::string>& v) {
+  std::string s;
+  const size_t shown = std::min<size_t>(v.size(), 20);
+  for (size_t i = 0; i < shown; ++i) s += (i ? ", " : "") + v[i];
+  if (v.size() > shown) s += cat(", ... and ", v.size() - shown, " more");
+  return s;
+}
+
+// A Storage of its own for `t`'s bytes, sharing (and keeping alive) the source storage.
+Tensor own_storage_view(const Tensor& t) {
+  if (t.offset() == 0 && t.storage()->nbytes() == t.nbytes() && t.is_contiguous()) return t;
+  const Tensor c = t.contiguous();
+  if (c.storage() != t.storage()) return c;
+  auto st = Storage::borrow(c.data_ptr(), c.nbytes(), c.device(), c.storage());
+  return Tensor(st, c.shape(), contiguous_strides(c.shape()), 0, c.dtype());
+}
+}  // namespace
+
+LoadReport load_state_dict(Module& m, const StateDict& sd, const LoadOptions& opt) {
+  LoadReport rep;
+  std::set<std::string> used;
+  const std::string where = opt.source.empty() ? std::string("state dict") : opt.source;
+  for (auto& [name, p] : m.named_parameters()) {
+    auto it = sd.find(name);
+    if (it == sd.end()) {
+      rep.missing.push_back(name);
+      continue;
+    }
+    used.insert(name);
+    const Tensor& src = it->second;
+    check(src.shape() == p->shape(), "load", where, ": '", name, "' has shape ", shape_str(src.shape()),
+          " but the model expects ", shape_str(p->shape()));
+    DType target = src.dtype();
+    if (is_floating(src.dtype())) {
+      if (module_name_matches(name, opt.keep_in_fp32)) target = DType::f32;
+      else if (opt.dtype) target = *opt.dtype;
+    }
+    const bool borrowed = !src.storage()->owns_allocation();
+    if (target == src.dtype()) {
+      p->set(own_storage_view(src), borrowed ? Residency::mmap : Residency::host);
+      ++(borrowed ? rep.zero_copy : rep.converted);
+    } else {
+      p->set(src.to(target), Residency::host);
+      ++rep.converted;
+    }
+  }
+  for (const auto& [k, v] : sd)
+    if (!used.count(k)) rep.unexpected.push_back(k);
+  if (opt.strict && (!rep.missing.empty() || !rep.unexpected.empty())) {
+    std::string msg = cat(where, " does not match the ", m.type_name(), " model:");
+    if (!rep.missing.empty()) msg += cat(" missing keys (", rep.missing.size(), "): ", list(rep.missing), ".");
+    if (!rep.unexpected.empty())
+      msg += cat(" unexpected keys (", rep.unexpected.size(), "): ", list(rep.unexpected), ".");
+    fail("load", msg);
+  }
+  return rep;
+}
+
+}  // namespace diffq
