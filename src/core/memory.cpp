@@ -5,6 +5,12 @@
 
 #include "diffq/error.h"
 
+#ifdef DIFFQ_HAS_CUDA
+namespace diffq::backend::cuda {
+Allocator& device_allocator(int index);  // backend/cuda/allocator.cpp
+}
+#endif
+
 namespace diffq {
 
 MemoryStats Allocator::stats() const {
@@ -61,7 +67,13 @@ class CpuAllocator final : public Allocator {
 };
 
 AllocatorFactory& cuda_factory() {
+#ifdef DIFFQ_HAS_CUDA
+  // Named directly (not only registered) so the allocator works before any op ran and is linked in
+  // even when diffq comes from a static library.
+  static AllocatorFactory f = &backend::cuda::device_allocator;
+#else
   static AllocatorFactory f = nullptr;
+#endif
   return f;
 }
 

@@ -59,11 +59,15 @@ KernelFn find_kernel(OpKind k, DeviceKind d) {
 
 Tensor execute(const OpCall& call) {
   const OutputMeta meta = infer(call);
-  // to_device runs where the source lives; every other op where its output lives.
-  const Device where = call.kind == OpKind::to_device ? call.inputs[0].device() : meta.device;
-  const DeviceKind dk = (call.kind == OpKind::to_device && meta.device.is_cuda()) ? DeviceKind::cuda
-                                                                                 : where.kind;
-  KernelFn fn = find_kernel(call.kind, dk);
+  // to_device runs on the CUDA backend when either end is a CUDA device (cpu->cuda, cuda->cpu,
+  // cuda->cuda); every other op runs where its output lives.
+  Device where = meta.device;
+  if (call.kind == OpKind::to_device && !meta.device.is_cuda()) where = call.inputs[0].device();
+  KernelFn fn = find_kernel(call.kind, where.kind);
+#ifndef DIFFQ_HAS_CUDA
+  check(fn != nullptr || !where.is_cuda(), op_name(call.kind), "device ", where.str(),
+        " requested but this build of diffq has no CUDA backend");
+#endif
   check(fn != nullptr, op_name(call.kind), "no kernel for device ", where.str(),
         " in this build of diffq");
   Tensor out = Tensor::empty(meta.shape, meta.dtype, meta.device);

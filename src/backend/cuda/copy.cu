@@ -1,0 +1,120 @@
+// copy / cast / to_device on CUDA. Strided views are gathered by a kernel into a fresh contiguous
+// tensor; whole contiguous buffers move with one cudaMemcpy. Casts cover f32/f16/bf16 with the CPU's
+// bit-exact rounding (convert.cuh); a same-dtype copy moves raw element bits, so it is exact for
+// every dtype.
+#include <cstdint>
+
+#include "backend/cuda/convert.cuh"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/runtime.h"
+#include "backend/cuda/strided.cuh"
+#include "diffq/error.h"
+
+namespace diffq::backend::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+template <class Bits>
+__global__ void gather_kernel(const Bits* src, StridedView v, Bits* dst, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    dst[i] = src[v.offset_of(i)];
+}
+
+__global__ void cast_kernel(const void* src, StridedView v, DType st, void* dst, DType dt, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    store_f32(dst, dt, i, load_f32(src, st, v.offset_of(i)));
+}
+
+template <class Bits>
+void launch_gather(const Tensor& x, const StridedView& v, Tensor& out, int64_t n) {
+  gather_kernel<Bits><<<grid_for(n, kThreads), kThreads>>>(static_cast<const Bits*>(x.data_ptr()), v,
+                                                           static_cast<Bits*>(out.data_ptr()), n);
+}
+
+// x (any view on out's device) -> out (contiguous, same shape), converting dtype. The caller holds a
+// DeviceGuard for out's device.
+void copy_into(const Tensor& x, Tensor& out, const char* ctx) {
+  const int idx = out.device().index;
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  const DType st = x.dtype(), dt = out.dtype();
+  if (st == dt && x.is_contiguous()) {
+    check_cuda(cudaMemcpy(out.data_ptr(), x.data_ptr(), out.nbytes(), cudaMemcpyDeviceToDevice),
+               cat(ctx, ": cudaMemcpy device->device of ", out.nbytes(), " bytes"), idx);
+    return;
+  }
+  const StridedView v = make_views(x.shape(), {&x}, ctx)[0];
+  if (st == dt) {
+    switch (dtype_size(st)) {
+      case 1: launch_gather<uint8_t>(x, v, out, n); break;
+      case 2: launch_gather<uint16_t>(x, v, out, n); break;
+      case 4: launch_gather<uint32_t>(x, v, out, n); break;
+      case 8: launch_gather<uint64_t>(x, v, out, n); break;
+      default: fail(ctx, "cuda: no copy for elements of ", dtype_size(st), " bytes");
+    }
+  } else {
+    check(is_kernel_float(st) && is_kernel_float(dt), ctx, "cuda: cast ", dtype_name(st), " -> ",
+          dtype_name(dt), " is not implemented yet (float32, float16, bfloat16 are)");
+    cast_kernel<<<grid_for(n, kThreads), kThreads>>>(x.data_ptr(), v, st, out.data_ptr(), dt, n);
+  }
+  check_cuda(cudaGetLastError(), cat(ctx, ": kernel launch"), idx);
+}
+
+// `x` itself when contiguous, else a contiguous copy on its own (CUDA) device.
+Tensor contiguous_on_device(const Tensor& x, const char* ctx) {
+  if (x.is_contiguous()) return x;
+  Tensor c = Tensor::empty(x.shape(), x.dtype(), x.device());
+  copy_into(x, c, ctx);
+  return c;
+}
+
+void copy_cast(const OpCall& c, Tensor& out) {
+  const Tensor& x = c.inputs[0];
+  const char* ctx = ops::op_name(c.kind).data();
+  check(x.device() == out.device() && out.device().is_cuda(), ctx, "cuda: expected input and output on ",
+        out.device().str(), ", got ", x.device().str());
+  DeviceGuard guard(out.device().index);
+  copy_into(x, out, ctx);
+}
+
+void to_device(const OpCall& c, Tensor& out) {
+  const Tensor& x = c.inputs[0];
+  const Device from = x.device(), to = out.device();
+  const size_t nbytes = out.nbytes();
+  if (from.is_cpu() && to.is_cuda()) {
+    // A strided host view is packed on the CPU first (the CPU copy kernel), then sent in one piece.
+    const Tensor src = x.is_contiguous() ? x : ops::execute(OpCall{OpKind::copy, {x}, {}});
+    DeviceGuard guard(to.index);
+    check_cuda(cudaMemcpy(out.data_ptr(), src.data_ptr(), nbytes, cudaMemcpyHostToDevice),
+               cat("to_device: cudaMemcpy host->device of ", nbytes, " bytes"), to.index);
+  } else if (from.is_cuda() && to.is_cpu()) {
+    DeviceGuard guard(from.index);
+    const Tensor src = contiguous_on_device(x, "to_device");
+    check_cuda(cudaMemcpy(out.data_ptr(), src.data_ptr(), nbytes, cudaMemcpyDeviceToHost),
+               cat("to_device: cudaMemcpy device->host of ", nbytes, " bytes"), from.index);
+  } else if (from.is_cuda() && to.is_cuda() && from.index == to.index) {
+    DeviceGuard guard(to.index);
+    copy_into(x, out, "to_device");
+  } else if (from.is_cuda() && to.is_cuda()) {
+    DeviceGuard guard(from.index);
+    const Tensor src = contiguous_on_device(x, "to_device");
+    check_cuda(cudaMemcpyPeer(out.data_ptr(), to.index, src.data_ptr(), from.index, nbytes),
+               cat("to_device: cudaMemcpyPeer to ", to.str(), " of ", nbytes, " bytes"), from.index);
+  } else {
+    fail("to_device", "CUDA backend cannot copy ", from.str(), " -> ", to.str());
+  }
+}
+
+}  // namespace
+
+void register_copy_kernels() {
+  ops::register_kernel(OpKind::copy, DeviceKind::cuda, copy_cast);
+  ops::register_kernel(OpKind::cast, DeviceKind::cuda, copy_cast);
+  ops::register_kernel(OpKind::to_device, DeviceKind::cuda, to_device);
+}
+
+}  // namespace diffq::backend::cuda

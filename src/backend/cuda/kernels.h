@@ -1,0 +1,21 @@
+// Registration of the CUDA backend: the device allocator and one function per op-family file.
+#pragma once
+
+#include "diffq/memory.h"
+#include "ops/op.h"
+
+namespace diffq::backend::cuda {
+
+using ops::Attrs;
+using ops::OpCall;
+using ops::OpKind;
+
+// The allocator of cuda:index (created on first use; throws when that device is not present).
+// core/memory.cpp uses it as the default CUDA allocator factory in CUDA builds.
+Allocator& device_allocator(int index);
+
+void register_kernels();         // register.cpp: everything below plus the allocator
+void register_copy_kernels();    // copy.cu: copy, cast, to_device
+void register_binary_kernels();  // binary.cu: binary (add, sub, mul, div, maximum, minimum)
+
+}  // namespace diffq::backend::cuda

@@ -1,0 +1,58 @@
+#include "backend/cuda/runtime.h"
+
+#include "diffq/error.h"
+
+namespace diffq::backend::cuda {
+
+namespace {
+struct Probe {
+  int count = 0;
+  cudaError_t err = cudaSuccess;
+};
+
+const Probe& probe() {
+  static const Probe p = [] {
+    Probe r;
+    r.err = cudaGetDeviceCount(&r.count);
+    if (r.err != cudaSuccess) {
+      r.count = 0;
+      cudaGetLastError();  // clear the recorded error so later calls start clean
+    }
+    return r;
+  }();
+  return p;
+}
+}  // namespace
+
+void check_cuda(cudaError_t err, std::string_view what, int device) {
+  if (err == cudaSuccess) return;
+  cudaGetLastError();  // reset the non-sticky error state
+  fail("cuda", what, " on cuda:", device, " failed: ", cudaGetErrorString(err), " (",
+       cudaGetErrorName(err), ")");
+}
+
+int device_count() { return probe().count; }
+
+void require_device(Device d) {
+  check(d.is_cuda(), "cuda", "expected a CUDA device, got ", d.str());
+  const Probe& p = probe();
+  if (p.err != cudaSuccess)
+    fail("cuda", "device ", d.str(), " requested but no CUDA device present (cudaGetDeviceCount: ",
+         cudaGetErrorString(p.err), ", ", cudaGetErrorName(p.err), ")");
+  check(p.count > 0, "cuda", "device ", d.str(), " requested but no CUDA device present");
+  check(d.index >= 0 && d.index < p.count, "cuda", "device ", d.str(), " requested but only ",
+        p.count, " CUDA device(s) present");
+}
+
+DeviceGuard::DeviceGuard(int index) {
+  check_cuda(cudaGetDevice(&previous_), "cudaGetDevice", index);
+  if (previous_ != index) check_cuda(cudaSetDevice(index), "cudaSetDevice", index);
+}
+
+DeviceGuard::~DeviceGuard() {
+  int now = -1;
+  if (cudaGetDevice(&now) == cudaSuccess && now != previous_ && previous_ >= 0)
+    cudaSetDevice(previous_);
+}
+
+}  // namespace diffq::backend::cuda

@@ -1,0 +1,35 @@
+// The CUDA runtime as the rest of the CUDA backend sees it: every cudaError becomes a diffq::Error that
+// names the call, the device and the runtime's own words; device presence is checked once, up front,
+// so a machine without a GPU gets "no CUDA device present" instead of an obscure driver error.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <string_view>
+
+#include "diffq/device.h"
+
+namespace diffq::backend::cuda {
+
+// Throws Error("[cuda] <what> on cuda:N failed: <cudaGetErrorString> (<cudaGetErrorName>)") unless ok.
+void check_cuda(cudaError_t err, std::string_view what, int device);
+
+// Number of visible CUDA devices; 0 when there is no device or no usable driver (never throws).
+int device_count();
+
+// Throws a clear Error unless `d` names a CUDA device present on this machine.
+void require_device(Device d);
+
+// Makes `index` the current device for the scope, restoring the previous one after.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int index);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+}  // namespace diffq::backend::cuda
