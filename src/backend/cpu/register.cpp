@@ -4,6 +4,16 @@ namespace diffq::backend::cpu {
 
 void register_kernels() {
   register_copy_kernels();
+  register_linear_kernels();
+  register_elementwise_kernels();
+  register_unary_kernels();
+  register_softmax_kernels();
+  register_norm_kernels();
+  register_rope_kernels();
+  register_attention_kernels();
+  register_conv_kernels();
+  register_layout_kernels();
+  register_reduce_kernels();
 }
 
 }  // namespace diffq::backend::cpu

@@ -1,0 +1,103 @@
+// Data movement ops that never convert values: upsample_nearest2x, concat, embedding. They copy
+// elements of any dtype bytewise from any strided view into the contiguous output.
+#include <cstring>
+
+#include "backend/cpu/common.h"
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/strided.h"
+#include "backend/cpu/threads.h"
+#include "diffq/error.h"
+
+namespace diffq::backend::cpu {
+
+namespace {
+
+// n elements of `es` bytes, source stride ss and destination stride ds (in elements).
+inline void copy_elems(const uint8_t* src, int64_t ss, uint8_t* dst, int64_t ds, int64_t n, size_t es) {
+  if (ss == 1 && ds == 1) {
+    std::memcpy(dst, src, size_t(n) * es);
+    return;
+  }
+  switch (es) {
+    case 1: for (int64_t i = 0; i < n; ++i) dst[i * ds] = src[i * ss]; return;
+    case 2:
+      for (int64_t i = 0; i < n; ++i)
+        reinterpret_cast<uint16_t*>(dst)[i * ds] = reinterpret_cast<const uint16_t*>(src)[i * ss];
+      return;
+    case 4:
+      for (int64_t i = 0; i < n; ++i)
+        reinterpret_cast<uint32_t*>(dst)[i * ds] = reinterpret_cast<const uint32_t*>(src)[i * ss];
+      return;
+    default:
+      for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * ds * int64_t(es), src + i * ss * int64_t(es), es);
+  }
+}
+
+void upsample_kernel(const OpCall& c, Tensor& out) {
+  const Tensor& x = c.inputs[0];
+  const int64_t C = x.size(1), H = x.size(2), W = x.size(3), Ho = 2 * H, Wo = 2 * W;
+  const size_t es = dtype_size(x.dtype());
+  const auto& st = x.strides();
+  auto* dst = static_cast<uint8_t*>(out.data_ptr());
+  // One output row per item: (n, c, oy) <- input row (n, c, oy / 2), each element twice.
+  parallel_for(out.numel() / Wo, std::max<int64_t>(1, 8192 / Wo), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t oy = r % Ho, ch = (r / Ho) % C, n = r / (Ho * C);
+      const uint8_t* src = elem_ptr(x, x.offset() + n * st[0] + ch * st[1] + (oy / 2) * st[2]);
+      uint8_t* d = dst + r * Wo * int64_t(es);
+      copy_elems(src, st[3], d, 2, W, es);                       // even columns
+      copy_elems(src, st[3], d + int64_t(es), 2, W, es);         // odd columns
+    }
+  });
+}
+
+void concat_kernel(const OpCall& c, Tensor& out) {
+  const int64_t dim = wrap_dim(c.attrs.i0, out.dim(), "concat");
+  const Shape ost = contiguous_strides(out.shape());
+  const size_t es = dtype_size(out.dtype());
+  auto* dst = static_cast<uint8_t*>(out.data_ptr());
+  int64_t at = 0;
+  for (const Tensor& t : c.inputs) {
+    if (t.numel() > 0) {
+      const RowIterator src_rows(t.shape(), t.strides()), dst_rows(t.shape(), ost);
+      const int64_t len = src_rows.row_len(), base = at * ost[size_t(dim)];
+      parallel_for(src_rows.num_rows(), std::max<int64_t>(1, 16384 / len), [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r)
+          copy_elems(elem_ptr(t, t.offset() + src_rows.row_offset(r)), src_rows.row_stride(),
+                     dst + (base + dst_rows.row_offset(r)) * int64_t(es), dst_rows.row_stride(), len, es);
+      });
+    }
+    at += t.size(dim);
+  }
+}
+
+void embedding_kernel(const OpCall& c, Tensor& out) {
+  const Tensor &ids = c.inputs[0], &tab = c.inputs[1];
+  const int64_t V = tab.size(0), D = tab.size(1);
+  std::vector<int64_t> idv(size_t(ids.numel()));
+  const RowIterator rows(ids.shape(), ids.strides());
+  for (int64_t r = 0, k = 0; r < rows.num_rows(); ++r)
+    for (int64_t i = 0; i < rows.row_len(); ++i, ++k) {
+      const int64_t id = load_int(ids.storage()->data(), ids.dtype(),
+                                  ids.offset() + rows.row_offset(r) + i * rows.row_stride());
+      check(id >= 0 && id < V, "embedding", "id ", id, " at position ", k, " is outside the table [0, ", V, ")");
+      idv[size_t(k)] = id;
+    }
+  const size_t es = dtype_size(tab.dtype());
+  auto* dst = static_cast<uint8_t*>(out.data_ptr());
+  parallel_for(int64_t(idv.size()), std::max<int64_t>(1, 16384 / std::max<int64_t>(D, 1)), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      copy_elems(elem_ptr(tab, tab.offset() + idv[size_t(r)] * tab.strides()[0]), tab.strides()[1],
+                 dst + r * D * int64_t(es), 1, D, es);
+  });
+}
+
+}  // namespace
+
+void register_layout_kernels() {
+  ops::register_kernel(OpKind::upsample_nearest2x, DeviceKind::cpu, upsample_kernel);
+  ops::register_kernel(OpKind::concat, DeviceKind::cpu, concat_kernel);
+  ops::register_kernel(OpKind::embedding, DeviceKind::cpu, embedding_kernel);
+}
+
+}  // namespace diffq::backend::cpu

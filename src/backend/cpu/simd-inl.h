@@ -1,0 +1,60 @@
+// Per-target SIMD helpers shared by the CPU kernels (Highway multi-target inline header: include it
+// after <hwy/highway.h> inside a file compiled once per target via foreach_target.h).
+#if defined(DIFFQ_CPU_SIMD_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef DIFFQ_CPU_SIMD_INL_H_
+#undef DIFFQ_CPU_SIMD_INL_H_
+#else
+#define DIFFQ_CPU_SIMD_INL_H_
+#endif
+
+#include <hwy/highway.h>
+
+#include <cstring>
+
+HWY_BEFORE_NAMESPACE();
+namespace diffq::backend::cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+inline constexpr size_t kMaxFloatLanes = 64;  // enough for any vector length Highway supports
+
+// Loads n (< Lanes) floats, zero-filling the rest, without touching memory past p + n.
+template <class D>
+HWY_INLINE hn::Vec<D> LoadTail(D d, const float* p, size_t n) {
+  HWY_ALIGN float buf[kMaxFloatLanes] = {};
+  std::memcpy(buf, p, n * sizeof(float));
+  return hn::Load(d, buf);
+}
+
+template <class D>
+HWY_INLINE void StoreTail(hn::Vec<D> v, D d, float* p, size_t n) {
+  HWY_ALIGN float buf[kMaxFloatLanes];
+  hn::Store(v, d, buf);
+  std::memcpy(p, buf, n * sizeof(float));
+}
+
+// y[i] = f(x[i]) for a vector functor f(d, v); x may equal y.
+template <class F>
+HWY_INLINE void MapF32(const float* x, float* y, int64_t n, F f) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = int64_t(hn::Lanes(d));
+  int64_t i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(f(d, hn::LoadU(d, x + i)), d, y + i);
+  if (i < n) StoreTail(f(d, LoadTail(d, x + i, size_t(n - i))), d, y + i, size_t(n - i));
+}
+
+// Horizontal sum / max of all lanes.
+template <class D>
+HWY_INLINE float SumLanes(D d, hn::Vec<D> v) {
+  return hn::GetLane(hn::SumOfLanes(d, v));
+}
+template <class D>
+HWY_INLINE float MaxLanes(D d, hn::Vec<D> v) {
+  return hn::GetLane(hn::MaxOfLanes(d, v));
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace diffq::backend::cpu
+HWY_AFTER_NAMESPACE();
+
+#endif  // include guard toggle

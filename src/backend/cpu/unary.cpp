@@ -1,0 +1,104 @@
+// Unary float functions (activations and math), computed in f32 and rounded once to x's dtype.
+// The activations of the FLUX/Wan/CLIP/T5 paths (silu, gelu_tanh, quick_gelu, exp, sigmoid, tanh)
+// are vectorised with Highway's contrib math; gelu_erf, sin and cos use the C library per element.
+#include "backend/cpu/hwy_config.h"
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "backend/cpu/unary.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+#include <hwy/contrib/math/math-inl.h>
+
+#include <cmath>
+
+#include "backend/cpu/common.h"
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/simd-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace diffq::backend::cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// exp with torch's edge behaviour: overflow -> inf, NaN -> NaN (Highway's Exp is valid to +104).
+template <class D, class V>
+HWY_INLINE V ExpSafe(D d, V x) {
+  const V e = hn::Exp(d, hn::Min(x, hn::Set(d, 100.f)));
+  return hn::IfThenElse(hn::IsNaN(x), x, e);
+}
+
+// 1 / (1 + exp(-x)); the exponent is clamped where the result is 0 or 1 to float precision anyway.
+template <class D, class V>
+HWY_INLINE V Sigmoid(D d, V x) {
+  const V one = hn::Set(d, 1.f);
+  const V e = hn::Exp(d, hn::Min(hn::Neg(x), hn::Set(d, 88.f)));
+  return hn::Div(one, hn::Add(one, e));
+}
+
+void UnaryF32(int64_t fn, const float* x, float* y, int64_t n) {
+  switch (fn) {
+    case 0:  // silu
+      return MapF32(x, y, n, [](auto d, auto v) { return hn::Mul(v, Sigmoid(d, v)); });
+    case 1:  // gelu_tanh: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+      return MapF32(x, y, n, [](auto d, auto v) {
+        const auto k0 = hn::Set(d, 0.7978845608028654f), k1 = hn::Set(d, 0.044715f);
+        const auto inner = hn::Mul(k0, hn::MulAdd(hn::Mul(k1, hn::Mul(v, v)), v, v));
+        const auto half_v = hn::Mul(hn::Set(d, 0.5f), v);
+        return hn::MulAdd(half_v, hn::Tanh(d, inner), half_v);
+      });
+    case 3:  // quick_gelu
+      return MapF32(x, y, n, [](auto d, auto v) { return hn::Mul(v, Sigmoid(d, hn::Mul(hn::Set(d, 1.702f), v))); });
+    case 4:  // exp
+      return MapF32(x, y, n, [](auto d, auto v) { return ExpSafe(d, v); });
+    case 5:  // neg
+      return MapF32(x, y, n, [](auto, auto v) { return hn::Neg(v); });
+    case 6:  // sqrt
+      return MapF32(x, y, n, [](auto, auto v) { return hn::Sqrt(v); });
+    case 7:  // rsqrt
+      return MapF32(x, y, n, [](auto d, auto v) { return hn::Div(hn::Set(d, 1.f), hn::Sqrt(v)); });
+    case 8:  // tanh
+      return MapF32(x, y, n, [](auto d, auto v) { return hn::Tanh(d, v); });
+    case 9:  // sigmoid
+      return MapF32(x, y, n, [](auto d, auto v) { return Sigmoid(d, v); });
+    case 12:  // abs
+      return MapF32(x, y, n, [](auto, auto v) { return hn::Abs(v); });
+    case 13:  // square
+      return MapF32(x, y, n, [](auto, auto v) { return hn::Mul(v, v); });
+    default: break;
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace diffq::backend::cpu
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace diffq::backend::cpu {
+
+HWY_EXPORT(UnaryF32);
+
+namespace {
+
+void unary_kernel(const OpCall& c, Tensor& out) {
+  const auto fn = ops::UnaryFn(c.attrs.i0);
+  map_f32(c.inputs[0], out, [fn](const float* x, float* y, int64_t n) {
+    switch (fn) {
+      case ops::UnaryFn::gelu_erf:
+        for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1.f + std::erf(x[i] * 0.70710678118654752f));
+        return;
+      case ops::UnaryFn::sin:
+        for (int64_t i = 0; i < n; ++i) y[i] = std::sin(x[i]);
+        return;
+      case ops::UnaryFn::cos:
+        for (int64_t i = 0; i < n; ++i) y[i] = std::cos(x[i]);
+        return;
+      default: HWY_DYNAMIC_DISPATCH(UnaryF32)(int64_t(fn), x, y, n);
+    }
+  });
+}
+
+}  // namespace
+
+void register_unary_kernels() { ops::register_kernel(OpKind::unary, DeviceKind::cpu, unary_kernel); }
+
+}  // namespace diffq::backend::cpu
+#endif  // HWY_ONCE
