@@ -53,10 +53,14 @@ def write_json(path: Path, obj) -> None:
 
 
 def save_tensors(path: Path, tensors: dict, metadata: dict | None = None) -> None:
-    """safetensors with contiguous CPU tensors; keys sorted by the library, so the bytes are stable."""
+    """safetensors with contiguous CPU tensors; tensor keys are sorted by the library, so the bytes are
+    stable. The library writes __metadata__ keys in a random (Rust HashMap) order, so metadata with more
+    than one key is folded into ONE key, "fixture", holding the JSON of the dict with sorted keys."""
     from safetensors.torch import save_file
 
     clean = {k: v.detach().cpu().clone().contiguous() for k, v in tensors.items()}
+    if metadata and len(metadata) > 1:
+        metadata = {"fixture": json.dumps(metadata, sort_keys=True)}
     save_file(clean, str(path), metadata=metadata)
 
 

@@ -215,7 +215,8 @@ def ref_vae(vae, out: dict) -> None:
 
 def ref_noise(out: dict, params: dict) -> None:
     """diffusers' randn_tensor with torch.Generator('cpu').manual_seed(seed): float32 and bfloat16 as a
-    bf16 pipeline makes them (torch.randn(dtype=bf16) is NOT the bf16 rounding of the f32 draw)."""
+    bf16 pipeline makes them (torch.randn(dtype=bf16); with torch 2.15 it equals the bf16 rounding of the
+    f32 draw for every stored shape). numel < 16 ("small") takes torch's scalar path: other values."""
     from diffusers.utils.torch_utils import randn_tensor
 
     shapes = {"latent": (1, 4, 16, 16), "odd": (2, 16, 3, 5), "small": (1, 15)}
