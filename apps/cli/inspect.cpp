@@ -1,17 +1,30 @@
-// diffq inspect <file|folder>  (placeholder until src/io lands: prints what was asked)
+// diffq inspect <file|folder> [--json]: components of a Diffusers folder, or the tensors of a
+// safetensors file / sharded index / GGUF file (see src/io/inspect.h).
 #include <cstdio>
+#include <memory>
 #include <string>
 
 #include "commands.h"
-#include "diffq/error.h"
+#include "io/inspect.h"
 
 namespace diffq::cli {
 
 void add_inspect_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("inspect", "List the components/tensors of a Diffusers folder, safetensors or GGUF file");
-  auto path = std::make_shared<std::string>();
-  cmd->add_option("path", *path, "file or folder")->required();
-  cmd->callback([path] { fail("inspect", "not implemented yet for '", *path, "'"); });
+  auto* cmd = app.add_subcommand(
+      "inspect", "List the components/tensors of a Diffusers folder, safetensors or GGUF file");
+  struct Opts {
+    std::string path;
+    bool json = false;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("path", o->path, "Diffusers folder, model folder, .safetensors, .index.json or .gguf")
+      ->required();
+  cmd->add_flag("--json", o->json, "machine-readable output");
+  cmd->callback([o] {
+    const auto summary = io::inspect_json(o->path);
+    const std::string text = o->json ? summary.dump(1) + "\n" : io::inspect_text(summary);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+  });
 }
 
 }  // namespace diffq::cli
