@@ -82,15 +82,18 @@ float f8_e4m3fn_to_f32(uint8_t v) {
   return sign * std::ldexp(1.0f + float(m) / 8.0f, e - 7);
 }
 
-// torch (c10/util/Float8_e4m3fn.h): |x| >= 480 (incl. inf, NaN) -> NaN; subnormals via a magic add;
+// torch 2.15's tensor cast (checked against tests/fixtures/core/casts.safetensors): NaN stays NaN;
+// |x| >= 464 (what would round past 448), inf included, saturates to +-448; subnormals via a magic add;
 // normals with round-to-nearest-even on the dropped 20 mantissa bits.
 uint8_t f32_to_f8_e4m3fn(float f) {
   uint32_t bits = f32_bits(f);
   const uint32_t sign = bits & 0x80000000u;
   bits ^= sign;
   uint8_t result;
-  if (bits >= (1087u << 20)) {
+  if (bits > 0x7f800000u) {
     result = 0x7f;
+  } else if (bits >= 0x43e80000u) {  // 464.0
+    result = 0x7e;
   } else if (bits < (121u << 23)) {
     const uint32_t denorm_mask = 141u << 23;
     bits = f32_bits(f32_from_bits(bits) + f32_from_bits(denorm_mask));

