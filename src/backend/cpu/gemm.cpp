@@ -1,16 +1,23 @@
-// GEMM through OpenBLAS (cblas). bf16 inputs are widened to f32 first (exact), then sgemm.
+// GEMM through OpenBLAS (cblas_sgemm), chosen by measurement: docs/benchmarks.md "CPU GEMM (issue 2)".
+// bf16: OpenBLAS's cblas_sbgemm is not exported by Debian's build, BLIS has no bf16 GEMM and oneDNN
+// 2.6 has no bf16 matmul without AVX512-BF16/AMX; so bf16 A/B are widened to f32 (exact) block by
+// block into a reused scratch buffer and multiplied with sgemm (f32 accumulation). Blocks stay
+// around L3 size, so the widened copy is consumed from cache and no full-size f32 copy of a weight
+// is ever made.
 #include "backend/cpu/gemm.h"
 
 #include <cblas.h>
 
-#include <vector>
+#include <algorithm>
+#include <cstring>
+#include <memory>
 
 #include "backend/cpu/threads.h"
-#include "diffq/dtype.h"
 
 namespace diffq::backend::cpu {
 
 namespace {
+
 void sync_blas_threads() {
   static int configured = -1;
   const int n = num_threads();
@@ -20,16 +27,70 @@ void sync_blas_threads() {
   }
 }
 
-std::vector<float> widen(const uint16_t* x, int64_t rows, int64_t cols, int64_t ld) {
-  std::vector<float> out(size_t(rows * cols));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) out[size_t(r * cols + c)] = bf16_to_f32(x[r * ld + c]);
-  return out;
+// Elements per widened operand block (16 MiB of f32).
+constexpr int64_t kBlockElems = int64_t(1) << 22;
+
+// Rows of op(X) per block, when each row holds k elements: blocks of about equal size, each within
+// kBlockElems (but at least 64 rows), a multiple of 16 rows unless one block covers all `rows`.
+int64_t block_rows(int64_t rows, int64_t k) {
+  const int64_t cap = std::max<int64_t>(64, kBlockElems / std::max<int64_t>(k, 1));
+  if (rows <= cap) return rows;
+  const int64_t blocks = (rows + cap - 1) / cap;
+  int64_t b = (rows + blocks - 1) / blocks;
+  b = (b + 15) / 16 * 16;
+  return std::min(b, std::max<int64_t>(16, cap - cap % 16));
 }
+
+// dst[r * cols + c] = f32(src[r * ld + c]) for r < rows, c < cols.
+void widen(const uint16_t* src, int64_t ld, int64_t rows, int64_t cols, float* dst) {
+  auto body = [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const uint16_t* s = src + r * ld;
+      float* d = dst + r * cols;
+      for (int64_t c = 0; c < cols; ++c) {
+        const uint32_t u = uint32_t(s[c]) << 16;
+        std::memcpy(d + c, &u, 4);
+      }
+    }
+  };
+  if (rows * cols < (int64_t(1) << 16))
+    body(0, rows);
+  else
+    parallel_for(rows, std::max<int64_t>(1, (int64_t(1) << 14) / std::max<int64_t>(cols, 1)), body);
+}
+
+// A scratch buffer that only grows; reused across calls on the same thread (no page faults, no
+// zero-fill per call).
+struct Scratch {
+  std::unique_ptr<float[]> data;
+  int64_t size = 0;
+  float* get(int64_t n) {
+    if (n > size) {
+      data.reset(new float[size_t(n)]);
+      size = n;
+    }
+    return data.get();
+  }
+};
+
+// The block [i0, i0 + rows) of op(X)'s `rows` dimension (M for A, N for B), widened. X is stored
+// untransposed-for-this-purpose when `rows_are_rows` (block = rows of X, each k long) and otherwise
+// as k rows of which the block is a column range. Returns the leading dimension of the widened block.
+int64_t widen_block(const uint16_t* x, int64_t ldx, bool rows_are_rows, int64_t i0, int64_t rows,
+                    int64_t k, float* dst) {
+  if (rows_are_rows) {
+    widen(x + i0 * ldx, ldx, rows, k, dst);
+    return k;
+  }
+  widen(x + i0, ldx, k, rows, dst);
+  return rows;
+}
+
 }  // namespace
 
 void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
   sync_blas_threads();
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
               int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
@@ -38,10 +99,31 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
 void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
                int64_t ldc) {
-  const int64_t ar = trans_a ? k : m, ac = trans_a ? m : k;
-  const int64_t br = trans_b ? n : k, bc = trans_b ? k : n;
-  const auto af = widen(a, ar, ac, lda), bf = widen(b, br, bc, ldb);
-  sgemm(trans_a, trans_b, m, n, k, alpha, af.data(), ac, bf.data(), bc, beta, c, ldc);
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {  // C = beta * C
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+    return;
+  }
+  thread_local Scratch sa, sb;
+  const int64_t mb = block_rows(m, k), nb = block_rows(n, k);
+  const int64_t m_blocks = (m + mb - 1) / mb, n_blocks = (n + nb - 1) / nb;
+  // Op(A) rows are A's rows unless trans_a; op(B)^T rows (= C columns) are B's rows when trans_b.
+  const bool a_rows = !trans_a, b_rows = trans_b;
+  float* aw = sa.get(mb * k);
+  float* bw = sb.get(nb * k);
+  // Loop order: the operand in the outer loop is widened once, the inner one once per outer block.
+  const bool m_outer = m * k + n * k * m_blocks <= n * k + m * k * n_blocks;
+  int64_t lda_w = 0, ldb_w = 0, a_done = -1, b_done = -1;
+  for (int64_t outer = 0; outer < (m_outer ? m_blocks : n_blocks); ++outer)
+    for (int64_t inner = 0; inner < (m_outer ? n_blocks : m_blocks); ++inner) {
+      const int64_t ib = m_outer ? outer : inner, jb = m_outer ? inner : outer;
+      const int64_t i0 = ib * mb, mr = std::min(mb, m - i0);
+      const int64_t j0 = jb * nb, nr = std::min(nb, n - j0);
+      if (a_done != ib) lda_w = widen_block(a, lda, a_rows, i0, mr, k, aw), a_done = ib;
+      if (b_done != jb) ldb_w = widen_block(b, ldb, b_rows, j0, nr, k, bw), b_done = jb;
+      sgemm(trans_a, trans_b, mr, nr, k, alpha, aw, lda_w, bw, ldb_w, beta, c + i0 * ldc + j0, ldc);
+    }
 }
 
 void sgemm_reference(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,

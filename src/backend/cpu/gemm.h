@@ -1,5 +1,6 @@
 // The CPU GEMM entry points every matmul-shaped op uses. Which library implements them is chosen by
-// measurement (docs/benchmarks.md, bench/bench_gemm.cpp); callers never name a library.
+// measurement (docs/benchmarks.md "CPU GEMM (issue 2)", bench/bench_gemm_*.cpp,
+// bench/run_gemm_bench.sh); callers never name a library. Currently OpenBLAS (see gemm.cpp).
 #pragma once
 
 #include <cstdint>
@@ -11,7 +12,8 @@ namespace diffq::backend::cpu {
 void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
-// Same with bf16 (raw uint16 bits) A and B, f32 accumulation and f32 C.
+// Same with bf16 (raw uint16 bits) A and B, f32 accumulation and f32 C. Uses up to 2 x 16 MiB of
+// per-thread scratch (kept between calls).
 void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
                int64_t ldc);

@@ -1,0 +1,83 @@
+// The machine's FP32 ceiling, measured: every thread runs a loop of 12 independent 256-bit FMAs
+// (vfmadd231ps ymm: 8 lanes x 2 FLOP = 16 FLOP each). 12 chains cover FMA latency x 2 FMA pipes
+// (Zen 3: 4 cycles x 2), so the loop runs at the core's FMA throughput. Reported:
+//   GFLOP/s      total over the threads (the GEMM ceiling: "% of peak" divides by this)
+//   GHz_implied  GFLOP/s / (32 FLOP/cycle/core x threads) — the clock the FMA units actually ran at
+//                under load (2 FMA/cycle x 16 FLOP), rather than /proc/cpuinfo's nominal figure.
+// On a shared machine the wall-clock figures drop when other processes take the cores; the JSON's
+// cpu_time (whole process, MeasureProcessCPUTime) does not, so tools/bench/gemm_table.py takes the
+// clock from 12*16*kLoops*threads FLOP / (cpu_time / threads): the clock while the loop was running.
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+namespace {
+
+constexpr int64_t kLoops = 20'000'000;  // x 12 FMA x 16 FLOP = 3.84 GFLOP per thread per iteration
+
+void fma_loop(int64_t n) {
+  asm volatile(
+      "vxorps %%ymm0, %%ymm0, %%ymm0\n\t"
+      "vxorps %%ymm1, %%ymm1, %%ymm1\n\t"
+      "vxorps %%ymm2, %%ymm2, %%ymm2\n\t"
+      "vxorps %%ymm3, %%ymm3, %%ymm3\n\t"
+      "vxorps %%ymm4, %%ymm4, %%ymm4\n\t"
+      "vxorps %%ymm5, %%ymm5, %%ymm5\n\t"
+      "vxorps %%ymm6, %%ymm6, %%ymm6\n\t"
+      "vxorps %%ymm7, %%ymm7, %%ymm7\n\t"
+      "vxorps %%ymm8, %%ymm8, %%ymm8\n\t"
+      "vxorps %%ymm9, %%ymm9, %%ymm9\n\t"
+      "vxorps %%ymm10, %%ymm10, %%ymm10\n\t"
+      "vxorps %%ymm11, %%ymm11, %%ymm11\n\t"
+      "vxorps %%ymm12, %%ymm12, %%ymm12\n\t"
+      "vxorps %%ymm13, %%ymm13, %%ymm13\n\t"
+      "1:\n\t"
+      "vfmadd231ps %%ymm12, %%ymm13, %%ymm0\n\t"
+      "vfmadd231ps %%ymm12, %%ymm13, %%ymm1\n\t"
+      "vfmadd231ps %%ymm12, %%ymm13, %%ymm2\n\t"
+      "vfmadd231ps %%ymm12, %%ymm13, %%ymm3\n\t"
+      "vfmadd231ps %%ymm12, %%ymm13, %%ymm4\n\t"
+      "vfmadd231ps %%ymm12, %%ymm13, %%ymm5\n\t"
+      "vfmadd231ps %%ymm12, %%ymm13, %%ymm6\n\t"
+      "vfmadd231ps %%ymm12, %%ymm13, %%ymm7\n\t"
+      "vfmadd231ps %%ymm12, %%ymm13, %%ymm8\n\t"
+      "vfmadd231ps %%ymm12, %%ymm13, %%ymm9\n\t"
+      "vfmadd231ps %%ymm12, %%ymm13, %%ymm10\n\t"
+      "vfmadd231ps %%ymm12, %%ymm13, %%ymm11\n\t"
+      "dec %0\n\t"
+      "jnz 1b\n\t"
+      "vzeroupper\n\t"
+      : "+r"(n)
+      :
+      : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",
+        "xmm11", "xmm12", "xmm13", "cc");
+}
+
+void BM_fma_peak(benchmark::State& state) {
+  const int threads = int(state.range(0));
+  for (auto _ : state) {
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) pool.emplace_back(fma_loop, kLoops);
+    fma_loop(kLoops);
+    for (auto& th : pool) th.join();
+  }
+  const double flop = double(kLoops) * 12 * 16 * threads;
+  state.counters["flop_per_iter"] = flop;
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flop * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GHz_implied"] =
+      benchmark::Counter(flop * 1e-9 / (32.0 * threads), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+}  // namespace
+
+BENCHMARK(BM_fma_peak)
+    ->ArgName("threads")
+    ->Arg(1)
+    ->Arg(2)
+    ->UseRealTime()
+    ->MeasureProcessCPUTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_MAIN();

@@ -1,0 +1,80 @@
+// Candidate: oneDNN 2.6 (Debian libdnnl-dev, OpenMP runtime). f32: dnnl_sgemm (row-major) and the
+// matmul primitive; bf16: the matmul primitive with bf16 src/weights and f32 dst (f32 accumulation).
+// Weights are given in the gemm.h layout ([N,K] row-major = "ba" for the K x N weights); the
+// primitive is created once outside the timing loop (as an engine would cache it).
+#include <omp.h>
+
+#include <dnnl.hpp>
+
+#include "gemm_bench_common.h"
+
+using namespace gemm_bench;
+
+namespace {
+
+void onednn_sgemm(benchmark::State& state, const Shape& s, int threads) {
+  omp_set_num_threads(threads);
+  const auto a = random_f32(size_t(s.m * s.k), 1), b = random_f32(size_t(s.n * s.k), 2);
+  std::vector<float> c(size_t(s.m * s.n));
+  for (auto _ : state) {
+    dnnl_sgemm('N', 'T', s.m, s.n, s.k, 1.0f, a.data(), s.k, b.data(), s.k, 0.0f, c.data(), s.n);
+    benchmark::DoNotOptimize(c.data());
+  }
+}
+
+void onednn_matmul(benchmark::State& state, const Shape& s, int threads, dnnl::memory::data_type dt) {
+  using dnnl::memory;
+  omp_set_num_threads(threads);
+  dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  dnnl::stream strm(eng);
+  const memory::desc a_md({s.m, s.k}, dt, memory::format_tag::ab);
+  const memory::desc b_md({s.k, s.n}, dt, memory::format_tag::ba);
+  const memory::desc c_md({s.m, s.n}, memory::data_type::f32, memory::format_tag::ab);
+  dnnl::matmul::primitive_desc pd;
+  try {
+    pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, c_md), eng);
+  } catch (const dnnl::error& e) {
+    state.SkipWithError(e.what());
+    return;
+  }
+  state.SetLabel(pd.impl_info_str());
+  dnnl::matmul prim(pd);
+  std::vector<float> af, bf;
+  std::vector<uint16_t> ah, bh;
+  void *ap, *bp;
+  if (dt == memory::data_type::f32) {
+    af = random_f32(size_t(s.m * s.k), 1), bf = random_f32(size_t(s.n * s.k), 2);
+    ap = af.data(), bp = bf.data();
+  } else {
+    ah = random_bf16(size_t(s.m * s.k), 1), bh = random_bf16(size_t(s.n * s.k), 2);
+    ap = ah.data(), bp = bh.data();
+  }
+  std::vector<float> c(size_t(s.m * s.n));
+  memory am(a_md, eng, ap), bm(b_md, eng, bp), cm(c_md, eng, c.data());
+  for (auto _ : state) {
+    prim.execute(strm, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+    strm.wait();
+    benchmark::DoNotOptimize(c.data());
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  register_gemm("onednn_sgemm_f32", onednn_sgemm);
+  register_gemm("onednn_matmul_f32", [](benchmark::State& st, const Shape& s, int t) {
+    onednn_matmul(st, s, t, dnnl::memory::data_type::f32);
+  });
+  register_gemm("onednn_matmul_bf16", [](benchmark::State& st, const Shape& s, int t) {
+    onednn_matmul(st, s, t, dnnl::memory::data_type::bf16);
+  });
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  const auto* v = dnnl_version();
+  benchmark::AddCustomContext("onednn_version", std::to_string(v->major) + "." +
+                                                    std::to_string(v->minor) + "." +
+                                                    std::to_string(v->patch));
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

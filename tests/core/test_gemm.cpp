@@ -1,0 +1,125 @@
+// sgemm and gemm_bf16 (src/backend/cpu/gemm.h) against the f64-accumulating sgemm_reference: every
+// transpose combination, odd sizes, leading dimensions larger than the row length, alpha/beta, and
+// operands large enough that gemm_bf16 splits them into several widened blocks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/gemm.h"
+#include "backend/cpu/threads.h"
+#include "diffq/dtype.h"
+
+namespace cpu = diffq::backend::cpu;
+
+namespace {
+
+struct Case {
+  bool ta, tb;
+  int64_t m, n, k;
+};
+
+// Uniform in [-1, 1) from a 64-bit LCG (fast: the blocked cases need tens of millions of values).
+std::vector<float> random_vec(size_t n, uint64_t seed) {
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  std::vector<float> v(n);
+  for (auto& x : v) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    x = float(int32_t(s >> 32)) * (1.0f / 2147483648.0f);
+  }
+  return v;
+}
+
+// Runs one case through f32 (bf16=false) or bf16 inputs and compares C with the reference
+// (sgemm_reference; or sgemm on the exact f32 values when sgemm_oracle, for sizes where the scalar
+// reference would be too slow — sgemm itself is checked against the reference above).
+void check_case(const Case& cs, bool bf16, float alpha, float beta, bool sgemm_oracle = false) {
+  const int64_t pad = 3;
+  const int64_t a_rows = cs.ta ? cs.k : cs.m, a_cols = cs.ta ? cs.m : cs.k;
+  const int64_t b_rows = cs.tb ? cs.n : cs.k, b_cols = cs.tb ? cs.k : cs.n;
+  const int64_t lda = a_cols + pad, ldb = b_cols + pad, ldc = cs.n + pad;
+  auto a = random_vec(size_t(a_rows * lda), 1), b = random_vec(size_t(b_rows * ldb), 2);
+  std::vector<uint16_t> ah(a.size()), bh(b.size());
+  if (bf16) {  // the f32 operands become exactly the bf16 values
+    for (size_t i = 0; i < a.size(); ++i) ah[i] = diffq::f32_to_bf16(a[i]), a[i] = diffq::bf16_to_f32(ah[i]);
+    for (size_t i = 0; i < b.size(); ++i) bh[i] = diffq::f32_to_bf16(b[i]), b[i] = diffq::bf16_to_f32(bh[i]);
+  }
+  const auto c0 = random_vec(size_t(cs.m * ldc), 3);
+  auto c = c0, ref = c0;
+  (sgemm_oracle ? cpu::sgemm : cpu::sgemm_reference)(cs.ta, cs.tb, cs.m, cs.n, cs.k, alpha, a.data(),
+                                                     lda, b.data(), ldb, beta, ref.data(), ldc);
+  if (bf16)
+    cpu::gemm_bf16(cs.ta, cs.tb, cs.m, cs.n, cs.k, alpha, ah.data(), lda, bh.data(), ldb, beta, c.data(),
+                   ldc);
+  else
+    cpu::sgemm(cs.ta, cs.tb, cs.m, cs.n, cs.k, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
+  const double tol = 1e-5 + 2e-6 * double(cs.k);
+  int bad = 0;
+  for (int64_t i = 0; i < cs.m; ++i) {
+    for (int64_t j = 0; j < ldc; ++j) {
+      const size_t idx = size_t(i * ldc + j);
+      if (j >= cs.n) {  // padding between rows is never written
+        if (std::memcmp(&c[idx], &c0[idx], 4) != 0 && ++bad < 5)
+          ADD_FAILURE() << "wrote padding at (" << i << ", " << j << ")";
+        continue;
+      }
+      if (!(std::fabs(double(c[idx]) - double(ref[idx])) <= tol) && ++bad < 5)
+        ADD_FAILURE() << (bf16 ? "gemm_bf16" : "sgemm") << " ta=" << cs.ta << " tb=" << cs.tb
+                      << " m=" << cs.m << " n=" << cs.n << " k=" << cs.k << " at (" << i << ", " << j
+                      << "): " << c[idx] << " vs " << ref[idx];
+    }
+  }
+  EXPECT_EQ(bad, 0) << "ta=" << cs.ta << " tb=" << cs.tb << " m=" << cs.m << " n=" << cs.n
+                    << " k=" << cs.k;
+}
+
+std::vector<Case> odd_cases() {
+  std::vector<Case> out;
+  const int64_t sizes[] = {1, 7, 33, 130};
+  for (const bool ta : {false, true})
+    for (const bool tb : {false, true})
+      for (const int64_t m : sizes)
+        for (const int64_t n : sizes)
+          for (const int64_t k : sizes) out.push_back({ta, tb, m, n, k});
+  return out;
+}
+
+}  // namespace
+
+TEST(Gemm, SgemmMatchesReference) {
+  for (const auto& cs : odd_cases()) check_case(cs, false, 1.0f, 0.0f);
+}
+
+TEST(Gemm, SgemmAlphaBeta) {
+  for (const auto& cs : odd_cases()) check_case(cs, false, -0.75f, 0.5f);
+}
+
+TEST(Gemm, Bf16MatchesReference) {
+  for (const auto& cs : odd_cases()) check_case(cs, true, 1.0f, 0.0f);
+}
+
+TEST(Gemm, Bf16AlphaBeta) {
+  for (const auto& cs : odd_cases()) check_case(cs, true, -0.75f, 0.5f);
+}
+
+// Long enough rows (k) that gemm_bf16 widens A and/or B in several blocks (208 rows at k = 20000,
+// 64 at k = 65536), with partial last blocks, in both loop orders.
+TEST(Gemm, Bf16Blocked) {
+  for (const bool ta : {false, true})
+    for (const bool tb : {false, true}) {
+      check_case({ta, tb, 450, 7, 20000}, true, 1.0f, 0.25f, true);
+      check_case({ta, tb, 7, 450, 20000}, true, 1.0f, 0.0f, true);
+    }
+  check_case({false, true, 130, 130, 65536}, true, 0.5f, 0.0f, true);
+  check_case({true, false, 130, 130, 65536}, true, 1.0f, -1.0f, true);
+}
+
+TEST(Gemm, OneAndTwoThreadsAgree) {
+  for (const int t : {1, 2}) {
+    cpu::set_num_threads(t);
+    check_case({false, true, 130, 130, 130}, false, 1.0f, 0.0f);
+    check_case({false, true, 130, 130, 130}, true, 1.0f, 0.0f);
+  }
+  cpu::set_num_threads(0);
+}
