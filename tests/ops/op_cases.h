@@ -126,6 +126,8 @@ inline void elementwise_cases(Table& t) {
     t.add(op, {I({5, 7}, i32, C, Gen::small_int), I({7}, i32, C, Gen::nonzero)}, f, 0.0);
     t.add(op, {I({4, 3}, i64, T, Gen::small_int), I({4, 3}, i64, C, Gen::nonzero)}, f, 0.0);
     t.add(op, {I({2, 1000}), I({2, 1000}, f32, C, g2)}, f);
+    t.add(op, {I({64, 1031}), I({1031}, f32, C, g2)}, f);  // many chunks, run in parallel
+    t.add(op, {I({5, 10007}, bf16, T), I({10007}, f32, C, g2)}, f, 1e-2);
   }
 
   using ops::ScalarFn;
@@ -170,6 +172,7 @@ inline void unary_cases(Table& t) {
     t.add(op, {I({67}, f32, C, g)}, f);
     t.add(op, {I({1}, f32, C, g)}, f);
     t.add(op, {I({3, 1000}, f32, C, g)}, f);
+    t.add(op, {I({7, 10007}, f32, C, g)}, f);
     t.add(op, {I({5, 17}, f32, T, g)}, f);
     t.add(op, {I({3, 4, 6}, bf16, P, g)}, f, 1e-2);
     t.add(op, {I({3, 19}, bf16, S, g)}, f, 1e-2);
@@ -280,6 +283,8 @@ inline void conv_layout_cases(Table& t) {
   t.add("conv2d", {I({1, 1, 1, 1}), I({2, 1, 3, 3}), I({2})}, cv(1, {1, 1, 1, 1}), 1e-4);
   t.add("conv2d", {I({1, 3, 17, 13}), I({5, 3, 3, 3}), I({5})}, cv(1, {2, 0, 1, 0}), 1e-4);
   t.add("conv2d", {I({1, 16, 40, 40}), I({32, 16, 3, 3}), I({32})}, cv(1, {1, 1, 1, 1}), 1e-4);
+  // Enough columns that im2col runs in several chunks of output rows.
+  t.add("conv2d", {I({1, 64, 20, 200}), I({8, 64, 3, 3}), I({8})}, cv(1, {1, 1, 1, 1}), 1e-4);
   t.add("conv2d", {I({2, 3, 6, 5}, f32, P), I({4, 3, 3, 3}, f32, T), I({4}, f32, S)},
         cv(1, {1, 1, 1, 1}), 1e-4);
   t.add("conv2d", {I({2, 3, 6, 5}, f32, E), I({4, 3, 3, 3}, f32, O), I({4})}, cv(2, {0, 1, 0, 1}),

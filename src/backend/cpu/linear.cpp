@@ -71,8 +71,10 @@ int64_t merged_row_stride(const Tensor& t) {
   return t.size(-1);
 }
 
-void fill_rows(float* c, int64_t m, int64_t n, const Tensor& bias) {
+// C rows = bias (or zeros when there is no bias and no GEMM will write them).
+void fill_rows(float* c, int64_t m, int64_t n, const Tensor& bias, bool gemm_follows) {
   if (!bias.defined()) {
+    if (gemm_follows) return;  // beta = 0 overwrites
     std::memset(c, 0, size_t(m * n) * sizeof(float));
     return;
   }
@@ -87,7 +89,7 @@ void linear_kernel(const OpCall& c, Tensor& out) {
   const Tensor bias = c.inputs.size() > 2 ? c.inputs[2] : Tensor();
   const int64_t K = w.size(1), N = w.size(0), M = out.numel() / N;
   F32Output y(out);
-  fill_rows(y.data(), M, N, bias);
+  fill_rows(y.data(), M, N, bias, K > 0);
   if (K > 0 && M > 0) {
     const bool bf16 = c.inputs[0].dtype() == DType::bf16 && w.dtype() == DType::bf16;
     Tensor x = c.inputs[0];
