@@ -30,10 +30,15 @@ case "${1:-}" in
       -DDIFFQ_FUZZ=ON -DDIFFQ_CUDA=OFF -DDIFFQ_BENCH=OFF -DDIFFQ_TESTS=ON
     cmake --build build-fuzz --target fuzz_targets
     for f in build-fuzz/bin/fuzz_*; do
-      corpus=tests/fuzz/corpus/$(basename "$f" | sed 's/^fuzz_//')
+      name=$(basename "$f" | sed 's/^fuzz_//')
+      corpus=tests/fuzz/corpus/$name
+      dict=()
+      [ -f "tests/fuzz/$name.dict" ] && dict=(-dict="tests/fuzz/$name.dict")
       work=$(mktemp -d)
       echo "fuzz: $f for ${secs}s (seed corpus $corpus)"
-      "$f" -max_total_time="$secs" -rss_limit_mb=2048 "$work" "$corpus"
+      # Crash reproducers land in build-fuzz/ (crash-*, leak-*, timeout-*); set -e stops at the first.
+      "$f" -max_total_time="$secs" -rss_limit_mb=2048 -artifact_prefix=build-fuzz/ "${dict[@]}" \
+        "$work" "$corpus"
       rm -rf "$work"
     done
     ;;
