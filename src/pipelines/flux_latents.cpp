@@ -75,9 +75,12 @@ Tensor scale_latents_for_vae(const Tensor& latents, double scaling_factor, doubl
   check(scaling_factor != 0.0, kCtx, "scaling_factor is 0");
   const float s = float(scaling_factor), sh = float(shift_factor);
   std::vector<float> v = latents.to_f32_vector();
+  // torch: division by a Python scalar uses the scalar as float (opmath); addition of a Python
+  // scalar first rounds it to the tensor's dtype (checked against torch 2.15 for bf16 and f16).
+  const float sh_d = round_to({sh}, d)[0];
   for (float& x : v) x = x / s;
   v = round_to(v, d);
-  for (float& x : v) x = x + sh;
+  for (float& x : v) x = x + sh_d;
   return Tensor::from_vector(v, latents.shape(), d);
 }
 

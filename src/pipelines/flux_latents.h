@@ -31,8 +31,8 @@ Tensor prepare_latent_image_ids(int64_t h2, int64_t w2, DType dtype = DType::f32
 // txt_ids: zeros [max_sequence_length, 3].
 Tensor prepare_text_ids(int64_t max_sequence_length, DType dtype = DType::f32);
 
-// latents / scaling_factor + shift_factor, each op rounded to the latents' dtype as torch does
-// (Python scalars are rounded to float first).
+// latents / scaling_factor + shift_factor, each op rounded to the latents' dtype as torch does: the
+// divisor is used as float32, the shift is first rounded to the latents' dtype (bf16/f16).
 Tensor scale_latents_for_vae(const Tensor& latents, double scaling_factor, double shift_factor);
 
 }  // namespace diffq::flux

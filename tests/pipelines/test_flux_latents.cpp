@@ -82,4 +82,19 @@ TEST(FluxLatents, IdsAndVaeInputMatchTheFixtures) {
   }
 }
 
+// bf16 latents: torch divides by the scale as float32 but rounds the shift to bf16 before adding.
+// Reference: torch 2.15, (randn([1, 2, 4, 4], seed 5).to(bf16) / 0.3611 + 0.1159) bits.
+TEST(FluxLatents, Bf16VaeInputScalingMatchesTorch) {
+  diffq::Generator g(5);
+  Tensor x = diffq::randn({1, 2, 4, 4}, g, diffq::DType::bf16);
+  Tensor z = flux::scale_latents_for_vae(x, 0.3611, 0.1159);
+  ASSERT_EQ(z.dtype(), diffq::DType::bf16);
+  const std::vector<uint16_t> want = {
+      0x40a7, 0x3fc7, 0xc094, 0xc093, 0x40b7, 0xbf21, 0xbe7e, 0xc078, 0x3f99, 0x3d82, 0xc069,
+      0xbff3, 0x4036, 0xbf86, 0xbfc1, 0xc003, 0x40fa, 0x405f, 0xbf50, 0xc024, 0xbe7a, 0xbfc6,
+      0x3f04, 0xbe99, 0xbf8c, 0x4011, 0xbd3a, 0xc0b0, 0x4088, 0x3fbe, 0x3f4f, 0x409f};
+  const uint16_t* p = z.contiguous().data<uint16_t>();
+  EXPECT_EQ(std::vector<uint16_t>(p, p + z.numel()), want);
+}
+
 }  // namespace
