@@ -1,0 +1,176 @@
+#include "pipelines/flux_pipeline.h"
+
+#include <cstdio>
+
+#include "core/random.h"
+#include "diffq/error.h"
+#include "io/diffusers_folder.h"
+#include "io/png.h"
+#include "ops/ops.h"
+#include "pipelines/flux_latents.h"
+
+namespace diffq {
+
+namespace {
+constexpr const char* kCtx = "flux_pipeline";
+
+bool defined(const Tensor& t) { return t.defined(); }
+}  // namespace
+
+std::unique_ptr<FluxPipeline> FluxPipeline::from_pretrained(const std::filesystem::path& folder,
+                                                            std::optional<DType> dtype,
+                                                            const FluxPipelineLoadOptions& opt) {
+  auto f = io::DiffusersFolder::open(folder);
+  auto p = std::make_unique<FluxPipeline>();
+  for (const char* name : {"transformer", "vae", "scheduler"})
+    check(f.has_component(name), kCtx, folder.string(), ": model_index.json has no ", name, " component");
+
+  LoadOptions lo;
+  lo.dtype = dtype;
+  const auto& tc = f.component("transformer");
+  check(tc.class_name == "FluxTransformer2DModel", kCtx, folder.string(), ": transformer is a ", tc.class_name,
+        ", not a FluxTransformer2DModel");
+  lo.source = tc.dir.string();
+  p->transformer = models::flux::FluxTransformer2DModel::from_pretrained(tc.dir, lo);
+
+  const auto& vc = f.component("vae");
+  lo.source = vc.dir.string();
+  p->vae = vae::AutoencoderKL::from_pretrained(vc.dir, lo);
+
+  const auto& sc = f.component("scheduler");
+  check(sc.class_name == "FlowMatchEulerDiscreteScheduler", kCtx, folder.string(), ": scheduler is a ",
+        sc.class_name, ", not a FlowMatchEulerDiscreteScheduler");
+  p->scheduler = std::make_unique<FlowMatchEulerDiscreteScheduler>(FlowMatchEulerDiscreteConfig::from_json(sc.config));
+
+  if (opt.load_text_encoders) {
+    if (f.has_component("text_encoder")) p->text_encoder = clip::CLIPTextModel::from_pretrained(f, "text_encoder", dtype);
+    if (f.has_component("text_encoder_2"))
+      p->text_encoder_2 = t5::T5EncoderModel::from_pretrained(f, "text_encoder_2", dtype);
+  }
+  check(p->transformer->config.in_channels % 4 == 0 &&
+            p->transformer->config.in_channels / 4 == p->vae->config().latent_channels,
+        kCtx, folder.string(), ": transformer in_channels ", p->transformer->config.in_channels,
+        " is not 4 x the VAE's latent_channels ", p->vae->config().latent_channels);
+  return p;
+}
+
+int64_t FluxPipeline::vae_scale_factor() const { return vae->config().vae_scale_factor(); }
+
+FluxPromptEmbeds FluxPipeline::encode_prompt_ids(const Tensor& clip_ids, const Tensor& t5_ids) {
+  check(text_encoder && text_encoder_2, kCtx, "the text encoders are not loaded");
+  check(clip_ids.dim() == 2 && t5_ids.dim() == 2 && clip_ids.shape()[0] == t5_ids.shape()[0], kCtx,
+        "clip_ids [B, 77] and t5_ids [B, S] must share the batch size");
+  check(t5_ids.shape()[1] <= 512, kCtx, "max_sequence_length cannot be greater than 512, got ", t5_ids.shape()[1]);
+  const DType d = transformer->compute_dtype();
+  FluxPromptEmbeds e;
+  e.pooled_prompt_embeds = (*text_encoder)(clip_ids).pooler_output.to(d);
+  e.prompt_embeds = (*text_encoder_2)(t5_ids).to(d);
+  return e;
+}
+
+FluxOutput FluxPipeline::operator()(const FluxCallOptions& o) {
+  const auto& tcfg = transformer->config;
+  // ---- check_inputs ----
+  check(defined(o.prompt_embeds) && defined(o.pooled_prompt_embeds), kCtx,
+        "prompt_embeds and pooled_prompt_embeds are required");
+  check(o.prompt_embeds.dim() == 3 && o.prompt_embeds.shape()[2] == tcfg.joint_attention_dim, kCtx,
+        "prompt_embeds must be [B, T, ", tcfg.joint_attention_dim, "]");
+  const int64_t B = o.prompt_embeds.shape()[0], T = o.prompt_embeds.shape()[1];
+  check(T <= 512, kCtx, "max_sequence_length cannot be greater than 512, got ", T);
+  check(o.pooled_prompt_embeds.dim() == 2 && o.pooled_prompt_embeds.shape()[0] == B &&
+            o.pooled_prompt_embeds.shape()[1] == tcfg.pooled_projection_dim,
+        kCtx, "pooled_prompt_embeds must be [", B, ", ", tcfg.pooled_projection_dim, "]");
+  check(o.height > 0 && o.width > 0, kCtx, "height and width must be positive, got ", o.height, "x", o.width);
+  check(o.num_inference_steps > 0, kCtx, "num_inference_steps must be positive, got ", o.num_inference_steps);
+  check(o.output_type == "image" || o.output_type == "latent", kCtx, "output_type must be \"image\" or \"latent\", got \"",
+        o.output_type, "\"");
+  const int64_t vsf = vae_scale_factor();
+  check(o.height >= vsf * 2 && o.width >= vsf * 2, kCtx, "height and width must be at least ", vsf * 2, ", got ",
+        o.height, "x", o.width);
+  if (o.height % (vsf * 2) != 0 || o.width % (vsf * 2) != 0)
+    std::fprintf(stderr,
+                 "diffq: `height` and `width` have to be divisible by %lld but are %lld and %lld. Dimensions will be "
+                 "resized accordingly\n",
+                 (long long)(vsf * 2), (long long)o.height, (long long)o.width);
+  const bool has_neg = defined(o.negative_prompt_embeds) && defined(o.negative_pooled_prompt_embeds);
+  check(defined(o.negative_prompt_embeds) == defined(o.negative_pooled_prompt_embeds), kCtx,
+        "negative_prompt_embeds and negative_pooled_prompt_embeds go together");
+  const bool do_true_cfg = o.true_cfg_scale > 1.0 && has_neg;
+  if (do_true_cfg) {
+    check(o.negative_prompt_embeds.dim() == 3 && o.negative_prompt_embeds.shape()[0] == B &&
+              o.negative_prompt_embeds.shape()[2] == tcfg.joint_attention_dim,
+          kCtx, "negative_prompt_embeds must be [", B, ", T', ", tcfg.joint_attention_dim, "]");
+    check(o.negative_pooled_prompt_embeds.shape() == o.pooled_prompt_embeds.shape(), kCtx,
+          "negative_pooled_prompt_embeds must have pooled_prompt_embeds' shape");
+  }
+
+  // ---- latents ----
+  const DType ldt = o.prompt_embeds.dtype();
+  const auto grid = flux::latent_grid(o.height, o.width, vsf);
+  const int64_t C = num_channels_latents();
+  Tensor latents;
+  if (defined(o.latents)) {
+    check(o.latents.shape() == Shape{B, grid.seq_len(), C * 4}, kCtx, "latents must be packed [", B, ", ",
+          grid.seq_len(), ", ", C * 4, "]");
+    latents = o.latents.to(ldt).contiguous();
+  } else {
+    Generator gen(o.seed);
+    latents = flux::pack_latents(randn_tensor({B, C, grid.h, grid.w}, gen, ldt));
+  }
+  const Tensor img_ids = flux::prepare_latent_image_ids(grid.h / 2, grid.w / 2, ldt);
+  const Tensor txt_ids = flux::prepare_text_ids(T, ldt);
+  Tensor neg_txt_ids;
+  if (do_true_cfg) neg_txt_ids = flux::prepare_text_ids(o.negative_prompt_embeds.shape()[1], ldt);
+
+  // ---- timesteps ----
+  const auto& sc = scheduler->config();
+  const double mu = calculate_shift(grid.seq_len(), sc.base_image_seq_len, sc.max_image_seq_len, sc.base_shift,
+                                    sc.max_shift);
+  SetTimestepsOptions st;
+  st.sigmas = flux_default_sigmas(o.num_inference_steps);
+  st.mu = mu;
+  scheduler->set_timesteps(o.num_inference_steps, st);
+  const std::vector<float> timesteps = scheduler->timesteps();
+  const int64_t N = int64_t(timesteps.size());
+
+  Tensor guidance;
+  if (tcfg.guidance_embeds) guidance = Tensor::full({B}, o.guidance_scale, DType::f32);
+
+  // ---- denoising loop ----
+  scheduler->set_begin_index(0);
+  FluxOutput out;
+  for (int64_t i = 0; i < N; ++i) {
+    const float t = timesteps[size_t(i)];
+    // t.expand(B).to(latents.dtype) / 1000, computed in latents' dtype.
+    const float t_rounded = Tensor::full({1}, double(t), ldt).to_f32_vector()[0];
+    const Tensor timestep = Tensor::from_vector(std::vector<float>(size_t(B), t_rounded / 1000.0f), {B}, ldt);
+    Tensor v = (*transformer)(latents, o.prompt_embeds, o.pooled_prompt_embeds, timestep, guidance, txt_ids,
+                              img_ids);
+    if (do_true_cfg) {
+      Tensor vn = (*transformer)(latents, o.negative_prompt_embeds, o.negative_pooled_prompt_embeds, timestep,
+                                 guidance, neg_txt_ids, img_ids);
+      v = ops::add(vn, ops::mul_scalar(ops::sub(v, vn), o.true_cfg_scale));
+    }
+    Tensor next = scheduler->step(v, t, latents);
+    if (o.step_observer) o.step_observer(FluxStepTensors{i, latents, timestep, v, next});
+    latents = next;
+    ++out.steps_run;
+    if (o.callback && !o.callback(i, N, t)) {
+      out.interrupted = true;
+      break;
+    }
+  }
+  out.latents = latents;
+  if (o.output_type == "latent") return out;
+
+  // ---- decode ----
+  const auto& vcfg = vae->config();
+  Tensor z = flux::unpack_latents(latents, o.height, o.width, vsf);
+  z = flux::scale_latents_for_vae(z, vcfg.scaling_factor, vcfg.shift_factor.value_or(0.0));
+  Tensor image = vae->decode(z);
+  out.image_f32 = io::denormalize_image(image);
+  out.image_u8 = io::image_to_uint8(out.image_f32);
+  return out;
+}
+
+}  // namespace diffq

@@ -1,0 +1,105 @@
+// FluxPipeline (Diffusers 0.42.1, pipelines/flux/pipeline_flux.py) on pre-computed prompt embeddings.
+//
+// What __call__ does, in the same order and dtypes:
+// - height/width: Diffusers warns when they are not multiples of vae_scale_factor * 2 and floors the
+//   latent grid (h = 2 * (H // (vae_scale_factor * 2))); we do the same (height/width <= 0, or a grid
+//   smaller than one packed token, is an error).
+// - latents dtype = prompt_embeds' dtype. Noise = randn_tensor([B, in_channels / 4, h, w], seed) in that
+//   dtype, packed to [B, (h/2)(w/2), in_channels]; injected latents are already packed (as Diffusers').
+// - sigmas = linspace(1, 1/N, N), mu = calculate_shift(seq_len, scheduler config), set_timesteps.
+// - guidance = float32 full(guidance_scale) [B], only when the transformer has guidance_embeds.
+// - per step: timestep = t.to(latents dtype) / 1000 in that dtype; v = transformer(...); with true CFG
+//   (true_cfg_scale > 1 and negative embeddings) v = v_neg + s * (v - v_neg); Euler step (fp32 math).
+// - output "latent": the packed latents; "image": unpack, / scaling_factor + shift_factor, vae.decode,
+//   clamp(x / 2 + 0.5, 0, 1) -> [B, H, W, 3] float32 and round(x * 255) -> uint8.
+//
+// The tokenizers are not wired in yet: encode_prompt_ids() runs the text encoders on token ids.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "diffq/tensor.h"
+#include "models/clip/clip_text_model.h"
+#include "models/flux/flux_transformer.h"
+#include "models/t5/t5_encoder.h"
+#include "models/vae/autoencoder_kl.h"
+#include "schedulers/flow_match_euler.h"
+
+namespace diffq {
+
+struct FluxPromptEmbeds {
+  Tensor prompt_embeds;         // [B, T, joint_attention_dim]
+  Tensor pooled_prompt_embeds;  // [B, pooled_projection_dim]
+};
+
+// Per-step callback: (step index, total steps, scheduler timestep t in [0, 1000]); false interrupts
+// the loop (Diffusers' `interrupt`: the remaining steps are skipped, the output is still produced).
+using FluxStepCallback = std::function<bool(int64_t step, int64_t total, float timestep)>;
+
+// The tensors of one denoising step (for tests and debugging; what the fixtures store per step).
+struct FluxStepTensors {
+  int64_t step = 0;
+  Tensor latents_in;   // packed
+  Tensor timestep;     // [B], t / 1000 in the latents' dtype (what the transformer gets)
+  Tensor noise_pred;   // after true CFG
+  Tensor latents_out;  // after the Euler step
+};
+
+struct FluxCallOptions {
+  Tensor prompt_embeds;                  // required
+  Tensor pooled_prompt_embeds;           // required
+  Tensor negative_prompt_embeds;         // optional (true CFG)
+  Tensor negative_pooled_prompt_embeds;  // optional (true CFG)
+  double true_cfg_scale = 1.0;
+  int64_t height = 1024, width = 1024;
+  int64_t num_inference_steps = 28;
+  double guidance_scale = 3.5;
+  uint64_t seed = 0;     // torch.Generator("cpu").manual_seed(seed)
+  Tensor latents;        // optional packed [B, seq_len, in_channels]; replaces the noise
+  std::string output_type = "image";  // "image" or "latent"
+  FluxStepCallback callback;          // optional
+  std::function<void(const FluxStepTensors&)> step_observer;  // optional, called before `callback`
+};
+
+struct FluxOutput {
+  Tensor latents;      // packed final latents [B, seq_len, in_channels] (always set)
+  Tensor image_f32;    // [B, H, W, 3] in [0, 1] (output_type "image")
+  Tensor image_u8;     // [B, H, W, 3] uint8 (output_type "image")
+  int64_t steps_run = 0;
+  bool interrupted = false;
+};
+
+struct FluxPipelineLoadOptions {
+  bool load_text_encoders = true;  // CLIP (text_encoder) and T5 (text_encoder_2) when present
+};
+
+class FluxPipeline {
+ public:
+  // Loads transformer, vae, scheduler (and the text encoders) of a Diffusers FluxPipeline folder;
+  // dtype: compute dtype of every model (nullopt keeps each file's dtype).
+  static std::unique_ptr<FluxPipeline> from_pretrained(const std::filesystem::path& folder,
+                                                       std::optional<DType> dtype = std::nullopt,
+                                                       const FluxPipelineLoadOptions& opt = {});
+
+  FluxOutput operator()(const FluxCallOptions& opt);
+
+  // Runs the text encoders on token ids: clip_ids [B, 77] i64 -> pooled, t5_ids [B, S] i64 ->
+  // prompt_embeds (no attention mask, as FluxPipeline), both cast to the transformer's dtype.
+  FluxPromptEmbeds encode_prompt_ids(const Tensor& clip_ids, const Tensor& t5_ids);
+
+  int64_t vae_scale_factor() const;
+  int64_t num_channels_latents() const { return transformer->config.in_channels / 4; }
+
+  std::unique_ptr<models::flux::FluxTransformer2DModel> transformer;
+  std::unique_ptr<vae::AutoencoderKL> vae;
+  std::unique_ptr<FlowMatchEulerDiscreteScheduler> scheduler;
+  std::unique_ptr<clip::CLIPTextModel> text_encoder;   // may be null
+  std::unique_ptr<t5::T5EncoderModel> text_encoder_2;  // may be null
+};
+
+}  // namespace diffq
