@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <unistd.h>
+
 #include "diffq/error.h"
 #include "tokenizers/clip_tokenizer.h"
 #include "tokenizers/t5_tokenizer.h"
