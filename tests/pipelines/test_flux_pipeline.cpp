@@ -163,3 +163,22 @@ TEST(FluxPipeline, CallbackInterruptsAndInputsAreChecked) {
 }
 
 }  // namespace
+
+namespace {
+
+// The text encoders on the reference token ids give generate's embeddings (tokenizers come later).
+TEST(FluxPipeline, EncodePromptIdsMatchesGenerateEmbeddings) {
+  auto pipe = diffq::FluxPipeline::from_pretrained(kFix + "tiny-flux", diffq::DType::f32);
+  auto te = diffq::io::SafetensorsFile::open(kFix + "tiny-flux/reference/text_encoders.safetensors");
+  auto ref = diffq::io::SafetensorsFile::open(kFix + "tiny-flux/reference/generate.safetensors");
+  auto e = pipe->encode_prompt_ids(te.tensor("clip_input_ids"), te.tensor("t5_input_ids"));
+  const double ep = rel_err(e.prompt_embeds, ref.tensor("prompt_embeds"));
+  const double eq = rel_err(e.pooled_prompt_embeds, ref.tensor("pooled_prompt_embeds"));
+  std::printf("[encode_prompt_ids] prompt_embeds %.3g pooled %.3g\n", ep, eq);
+  EXPECT_LE(ep, 1e-4);
+  EXPECT_LE(eq, 1e-4);
+  auto no_te = diffq::FluxPipeline::from_pretrained(kFix + "tiny-flux", diffq::DType::f32, {false});
+  EXPECT_THROW(no_te->encode_prompt_ids(te.tensor("clip_input_ids"), te.tensor("t5_input_ids")), diffq::Error);
+}
+
+}  // namespace
