@@ -149,6 +149,18 @@ void normal_fill_16(float* d) {
   }
 }
 
+// torch's generic NormalFill16<float>: libm in float, theta computed in double then rounded.
+void normal_fill_16_scalar(float* d) {
+  for (int j = 0; j < 8; ++j) {
+    const float u1 = 1.0f - d[j];
+    const float u2 = d[j + 8];
+    const float radius = std::sqrt(-2.0f * std::log(u1));
+    const float theta = static_cast<float>(2.0f * std::numbers::pi_v<double> * u2);
+    d[j] = std::fma(radius * std::cos(theta), 1.0f, 0.0f);
+    d[j + 8] = std::fma(radius * std::sin(theta), 1.0f, 0.0f);
+  }
+}
+
 double normal_double(Generator& gen) {
   if (gen.next_double_normal_sample) {
     const double v = *gen.next_double_normal_sample;
@@ -165,27 +177,29 @@ double normal_double(Generator& gen) {
 
 }  // namespace
 
-void randn_f32(float* out, int64_t n, Generator& gen) {
+void randn_f32(float* out, int64_t n, Generator& gen, RandnKernel kernel) {
+  void (*const fill16)(float*) =
+      kernel == RandnKernel::avx2 ? normal_fill_16 : normal_fill_16_scalar;
   check(n >= 0, "randn", "negative element count ", n);
   if (n < 16) {
     for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(normal_double(gen));
     return;
   }
   for (int64_t i = 0; i < n; ++i) out[i] = uniform_f32(gen);
-  for (int64_t i = 0; i + 16 <= n; i += 16) normal_fill_16(out + i);
+  for (int64_t i = 0; i + 16 <= n; i += 16) fill16(out + i);
   if (n % 16 != 0) {
     float* tail = out + n - 16;
     for (int i = 0; i < 16; ++i) tail[i] = uniform_f32(gen);
-    normal_fill_16(tail);
+    fill16(tail);
   }
 }
 
-Tensor randn(const Shape& shape, Generator& gen, DType dtype) {
+Tensor randn(const Shape& shape, Generator& gen, DType dtype, RandnKernel kernel) {
   check(dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16, "randn",
         "dtype must be float32, bfloat16 or float16, got ", dtype_name(dtype));
   for (int64_t s : shape) check(s >= 0, "randn", "negative dimension ", s);
   Tensor t = Tensor::empty(shape, DType::f32);
-  randn_f32(t.data<float>(), t.numel(), gen);
+  randn_f32(t.data<float>(), t.numel(), gen, kernel);
   // torch rounds the float draw once (bf16/f16 scalar path: double -> float -> half, same thing,
   // since c10's BFloat16/Half constructors take a float).
   return dtype == DType::f32 ? t : t.to(dtype);

@@ -1,6 +1,6 @@
 // Reproduces PyTorch's CPU random numbers: torch.Generator("cpu").manual_seed(seed) and
-// torch.randn(shape, generator=g, dtype=...) as torch 2.15 computes them on an x86 CPU with AVX2, and
-// Diffusers' randn_tensor on top. Same seed, same noise, same image.
+// torch.randn(shape, generator=g, dtype=...) as torch 2.15 computes them on an x86 CPU with AVX2 (or,
+// on request, with torch's generic kernel), and Diffusers' randn_tensor on top. Same seed, same noise.
 //
 // The algorithm (facts from ATen's CPUGeneratorImpl, DistributionsHelper.h, TransformationHelper.h,
 // native/cpu/DistributionTemplates.h and avx_mathfun.h):
@@ -48,12 +48,19 @@ class Generator {
   std::mt19937 engine_;
 };
 
+// Which of torch's Box-Muller kernels (n >= 16) to reproduce. torch picks it by the CPU capability it
+// runs with: avx2 = x86 CPUs where torch selects AVX2 (the fixtures' machine; the default here);
+// scalar = torch's generic kernel (ATEN_CPU_CAPABILITY=default, non-x86 CPUs, and x86 builds that
+// select AVX512), which uses libm's logf/cosf/sinf and differs from avx2 in the last bits.
+enum class RandnKernel { avx2, scalar };
+
 // torch.randn(shape, generator=gen, dtype=dtype) on the CPU; dtype f32, bf16 or f16.
-Tensor randn(const Shape& shape, Generator& gen, DType dtype = DType::f32);
+Tensor randn(const Shape& shape, Generator& gen, DType dtype = DType::f32,
+             RandnKernel kernel = RandnKernel::avx2);
 
 // The float32 values of torch.randn of `n` elements (the vectorised path for n >= 16, the scalar path
 // below). Writes out[0..n).
-void randn_f32(float* out, int64_t n, Generator& gen);
+void randn_f32(float* out, int64_t n, Generator& gen, RandnKernel kernel = RandnKernel::avx2);
 
 // Diffusers' randn_tensor: one generator -> one randn of the full shape; a list of generators (one per
 // batch element) -> randn of shape [1, ...] per generator, concatenated along dim 0.
