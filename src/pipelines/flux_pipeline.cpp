@@ -46,6 +46,12 @@ std::unique_ptr<FluxPipeline> FluxPipeline::from_pretrained(const std::filesyste
     if (f.has_component("text_encoder")) p->text_encoder = clip::CLIPTextModel::from_pretrained(f, "text_encoder", dtype);
     if (f.has_component("text_encoder_2"))
       p->text_encoder_2 = t5::T5EncoderModel::from_pretrained(f, "text_encoder_2", dtype);
+    if (f.has_component("tokenizer"))
+      p->tokenizer = std::make_unique<tokenizers::CLIPTokenizer>(
+          tokenizers::CLIPTokenizer::from_pretrained(f.component("tokenizer").dir));
+    if (f.has_component("tokenizer_2"))
+      p->tokenizer_2 = std::make_unique<tokenizers::T5Tokenizer>(
+          tokenizers::T5Tokenizer::from_pretrained(f.component("tokenizer_2").dir));
   }
   check(p->transformer->config.in_channels % 4 == 0 &&
             p->transformer->config.in_channels / 4 == p->vae->config().latent_channels,

@@ -29,6 +29,8 @@
 #include "models/t5/t5_encoder.h"
 #include "models/vae/autoencoder_kl.h"
 #include "schedulers/flow_match_euler.h"
+#include "tokenizers/clip_tokenizer.h"
+#include "tokenizers/t5_tokenizer.h"
 
 namespace diffq {
 
@@ -91,6 +93,12 @@ class FluxPipeline {
   // Runs the text encoders on token ids: clip_ids [B, 77] i64 -> pooled, t5_ids [B, S] i64 ->
   // prompt_embeds (no attention mask, as FluxPipeline), both cast to the transformer's dtype.
   FluxPromptEmbeds encode_prompt_ids(const Tensor& clip_ids, const Tensor& t5_ids);
+  // Diffusers' encode_prompt: CLIP ids padded/truncated to 77 -> pooled output; T5 ids (prompt_2,
+  // defaulting to prompt) padded/truncated to max_sequence_length -> prompt_embeds. One row per prompt.
+  // (flux_prompt.cpp)
+  FluxPromptEmbeds encode_prompt(const std::vector<std::string>& prompts,
+                                 const std::vector<std::string>& prompts_2 = {},
+                                 int64_t max_sequence_length = 512);
 
   int64_t vae_scale_factor() const;
   int64_t num_channels_latents() const { return transformer->config.in_channels / 4; }
@@ -100,6 +108,8 @@ class FluxPipeline {
   std::unique_ptr<FlowMatchEulerDiscreteScheduler> scheduler;
   std::unique_ptr<clip::CLIPTextModel> text_encoder;   // may be null
   std::unique_ptr<t5::T5EncoderModel> text_encoder_2;  // may be null
+  std::unique_ptr<tokenizers::CLIPTokenizer> tokenizer;   // loaded with the text encoders
+  std::unique_ptr<tokenizers::T5Tokenizer> tokenizer_2;
 };
 
 }  // namespace diffq

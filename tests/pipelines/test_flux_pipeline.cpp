@@ -181,4 +181,19 @@ TEST(FluxPipeline, EncodePromptIdsMatchesGenerateEmbeddings) {
   EXPECT_THROW(no_te->encode_prompt_ids(te.tensor("clip_input_ids"), te.tensor("t5_input_ids")), diffq::Error);
 }
 
+TEST(FluxPipeline, EncodePromptFromTextMatchesDiffusers) {
+  auto pipe = diffq::FluxPipeline::from_pretrained(kFix + "tiny-flux", diffq::DType::f32);
+  auto ref = diffq::io::SafetensorsFile::open(kFix + "tiny-flux/reference/generate.safetensors");
+  // The prompt of reference/params.json, tokenized by diffq, padded to 77 / 512 as Diffusers does.
+  auto e = pipe->encode_prompt({"A photo of a Cat sitting on a RED chair, 4k!!"}, {}, 512);
+  EXPECT_EQ(e.prompt_embeds.shape(), (diffq::Shape{1, 512, 8}));
+  EXPECT_LE(rel_err(e.prompt_embeds, ref.tensor("prompt_embeds")), 1e-4);
+  EXPECT_LE(rel_err(e.pooled_prompt_embeds, ref.tensor("pooled_prompt_embeds")), 1e-4);
+  // prompt_2 goes to T5 only: the pooled (CLIP) output is unchanged, the T5 embeddings are not.
+  auto e2 = pipe->encode_prompt({"A photo of a Cat sitting on a RED chair, 4k!!"}, {"a dog"}, 512);
+  EXPECT_LE(rel_err(e2.pooled_prompt_embeds, ref.tensor("pooled_prompt_embeds")), 1e-6);
+  EXPECT_GT(rel_err(e2.prompt_embeds, ref.tensor("prompt_embeds")), 1e-3);
+  EXPECT_THROW(pipe->encode_prompt({"x"}, {}, 513), diffq::Error);
+}
+
 }  // namespace
