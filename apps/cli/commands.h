@@ -5,6 +5,7 @@
 
 namespace diffq::cli {
 
-void add_inspect_command(CLI::App& app);  // inspect.cpp
+void add_inspect_command(CLI::App& app);   // inspect.cpp
+void add_generate_command(CLI::App& app);  // generate.cpp
 
 }  // namespace diffq::cli

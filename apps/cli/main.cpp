@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
     if (threads > 0) diffq::set_num_threads(threads);
   });
   diffq::cli::add_inspect_command(app);
+  diffq::cli::add_generate_command(app);
   try {
     app.parse(argc, argv);
     if (app.get_subcommands().empty()) {
