@@ -282,12 +282,9 @@ void T5Tokenizer::encode_text(std::string_view text, std::vector<int64_t>& out) 
 }
 
 std::vector<int64_t> T5Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
-  utf8_to_u32(text, kCtx);  // malformed UTF-8 is an error, never silently replaced
   std::vector<int64_t> ids;
-  for (const TextPiece& p : split_special_tokens(text, specials_)) {
-    if (p.id >= 0) ids.push_back(p.id);
-    else encode_text(p.text, ids);
-  }
+  encode_with_special_tokens(text, specials_, kCtx, ids,
+                             [this](std::string_view t, std::vector<int64_t>& out) { encode_text(t, out); });
   if (add_special_tokens) ids.push_back(eos_id_);
   return ids;
 }

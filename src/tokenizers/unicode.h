@@ -42,6 +42,20 @@ struct SpecialToken {
 };
 std::vector<TextPiece> split_special_tokens(std::string_view text, const std::vector<SpecialToken>& specials);
 
+// The common front of every tokenizer's encode(): rejects malformed UTF-8 (an Error, never a silent
+// replacement), splits out the special tokens (their ids are appended as they are) and hands the text
+// between them to `encode_text(std::string_view, std::vector<int64_t>&)`.
+template <class EncodeText>
+void encode_with_special_tokens(std::string_view text, const std::vector<SpecialToken>& specials,
+                                std::string_view context, std::vector<int64_t>& ids,
+                                EncodeText&& encode_text) {
+  utf8_to_u32(text, context);
+  for (const TextPiece& p : split_special_tokens(text, specials)) {
+    if (p.id >= 0) ids.push_back(p.id);
+    else encode_text(p.text, ids);
+  }
+}
+
 // A whole file's bytes; a missing or unreadable file is an Error naming it.
 std::string read_file(const std::filesystem::path& path, std::string_view context);
 
