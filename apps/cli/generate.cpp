@@ -1,5 +1,6 @@
 // diffq generate: text -> image with a Diffusers FluxPipeline folder (default: the bundled tiny
 // smoke-test pipeline tests/fixtures/tiny-flux, so the command works on a fresh clone).
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -14,6 +15,7 @@
 #include "diffq/runtime.h"
 #include "io/png.h"
 #include "io/safetensors.h"
+#include "ops/ops.h"
 #include "pipelines/flux_pipeline.h"
 
 namespace diffq::cli {
@@ -22,6 +24,8 @@ namespace {
 
 struct GenerateArgs {
   std::string model, prompt, prompt_2, negative, output = "out.png", latents_in, latents_out, dtype = "float32";
+  std::string transformer_file, output_type = "image";
+  int64_t num_images = 1;
   double true_cfg = 1.0, guidance = 3.5;
   int64_t steps = 28, width = 0, height = 0, max_seq = 512;  // 0: Diffusers' default size
   int threads = 0;
@@ -40,6 +44,13 @@ std::filesystem::path default_model() {
   return "tests/fixtures/tiny-flux";
 }
 
+// The process's peak resident set size (getrusage: kilobytes on Linux).
+int64_t peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return int64_t(u.ru_maxrss) * 1024;
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -53,24 +64,35 @@ void run(const GenerateArgs& a) {
   check(dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16, "generate",
         "--dtype must be float32, bfloat16 or float16, got '", a.dtype, "'");
   check(a.max_seq > 0 && a.max_seq <= 512, "generate", "--max-sequence-length must be in 1..512, got ", a.max_seq);
+  check(a.output_type == "image" || a.output_type == "latent", "generate", "--output-type must be image or latent, got '",
+        a.output_type, "'");
+  if (a.output_type == "latent")
+    check(std::filesystem::path(a.output).extension() == ".safetensors", "generate",
+          "--output-type latent writes safetensors: give -o a .safetensors name, not '", a.output, "'");
   nlohmann::json timings;
   auto t0 = clock::now();
-  auto pipe = FluxPipeline::from_pretrained(model, dtype);
+  FluxPipelineLoadOptions lo;
+  lo.transformer_file = a.transformer_file;
+  auto pipe = FluxPipeline::from_pretrained(model, dtype, lo);
   timings["load_s"] = seconds_since(t0);
 
+  // Prompts are encoded here (not inside the call) so that the timing of each stage is reported.
   t0 = clock::now();
   FluxCallOptions o;
   auto pos = pipe->encode_prompt({a.prompt}, a.prompt_2.empty() ? std::vector<std::string>{}
                                                                 : std::vector<std::string>{a.prompt_2},
                                  a.max_seq);
-  o.prompt_embeds = pos.prompt_embeds;
-  o.pooled_prompt_embeds = pos.pooled_prompt_embeds;
+  const int64_t n = a.num_images;
+  auto repeat = [n](const Tensor& t) { return ops::repeat_interleave(t, n, 0); };
+  o.prompt_embeds = repeat(pos.prompt_embeds);
+  o.pooled_prompt_embeds = repeat(pos.pooled_prompt_embeds);
   if (a.true_cfg > 1.0 && !a.negative.empty()) {
     auto neg = pipe->encode_prompt({a.negative}, {}, a.max_seq);
-    o.negative_prompt_embeds = neg.prompt_embeds;
-    o.negative_pooled_prompt_embeds = neg.pooled_prompt_embeds;
+    o.negative_prompt_embeds = repeat(neg.prompt_embeds);
+    o.negative_pooled_prompt_embeds = repeat(neg.pooled_prompt_embeds);
   }
   o.true_cfg_scale = a.true_cfg;
+  o.output_type = a.output_type;
   timings["encode_prompt_s"] = seconds_since(t0);
 
   // Diffusers: height/width default to default_sample_size (128) * vae_scale_factor (1024 for FLUX.1).
@@ -99,26 +121,44 @@ void run(const GenerateArgs& a) {
   timings["denoise_and_decode_s"] = seconds_since(t0);
 
   if (!a.latents_out.empty()) io::save_safetensors(a.latents_out, io::StateDict{{"latents", out.latents}}, std::nullopt);
-  io::PngText text = {{"prompt", a.prompt},
-                      {"seed", std::to_string(a.seed)},
-                      {"steps", std::to_string(a.steps)},
-                      {"guidance", std::to_string(a.guidance)},
-                      {"size", std::to_string(width) + "x" + std::to_string(height)},
-                      {"model", model.string()},
-                      {"software", std::string("diffq ") + DIFFQ_VERSION}};
-  if (!a.prompt_2.empty()) text.emplace_back("prompt_2", a.prompt_2);
-  if (!a.negative.empty()) text.emplace_back("negative_prompt", a.negative);
-  io::write_png(a.output, out.image_u8, text);
+  std::vector<std::string> outputs;
+  if (a.output_type == "latent") {
+    io::save_safetensors(a.output, io::StateDict{{"latents", out.latents}}, std::nullopt);
+    outputs.push_back(a.output);
+  } else {
+    io::PngText text = {{"prompt", a.prompt},
+                        {"seed", std::to_string(a.seed)},
+                        {"steps", std::to_string(a.steps)},
+                        {"guidance", std::to_string(a.guidance)},
+                        {"size", std::to_string(width) + "x" + std::to_string(height)},
+                        {"model", a.transformer_file.empty() ? model.string()
+                                                             : model.string() + " + " + a.transformer_file},
+                        {"software", std::string("diffq ") + DIFFQ_VERSION}};
+    if (!a.prompt_2.empty()) text.emplace_back("prompt_2", a.prompt_2);
+    if (!a.negative.empty()) text.emplace_back("negative_prompt", a.negative);
+    if (a.true_cfg > 1.0) text.emplace_back("true_cfg_scale", std::to_string(a.true_cfg));
+    for (int64_t i = 0; i < n; ++i) {
+      // One image: the name as given; several: <stem>-<i><ext> (image i of the seed's batch).
+      std::filesystem::path p = a.output;
+      if (n > 1) p.replace_filename(p.stem().string() + "-" + std::to_string(i) + p.extension().string());
+      io::PngText t = text;
+      if (n > 1) t.emplace_back("batch_index", std::to_string(i));
+      io::write_png(p, out.image_u8.slice(0, i, i + 1).contiguous(), t);
+      outputs.push_back(p.string());
+    }
+  }
 
   if (a.json) {
-    nlohmann::json j = {{"output", a.output}, {"model", model.string()}, {"prompt", a.prompt},
+    nlohmann::json j = {{"output", outputs.size() == 1 ? nlohmann::json(outputs[0]) : nlohmann::json(outputs)},
+                        {"model", model.string()}, {"prompt", a.prompt}, {"num_images", n},
                         {"seed", a.seed}, {"steps", out.steps_run}, {"width", width},
                         {"height", height}, {"guidance", a.guidance}, {"dtype", a.dtype},
                         {"threads", num_threads()}, {"timings", timings},
-                        {"peak_cpu_bytes", memory_stats(Device::cpu()).peak_bytes}};
+                        {"peak_cpu_bytes", memory_stats(Device::cpu()).peak_bytes},
+                        {"peak_rss_bytes", peak_rss_bytes()}};
     std::printf("%s\n", j.dump(2).c_str());
   } else {
-    std::fprintf(stderr, "wrote %s\n", a.output.c_str());
+    for (const auto& p : outputs) std::fprintf(stderr, "wrote %s\n", p.c_str());
   }
 }
 
@@ -139,7 +179,14 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--height", a->height, "height (default: as width)")->check(CLI::Range(int64_t(1), int64_t(16384)));
   cmd->add_option("--max-sequence-length", a->max_seq, "T5 tokens (default 512, at most 512)");
   cmd->add_option("--dtype", a->dtype, "compute dtype: float32 | bfloat16 | float16");
-  cmd->add_option("-o,--output", a->output, "output PNG (default out.png)");
+  cmd->add_option("-o,--output", a->output,
+                  "output PNG (default out.png; with --num-images N: <stem>-0.png ...; with --output-type latent: "
+                  "a safetensors file)");
+  cmd->add_option("--num-images", a->num_images, "images per prompt (one batch; default 1)")->check(CLI::Range(1, 64));
+  cmd->add_option("--output-type", a->output_type, "image (PNG) or latent (packed latents, safetensors)");
+  cmd->add_option("--transformer", a->transformer_file,
+                  "single-file FLUX transformer (.safetensors, BFL/ComfyUI or Diffusers naming) replacing the "
+                  "folder's");
   cmd->add_option("--latents", a->latents_in, "initial packed latents (safetensors, key 'latents')");
   cmd->add_option("--output-latents", a->latents_out, "also write the final packed latents (safetensors)");
   cmd->add_option("--threads", a->threads, "CPU threads (default: DIFFQ_NUM_THREADS, else all)")->check(CLI::Range(1, 1024));

@@ -42,6 +42,17 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t dim) {
   return call1(OpKind::concat, xs, a);
 }
 
+Tensor repeat_interleave(const Tensor& x, int64_t repeats, int64_t dim) {
+  check(repeats >= 1, "repeat_interleave", "repeats must be >= 1, got ", repeats);
+  if (dim < 0) dim += x.dim();
+  check(dim >= 0 && dim < x.dim(), "repeat_interleave", "dim ", dim, " out of range for a ", x.dim(), "-d tensor");
+  if (repeats == 1) return x;
+  std::vector<Tensor> parts;
+  for (int64_t i = 0; i < x.shape()[size_t(dim)]; ++i)
+    for (int64_t k = 0; k < repeats; ++k) parts.push_back(x.slice(dim, i, i + 1));
+  return concat(parts, dim);
+}
+
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   return call1(OpKind::linear, {x, w, bias});
 }

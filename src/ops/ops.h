@@ -14,6 +14,8 @@ Tensor copy(const Tensor& x);                 // contiguous copy
 Tensor cast(const Tensor& x, DType dtype);    // rounds as torch's .to(dtype)
 Tensor to_device(const Tensor& x, Device d);
 Tensor concat(const std::vector<Tensor>& xs, int64_t dim);
+// torch.repeat_interleave(x, repeats, dim): each slice along `dim` repeated in place (r0, r0, r1, r1, ...).
+Tensor repeat_interleave(const Tensor& x, int64_t repeats, int64_t dim = 0);
 
 // ---- GEMM ----
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias = {});  // x @ w^T + b

@@ -1,11 +1,11 @@
 #include "pipelines/flux_pipeline.h"
 
-#include <cstdio>
 
 #include "core/random.h"
 #include "diffq/error.h"
 #include "io/diffusers_folder.h"
 #include "io/png.h"
+#include "models/flux/flux_single_file.h"
 #include "ops/ops.h"
 #include "pipelines/flux_latents.h"
 
@@ -15,6 +15,9 @@ namespace {
 constexpr const char* kCtx = "flux_pipeline";
 
 bool defined(const Tensor& t) { return t.defined(); }
+
+// Each row repeated n times in place: r0, r0, r1, r1, ... (Diffusers' repeat(1, n, 1).view(B * n, ...)).
+Tensor repeat_rows(const Tensor& t, int64_t n) { return ops::repeat_interleave(t, n, 0); }
 }  // namespace
 
 std::unique_ptr<FluxPipeline> FluxPipeline::from_pretrained(const std::filesystem::path& folder,
@@ -22,16 +25,29 @@ std::unique_ptr<FluxPipeline> FluxPipeline::from_pretrained(const std::filesyste
                                                             const FluxPipelineLoadOptions& opt) {
   auto f = io::DiffusersFolder::open(folder);
   auto p = std::make_unique<FluxPipeline>();
-  for (const char* name : {"transformer", "vae", "scheduler"})
+  for (const char* name : {"vae", "scheduler"})
     check(f.has_component(name), kCtx, folder.string(), ": model_index.json has no ", name, " component");
+  check(f.has_component("transformer") || !opt.transformer_file.empty(), kCtx, folder.string(),
+        ": model_index.json has no transformer component (pass a single-file transformer)");
 
   LoadOptions lo;
   lo.dtype = dtype;
-  const auto& tc = f.component("transformer");
-  check(tc.class_name == "FluxTransformer2DModel", kCtx, folder.string(), ": transformer is a ", tc.class_name,
-        ", not a FluxTransformer2DModel");
-  lo.source = tc.dir.string();
-  p->transformer = models::flux::FluxTransformer2DModel::from_pretrained(tc.dir, lo);
+  if (f.has_component("transformer")) {
+    const auto& tc = f.component("transformer");
+    check(tc.class_name == "FluxTransformer2DModel", kCtx, folder.string(), ": transformer is a ", tc.class_name,
+          ", not a FluxTransformer2DModel");
+  }
+  if (!opt.transformer_file.empty()) {
+    models::flux::FluxTransformerConfig base;
+    if (f.has_component("transformer"))
+      base = models::flux::FluxTransformerConfig::from_json(f.component("transformer").config);
+    lo.source = opt.transformer_file.string();
+    p->transformer = models::flux::load_flux_single_file(opt.transformer_file, base, lo);
+  } else {
+    const auto& tc = f.component("transformer");
+    lo.source = tc.dir.string();
+    p->transformer = models::flux::FluxTransformer2DModel::from_pretrained(tc.dir, lo);
+  }
 
   const auto& vc = f.component("vae");
   lo.source = vc.dir.string();
@@ -60,7 +76,7 @@ std::unique_ptr<FluxPipeline> FluxPipeline::from_pretrained(const std::filesyste
   return p;
 }
 
-int64_t FluxPipeline::vae_scale_factor() const { return vae->config().vae_scale_factor(); }
+int64_t FluxPipeline::vae_scale_factor() const { return vae ? vae->config().vae_scale_factor() : 8; }
 
 FluxPromptEmbeds FluxPipeline::encode_prompt_ids(const Tensor& clip_ids, const Tensor& t5_ids) {
   check(text_encoder && text_encoder_2, kCtx, "the text encoders are not loaded");
@@ -74,11 +90,39 @@ FluxPromptEmbeds FluxPipeline::encode_prompt_ids(const Tensor& clip_ids, const T
   return e;
 }
 
-FluxOutput FluxPipeline::operator()(const FluxCallOptions& o) {
+FluxOutput FluxPipeline::operator()(const FluxCallOptions& opt) {
   const auto& tcfg = transformer->config;
-  // ---- check_inputs ----
+  // ---- check_inputs + encode_prompt ----
+  FluxCallOptions o = opt;
+  check(o.num_images_per_prompt >= 1, kCtx, "num_images_per_prompt must be >= 1, got ", o.num_images_per_prompt);
+  check(o.max_sequence_length > 0 && o.max_sequence_length <= 512, kCtx,
+        "max_sequence_length cannot be greater than 512 (nor below 1), got ", o.max_sequence_length);
+  if (!o.prompt.empty()) {
+    check(!defined(o.prompt_embeds) && !defined(o.pooled_prompt_embeds), kCtx,
+          "pass either prompt or prompt_embeds, not both");
+    const int64_t n = o.num_images_per_prompt;
+    FluxPromptEmbeds pos = encode_prompt(o.prompt, o.prompt_2, o.max_sequence_length);
+    o.prompt_embeds = repeat_rows(pos.prompt_embeds, n);
+    o.pooled_prompt_embeds = repeat_rows(pos.pooled_prompt_embeds, n);
+    if (o.true_cfg_scale > 1.0 && !o.negative_prompt.empty()) {
+      check(!defined(o.negative_prompt_embeds), kCtx, "pass either negative_prompt or negative_prompt_embeds, not both");
+      auto widen = [&](std::vector<std::string> v, const char* what) {
+        check(v.empty() || v.size() == 1 || v.size() == o.prompt.size(), kCtx, what, " has ", v.size(),
+              " entries; give 1 or one per prompt (", o.prompt.size(), ")");
+        if (v.size() == 1) v.assign(o.prompt.size(), v[0]);
+        return v;
+      };
+      FluxPromptEmbeds neg = encode_prompt(widen(o.negative_prompt, "negative_prompt"),
+                                           widen(o.negative_prompt_2, "negative_prompt_2"), o.max_sequence_length);
+      o.negative_prompt_embeds = repeat_rows(neg.prompt_embeds, n);
+      o.negative_pooled_prompt_embeds = repeat_rows(neg.pooled_prompt_embeds, n);
+    }
+  } else {
+    check(o.prompt_2.empty() && o.negative_prompt.empty() && o.negative_prompt_2.empty(), kCtx,
+          "prompt_2 / negative_prompt need a text prompt");
+  }
   check(defined(o.prompt_embeds) && defined(o.pooled_prompt_embeds), kCtx,
-        "prompt_embeds and pooled_prompt_embeds are required");
+        "a prompt, or prompt_embeds and pooled_prompt_embeds, are required");
   check(o.prompt_embeds.dim() == 3 && o.prompt_embeds.shape()[2] == tcfg.joint_attention_dim, kCtx,
         "prompt_embeds must be [B, T, ", tcfg.joint_attention_dim, "]");
   const int64_t B = o.prompt_embeds.shape()[0], T = o.prompt_embeds.shape()[1];
@@ -90,14 +134,14 @@ FluxOutput FluxPipeline::operator()(const FluxCallOptions& o) {
   check(o.num_inference_steps > 0, kCtx, "num_inference_steps must be positive, got ", o.num_inference_steps);
   check(o.output_type == "image" || o.output_type == "latent", kCtx, "output_type must be \"image\" or \"latent\", got \"",
         o.output_type, "\"");
-  const int64_t vsf = vae_scale_factor();
-  check(o.height >= vsf * 2 && o.width >= vsf * 2, kCtx, "height and width must be at least ", vsf * 2, ", got ",
-        o.height, "x", o.width);
-  if (o.height % (vsf * 2) != 0 || o.width % (vsf * 2) != 0)
-    std::fprintf(stderr,
-                 "diffq: `height` and `width` have to be divisible by %lld but are %lld and %lld. Dimensions will be "
-                 "resized accordingly\n",
-                 (long long)(vsf * 2), (long long)o.height, (long long)o.width);
+  const int64_t vsf = vae_scale_factor(), mult = vsf * 2;
+  check(o.height >= mult && o.width >= mult, kCtx, "height and width must be at least ", mult, ", got ", o.height,
+        "x", o.width);
+  auto down = [&](int64_t v) { return v / mult * mult; };
+  check(o.height % mult == 0 && o.width % mult == 0, kCtx, "height and width must be multiples of ", mult,
+        " (the VAE scale factor x 2), got ", o.width, "x", o.height, "; the nearest valid sizes are ", down(o.width),
+        "x", down(o.height), " or ", down(o.width + mult - 1), "x", down(o.height + mult - 1));
+  check(o.output_type == "latent" || vae, kCtx, "output_type \"image\" needs a VAE; this pipeline has none");
   const bool has_neg = defined(o.negative_prompt_embeds) && defined(o.negative_pooled_prompt_embeds);
   check(defined(o.negative_prompt_embeds) == defined(o.negative_pooled_prompt_embeds), kCtx,
         "negative_prompt_embeds and negative_pooled_prompt_embeds go together");

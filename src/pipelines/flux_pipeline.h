@@ -1,9 +1,12 @@
 // FluxPipeline (Diffusers 0.42.1, pipelines/flux/pipeline_flux.py) on pre-computed prompt embeddings.
 //
 // What __call__ does, in the same order and dtypes:
-// - height/width: Diffusers warns when they are not multiples of vae_scale_factor * 2 and floors the
-//   latent grid (h = 2 * (H // (vae_scale_factor * 2))); we do the same (height/width <= 0, or a grid
-//   smaller than one packed token, is an error).
+// - prompts: `prompt` (and prompt_2, negative_prompt, negative_prompt_2) are encoded as encode_prompt
+//   does, each row repeated num_images_per_prompt times (p0, p0, p1, p1, ...); embeddings passed
+//   directly are used as given (not repeated), as in Diffusers. The negative prompt is encoded only
+//   when true CFG is on (true_cfg_scale > 1); one negative prompt serves every prompt.
+// - height/width: Diffusers warns when they are not multiples of vae_scale_factor * 2 (16 for FLUX.1)
+//   and silently floors the size; diffq refuses them with an error naming the nearest valid sizes.
 // - latents dtype = prompt_embeds' dtype. Noise = randn_tensor([B, in_channels / 4, h, w], seed) in that
 //   dtype, packed to [B, (h/2)(w/2), in_channels]; injected latents are already packed (as Diffusers').
 // - sigmas = linspace(1, 1/N, N), mu = calculate_shift(seq_len, scheduler config), set_timesteps.
@@ -13,7 +16,6 @@
 // - output "latent": the packed latents; "image": unpack, / scaling_factor + shift_factor, vae.decode,
 //   clamp(x / 2 + 0.5, 0, 1) -> [B, H, W, 3] float32 and round(x * 255) -> uint8.
 //
-// The tokenizers are not wired in yet: encode_prompt_ids() runs the text encoders on token ids.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +24,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "diffq/tensor.h"
 #include "models/clip/clip_text_model.h"
@@ -53,8 +56,16 @@ struct FluxStepTensors {
 };
 
 struct FluxCallOptions {
-  Tensor prompt_embeds;                  // required
-  Tensor pooled_prompt_embeds;           // required
+  // Text prompts (one image row each, times num_images_per_prompt) ...
+  std::vector<std::string> prompt;             // needs the tokenizers and text encoders
+  std::vector<std::string> prompt_2;           // T5 prompt per row (default: prompt)
+  std::vector<std::string> negative_prompt;    // 1 (shared) or one per prompt; used when true_cfg_scale > 1
+  std::vector<std::string> negative_prompt_2;  // T5 negative (default: negative_prompt)
+  int64_t num_images_per_prompt = 1;
+  int64_t max_sequence_length = 512;           // T5 tokens, at most 512
+  // ... or pre-computed embeddings (exactly one of the two).
+  Tensor prompt_embeds;
+  Tensor pooled_prompt_embeds;
   Tensor negative_prompt_embeds;         // optional (true CFG)
   Tensor negative_pooled_prompt_embeds;  // optional (true CFG)
   double true_cfg_scale = 1.0;
@@ -78,6 +89,10 @@ struct FluxOutput {
 
 struct FluxPipelineLoadOptions {
   bool load_text_encoders = true;  // CLIP (text_encoder) and T5 (text_encoder_2) when present
+  // A single-file transformer (BFL/ComfyUI or Diffusers naming, .safetensors) replacing the folder's
+  // transformer component; its config is inferred from the weights, the rest from the folder's
+  // transformer/config.json when present (Diffusers' from_single_file(..., config=folder)).
+  std::filesystem::path transformer_file = {};
 };
 
 class FluxPipeline {
@@ -100,11 +115,12 @@ class FluxPipeline {
                                  const std::vector<std::string>& prompts_2 = {},
                                  int64_t max_sequence_length = 512);
 
+  // 2^(len(vae block_out_channels) - 1); 8 without a VAE (as Diffusers).
   int64_t vae_scale_factor() const;
   int64_t num_channels_latents() const { return transformer->config.in_channels / 4; }
 
   std::unique_ptr<models::flux::FluxTransformer2DModel> transformer;
-  std::unique_ptr<vae::AutoencoderKL> vae;
+  std::unique_ptr<vae::AutoencoderKL> vae;  // may be null (output_type "latent" only)
   std::unique_ptr<FlowMatchEulerDiscreteScheduler> scheduler;
   std::unique_ptr<clip::CLIPTextModel> text_encoder;   // may be null
   std::unique_ptr<t5::T5EncoderModel> text_encoder_2;  // may be null

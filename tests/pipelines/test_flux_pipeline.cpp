@@ -110,7 +110,7 @@ TEST(FluxPipeline, DevMatchesDiffusers) { run_case({"tiny-flux", 3.5}); }
 TEST(FluxPipeline, SchnellMatchesDiffusers) { run_case({"tiny-flux-schnell", 0.0}); }
 
 TEST(FluxPipeline, CallbackInterruptsAndInputsAreChecked) {
-  auto pipe = diffq::FluxPipeline::from_pretrained(kFix + "tiny-flux", diffq::DType::f32, {false});
+  auto pipe = diffq::FluxPipeline::from_pretrained(kFix + "tiny-flux", diffq::DType::f32, {.load_text_encoders = false});
   EXPECT_FALSE(pipe->text_encoder);
   auto ref = diffq::io::SafetensorsFile::open(kFix + "tiny-flux/reference/generate.safetensors");
   diffq::FluxCallOptions o;
@@ -124,11 +124,13 @@ TEST(FluxPipeline, CallbackInterruptsAndInputsAreChecked) {
   EXPECT_TRUE(out.interrupted);
   EXPECT_EQ(out.steps_run, 1);
 
-  // Not a multiple of vae_scale_factor * 2 (4): floored like Diffusers (34 -> 32 grid).
+  // Not a multiple of vae_scale_factor * 2 (4): an error (Diffusers floors it with a warning).
   o.callback = nullptr;
   o.num_inference_steps = 1;
   o.height = 34;
-  EXPECT_EQ(pipe->operator()(o).latents.shape(), (diffq::Shape{1, 64, 16}));
+  EXPECT_THROW((*pipe)(o), diffq::Error);
+  o.height = 36;
+  EXPECT_EQ(pipe->operator()(o).latents.shape(), (diffq::Shape{1, 72, 16}));
 
   auto bad = o;
   bad.height = 0;
@@ -177,7 +179,7 @@ TEST(FluxPipeline, EncodePromptIdsMatchesGenerateEmbeddings) {
   std::printf("[encode_prompt_ids] prompt_embeds %.3g pooled %.3g\n", ep, eq);
   EXPECT_LE(ep, 1e-4);
   EXPECT_LE(eq, 1e-4);
-  auto no_te = diffq::FluxPipeline::from_pretrained(kFix + "tiny-flux", diffq::DType::f32, {false});
+  auto no_te = diffq::FluxPipeline::from_pretrained(kFix + "tiny-flux", diffq::DType::f32, {.load_text_encoders = false});
   EXPECT_THROW(no_te->encode_prompt_ids(te.tensor("clip_input_ids"), te.tensor("t5_input_ids")), diffq::Error);
 }
 

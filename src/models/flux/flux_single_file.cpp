@@ -1,0 +1,34 @@
+#include "models/flux/flux_single_file.h"
+
+#include "diffq/error.h"
+#include "io/safetensors.h"
+#include "models/flux/flux_keys.h"
+
+namespace diffq::models::flux {
+
+std::unique_ptr<FluxTransformer2DModel> load_flux_single_file(const std::filesystem::path& file,
+                                                              const FluxTransformerConfig& base,
+                                                              const LoadOptions& opt) {
+  check(std::filesystem::is_regular_file(file), "flux", file.string(), ": no such file");
+  const std::string ext = file.extension().string();
+  check(ext == ".safetensors", "flux", file.string(), ": a single-file transformer must be .safetensors (got '",
+        ext, "'; GGUF files load through the quantization path)");
+  const auto st = io::SafetensorsFile::open(file);
+  StateDict sd = st.tensors();
+  LoadOptions o = opt;
+  if (o.source.empty()) o.source = file.string();
+  if (is_bfl_flux_state_dict(sd)) {
+    const FluxTransformerConfig cfg = infer_bfl_flux_config(sd, base);
+    auto model = std::make_unique<FluxTransformer2DModel>(cfg);
+    load_state_dict(*model, convert_bfl_flux_to_diffusers(sd, cfg), o);
+    return model;
+  }
+  check(sd.count("x_embedder.weight") && sd.count("proj_out.weight"), "flux", file.string(),
+        ": neither BFL/ComfyUI FLUX keys (double_blocks.0.img_attn.norm.key_norm.scale) nor Diffusers "
+        "FluxTransformer2DModel keys (x_embedder.weight)");
+  auto model = std::make_unique<FluxTransformer2DModel>(base);
+  load_state_dict(*model, sd, o);
+  return model;
+}
+
+}  // namespace diffq::models::flux

@@ -1,0 +1,133 @@
+// `diffq generate` as a user runs it: the built binary in a scratch folder, on the bundled tiny model.
+// Checks the files it writes (PNG text chunks, latents), --json, batch naming, and that bad input
+// is a clear error with a non-zero exit status and no output file.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "io/png.h"
+#include "io/safetensors.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int status = -1;
+  std::string out;  // stdout + stderr
+};
+
+// Runs the CLI with `args` (already shell-quoted) in `dir`.
+Result run_cli(const fs::path& dir, const std::string& args) {
+  const std::string cmd = "cd '" + dir.string() + "' && '" DIFFQ_CLI_PATH "' " + args + " 2>&1";
+  Result r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+class CliGenerate : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("diffq-cli-" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+};
+
+std::map<std::string, std::string> text_map(const diffq::io::PngText& t) {
+  std::map<std::string, std::string> m;
+  for (const auto& [k, v] : t) m[k] = v;
+  return m;
+}
+
+TEST_F(CliGenerate, ReadmeCommandWritesAPngWithItsParameters) {
+  // The README's main-job command, smaller so the test is quick (the default size is 256x256 here).
+  const Result r = run_cli(dir_, "generate -p 'a red fox' -o fox.png --steps 2 --width 64 --height 48 --seed 5");
+  ASSERT_EQ(r.status, 0) << r.out;
+  ASSERT_TRUE(fs::exists(dir_ / "fox.png")) << r.out;
+  const auto png = diffq::io::read_png(dir_ / "fox.png");
+  EXPECT_EQ(png.width, 64);
+  EXPECT_EQ(png.height, 48);
+  const auto t = text_map(png.text);
+  EXPECT_EQ(t.at("prompt"), "a red fox");
+  EXPECT_EQ(t.at("seed"), "5");
+  EXPECT_EQ(t.at("steps"), "2");
+  EXPECT_EQ(t.at("size"), "64x48");
+  EXPECT_NE(t.at("model").find("tiny-flux"), std::string::npos);
+  EXPECT_EQ(t.at("software").rfind("diffq ", 0), 0u);
+  EXPECT_NE(t.count("guidance"), 0u);
+  // Not a terminal: no progress bar, one line saying what was written.
+  EXPECT_EQ(r.out.find("step 1/2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("wrote fox.png"), std::string::npos) << r.out;
+}
+
+TEST_F(CliGenerate, JsonSummaryBatchAndLatentsMatchTheLatentOutput) {
+  const Result r = run_cli(dir_,
+                           "generate -p 'a cat' -n 'blurry' --true-cfg 2 --num-images 2 --steps 2 --width 32 "
+                           "--height 32 --seed 9 -o cat.png --output-latents lat.safetensors --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("output"), nlohmann::json({"cat-0.png", "cat-1.png"}));
+  EXPECT_EQ(j.at("num_images"), 2);
+  EXPECT_EQ(j.at("steps"), 2);
+  for (const char* k : {"load_s", "encode_prompt_s", "denoise_and_decode_s"}) EXPECT_GT(j.at("timings").at(k).get<double>(), 0.0) << k;
+  EXPECT_GT(j.at("peak_cpu_bytes").get<int64_t>(), 0);
+  EXPECT_GT(j.at("peak_rss_bytes").get<int64_t>(), j.at("peak_cpu_bytes").get<int64_t>() / 2);
+  EXPECT_TRUE(fs::exists(dir_ / "cat-0.png") && fs::exists(dir_ / "cat-1.png"));
+  EXPECT_EQ(text_map(diffq::io::read_png(dir_ / "cat-1.png").text).at("batch_index"), "1");
+  const auto lat = diffq::io::SafetensorsFile::open(dir_ / "lat.safetensors").tensor("latents");
+  EXPECT_EQ(lat.shape(), (diffq::Shape{2, 64, 16}));
+
+  // --output-type latent (no VAE decode) writes the same latents for the same seed.
+  const Result r2 = run_cli(dir_,
+                            "generate -p 'a cat' -n 'blurry' --true-cfg 2 --num-images 2 --steps 2 --width 32 "
+                            "--height 32 --seed 9 --output-type latent -o only.safetensors");
+  ASSERT_EQ(r2.status, 0) << r2.out;
+  const auto only = diffq::io::SafetensorsFile::open(dir_ / "only.safetensors").tensor("latents");
+  EXPECT_EQ(only.to_f32_vector(), lat.to_f32_vector());
+}
+
+TEST_F(CliGenerate, SingleFileTransformerGivesTheFolderImage) {
+  const std::string common = "generate -p 'x' --steps 1 --width 32 --height 32 --output-type latent ";
+  ASSERT_EQ(run_cli(dir_, common + "-o a.safetensors").status, 0);
+  const Result r = run_cli(dir_, common + "-o b.safetensors --transformer '" DIFFQ_SOURCE_DIR
+                                          "/tests/fixtures/tiny-flux-single-file/flux1-tiny-dev.safetensors'");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(diffq::io::SafetensorsFile::open(dir_ / "a.safetensors").tensor("latents").to_f32_vector(),
+            diffq::io::SafetensorsFile::open(dir_ / "b.safetensors").tensor("latents").to_f32_vector());
+}
+
+TEST_F(CliGenerate, BadInputIsAClearErrorAndWritesNothing) {
+  struct Bad {
+    std::string args, needle;
+  };
+  for (const Bad& b : {Bad{"--width 30", "multiples of 4"},
+                       Bad{"--max-sequence-length 513", "513"},
+                       Bad{"-m does-not-exist", "does-not-exist"},
+                       Bad{"--dtype int8", "int8"},
+                       Bad{"--output-type latent", ".safetensors"},
+                       Bad{"--transformer missing.safetensors", "missing.safetensors"}}) {
+    const Result r = run_cli(dir_, "generate -p 'x' --steps 1 -o out.png " + b.args);
+    EXPECT_NE(r.status, 0) << b.args;
+    EXPECT_NE(r.out.find(b.needle), std::string::npos) << b.args << ": " << r.out;
+    EXPECT_FALSE(fs::exists(dir_ / "out.png")) << b.args;
+  }
+  EXPECT_TRUE(fs::is_empty(dir_));  // no temp files left behind either
+}
+
+}  // namespace
