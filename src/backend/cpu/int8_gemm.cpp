@@ -92,28 +92,61 @@ void Int8Tile(const int16_t* ap, const int16_t* bp, int64_t pairs, int32_t* c, i
   const hn::Repartition<int16_t, decltype(d32)> d16;
   using V32 = hn::Vec<decltype(d32)>;
   constexpr size_t kL = hn::MaxLanes(d32);
-  constexpr size_t kV = 16 / kL;  // vectors per 16-column panel row
-  static_assert(kV * kL == 16, "lane count must divide 16");
-  V32 s0[6][kV], s1[6][kV];
-  for (int r = 0; r < 6; ++r)
-    for (size_t v = 0; v < kV; ++v) s0[r][v] = s1[r][v] = hn::Zero(d32);
-  for (int64_t p = 0; p < pairs; ++p) {
-    decltype(hn::Zero(d16)) b[kV];
-    for (size_t v = 0; v < kV; ++v) b[v] = hn::LoadU(d16, bp + 32 * p + 2 * kL * v);
-    const int32_t* a32 = reinterpret_cast<const int32_t*>(ap + 12 * p);
-    for (int r = 0; r < 6; ++r) {
-      int32_t word;
-      std::memcpy(&word, a32 + r, 4);
-      const auto av = hn::BitCast(d16, hn::Set(d32, word));
-      for (size_t v = 0; v < kV; ++v) s0[r][v] = hn::ReorderWidenMulAccumulate(d32, av, b[v], s0[r][v], s1[r][v]);
-    }
+  if constexpr (kL == 8) {
+    // AVX2 / AVX-512 (capped to 256 bits): 12 named accumulators so they stay in registers.
+    const V32 zero = hn::Zero(d32);
+    V32 c00 = zero, c01 = zero, c10 = zero, c11 = zero, c20 = zero, c21 = zero;
+    V32 c30 = zero, c31 = zero, c40 = zero, c41 = zero, c50 = zero, c51 = zero;
+    V32 u00 = zero, u01 = zero, u10 = zero, u11 = zero, u20 = zero, u21 = zero;  // sum1 (unused on x86)
+    V32 u30 = zero, u31 = zero, u40 = zero, u41 = zero, u50 = zero, u51 = zero;
+    const int32_t* a32 = reinterpret_cast<const int32_t*>(ap);
+    for (int64_t p = 0; p < pairs; ++p, a32 += 6, bp += 32) {
+      const auto b0 = hn::LoadU(d16, bp), b1 = hn::LoadU(d16, bp + 16);
+#define DIFFQ_I8_ROW(r)                                                              \
+  {                                                                                  \
+    const auto av = hn::BitCast(d16, hn::Set(d32, a32[r]));                          \
+    c##r##0 = hn::ReorderWidenMulAccumulate(d32, av, b0, c##r##0, u##r##0);          \
+    c##r##1 = hn::ReorderWidenMulAccumulate(d32, av, b1, c##r##1, u##r##1);          \
   }
-  for (int r = 0; r < 6; ++r) {
-    for (size_t v = 0; v < kV; ++v) {
-      V32 sum = hn::RearrangeToOddPlusEven(s0[r][v], s1[r][v]);
-      int32_t* dst = c + r * ldc + kL * v;
-      if (accumulate) sum = hn::Add(sum, hn::LoadU(d32, dst));
-      hn::StoreU(sum, d32, dst);
+      DIFFQ_I8_ROW(0) DIFFQ_I8_ROW(1) DIFFQ_I8_ROW(2) DIFFQ_I8_ROW(3) DIFFQ_I8_ROW(4) DIFFQ_I8_ROW(5)
+#undef DIFFQ_I8_ROW
+    }
+    const V32 out[12] = {hn::RearrangeToOddPlusEven(c00, u00), hn::RearrangeToOddPlusEven(c01, u01),
+                         hn::RearrangeToOddPlusEven(c10, u10), hn::RearrangeToOddPlusEven(c11, u11),
+                         hn::RearrangeToOddPlusEven(c20, u20), hn::RearrangeToOddPlusEven(c21, u21),
+                         hn::RearrangeToOddPlusEven(c30, u30), hn::RearrangeToOddPlusEven(c31, u31),
+                         hn::RearrangeToOddPlusEven(c40, u40), hn::RearrangeToOddPlusEven(c41, u41),
+                         hn::RearrangeToOddPlusEven(c50, u50), hn::RearrangeToOddPlusEven(c51, u51)};
+    for (int r = 0; r < 6; ++r)
+      for (int v = 0; v < 2; ++v) {
+        int32_t* dst = c + r * ldc + 8 * v;
+        const V32 sum = accumulate ? hn::Add(out[2 * r + v], hn::LoadU(d32, dst)) : out[2 * r + v];
+        hn::StoreU(sum, d32, dst);
+      }
+  } else {
+    constexpr size_t kV = 16 / kL;  // vectors per 16-column panel row
+    static_assert(kV * kL == 16, "lane count must divide 16");
+    V32 s0[6][kV], s1[6][kV];
+    for (int r = 0; r < 6; ++r)
+      for (size_t v = 0; v < kV; ++v) s0[r][v] = s1[r][v] = hn::Zero(d32);
+    for (int64_t p = 0; p < pairs; ++p) {
+      decltype(hn::Zero(d16)) b[kV];
+      for (size_t v = 0; v < kV; ++v) b[v] = hn::LoadU(d16, bp + 32 * p + 2 * kL * v);
+      const int32_t* a32 = reinterpret_cast<const int32_t*>(ap + 12 * p);
+      for (int r = 0; r < 6; ++r) {
+        int32_t word;
+        std::memcpy(&word, a32 + r, 4);
+        const auto av = hn::BitCast(d16, hn::Set(d32, word));
+        for (size_t v = 0; v < kV; ++v) s0[r][v] = hn::ReorderWidenMulAccumulate(d32, av, b[v], s0[r][v], s1[r][v]);
+      }
+    }
+    for (int r = 0; r < 6; ++r) {
+      for (size_t v = 0; v < kV; ++v) {
+        V32 sum = hn::RearrangeToOddPlusEven(s0[r][v], s1[r][v]);
+        int32_t* dst = c + r * ldc + kL * v;
+        if (accumulate) sum = hn::Add(sum, hn::LoadU(d32, dst));
+        hn::StoreU(sum, d32, dst);
+      }
     }
   }
 #endif
