@@ -10,6 +10,7 @@
 
 #include "diffq/error.h"
 #include "io/safetensors.h"
+#include "quant/torchao/dequant_kernels.h"
 #include "quant/torchao/torchao.h"
 
 namespace {
@@ -135,5 +136,27 @@ std::vector<std::string> case_names() {
 
 INSTANTIATE_TEST_SUITE_P(Fixture, TorchaoScheme, ::testing::ValuesIn(case_names()),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+}  // namespace
+
+namespace {
+
+// The vectorised Int4Tensor row dequantizer against its scalar reference, bit for bit, over every
+// byte value and several group sizes / row lengths (SIMD body + scalar tail).
+TEST(TorchaoInt4Kernel, SimdEqualsScalarReference) {
+  for (int64_t g : {32, 64, 128, 256}) {
+    for (int64_t k : {g, 3 * g, 1024}) {
+      if (k % g) continue;
+      std::vector<uint8_t> packed(size_t(k / 2));
+      for (size_t i = 0; i < packed.size(); ++i) packed[i] = uint8_t(i * 37 + g);
+      std::vector<float> scale(size_t(k / g)), zero(size_t(k / g));
+      for (size_t i = 0; i < scale.size(); ++i) scale[i] = 0.0137f * float(i + 1), zero[i] = -0.05f + 0.011f * float(i);
+      std::vector<float> a(size_t(k)), b(size_t(k));
+      diffq::quant::torchao::dequant_int4_row(packed.data(), k, g, scale.data(), zero.data(), a.data());
+      diffq::quant::torchao::dequant_int4_row_reference(packed.data(), k, g, scale.data(), zero.data(), b.data());
+      ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "g=" << g << " k=" << k;
+    }
+  }
+}
 
 }  // namespace
