@@ -104,8 +104,9 @@ TEST_P(TorchaoScheme, QuantizeAndDequantizeAreBitExact) {
   auto back = tao::load(sd, "blk.lin", w.shape(), cfg, &md);
   EXPECT_TRUE(same_bits(back->dequantize(deq.dtype()), deq, name + " (saved and loaded)"));
   auto back_nomd = tao::load(sd, "blk.lin", w.shape(), cfg, nullptr);
-  if (w.dtype() == DType::bf16)
+  if (w.dtype() == DType::bf16) {
     EXPECT_TRUE(same_bits(back_nomd->dequantize(deq.dtype()), deq, name + " (loaded without metadata)"));
+  }
 }
 
 TEST_P(TorchaoScheme, LinearMatchesTorchaoForward) {
@@ -145,13 +146,13 @@ namespace {
 // byte value and several group sizes / row lengths (SIMD body + scalar tail).
 TEST(TorchaoInt4Kernel, SimdEqualsScalarReference) {
   for (int64_t g : {32, 64, 128, 256}) {
-    for (int64_t k : {g, 3 * g, 1024}) {
+    for (int64_t k : {g, 3 * g, int64_t(1024)}) {
       if (k % g) continue;
-      std::vector<uint8_t> packed(size_t(k / 2));
+      std::vector<uint8_t> packed(static_cast<size_t>(k / 2));
       for (size_t i = 0; i < packed.size(); ++i) packed[i] = uint8_t(i * 37 + g);
-      std::vector<float> scale(size_t(k / g)), zero(size_t(k / g));
+      std::vector<float> scale(static_cast<size_t>(k / g)), zero(static_cast<size_t>(k / g));
       for (size_t i = 0; i < scale.size(); ++i) scale[i] = 0.0137f * float(i + 1), zero[i] = -0.05f + 0.011f * float(i);
-      std::vector<float> a(size_t(k)), b(size_t(k));
+      std::vector<float> a(static_cast<size_t>(k)), b(static_cast<size_t>(k));
       diffq::quant::torchao::dequant_int4_row(packed.data(), k, g, scale.data(), zero.data(), a.data());
       diffq::quant::torchao::dequant_int4_row_reference(packed.data(), k, g, scale.data(), zero.data(), b.data());
       ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "g=" << g << " k=" << k;
