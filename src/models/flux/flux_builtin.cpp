@@ -1,0 +1,49 @@
+#include "models/flux/flux_builtin.h"
+
+#include "diffq/error.h"
+
+namespace diffq::models::flux {
+
+namespace {
+FlowMatchEulerDiscreteConfig flux_dev_scheduler() {
+  FlowMatchEulerDiscreteConfig s;
+  s.shift = 3.0;
+  s.use_dynamic_shifting = true;
+  s.base_shift = 0.5;
+  s.max_shift = 1.15;
+  s.base_image_seq_len = 256;
+  s.max_image_seq_len = 4096;
+  return s;
+}
+}  // namespace
+
+const std::vector<std::string>& builtin_flux_names() {
+  static const std::vector<std::string> names = {"flux-small", "flux-dev-shape"};
+  return names;
+}
+
+FluxBuiltin builtin_flux(std::string_view name) {
+  FluxBuiltin b;
+  b.name = std::string(name);
+  b.scheduler = flux_dev_scheduler();
+  FluxTransformerConfig& c = b.transformer;  // defaults are FLUX.1's
+  c.guidance_embeds = true;
+  if (name == "flux-dev-shape") {
+    b.text_tokens = 512;
+    return b;
+  }
+  if (name == "flux-small") {
+    c.num_layers = 4;
+    c.num_single_layers = 8;
+    c.num_attention_heads = 12;
+    c.attention_head_dim = 64;
+    c.axes_dims_rope = {8, 28, 28};  // sums to the head dim, in FLUX.1's proportions
+    b.text_tokens = 128;
+    return b;
+  }
+  std::string known;
+  for (const auto& n : builtin_flux_names()) known += (known.empty() ? "" : ", ") + n;
+  fail("flux", "unknown builtin model '", name, "' (known: ", known, ")");
+}
+
+}  // namespace diffq::models::flux

@@ -1,0 +1,38 @@
+#include "modules/random_init.h"
+
+#include <cmath>
+
+#include "backend/cpu/threads.h"
+
+namespace diffq {
+
+namespace {
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+}  // namespace
+
+void init_parameters_randn(Module& m, DType dtype, uint64_t seed, double std) {
+  // Counter-based (element i of parameter j depends only on seed, j, i): parallel and deterministic
+  // for any thread count. Box-Muller on two 32-bit uniforms per element.
+  uint64_t j = 0;
+  for (auto& [name, p] : m.named_parameters()) {
+    Tensor v = Tensor::empty(p->shape(), DType::f32);
+    float* d = v.data<float>();
+    const uint64_t base = splitmix64(seed ^ (++j * 0xD1B54A32D192ED03ULL));
+    backend::cpu::parallel_for(v.numel(), 1 << 16, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const uint64_t r = splitmix64(base + uint64_t(i));
+        const double u1 = (double(r >> 40) + 0.5) / double(1ULL << 24);  // (0, 1)
+        const double u2 = double(r & 0xFFFFFF) / double(1ULL << 24);
+        d[i] = float(std * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+      }
+    });
+    p->set(dtype == DType::f32 ? v : v.to(dtype), Residency::host);
+  }
+}
+
+}  // namespace diffq
