@@ -12,8 +12,10 @@ namespace diffq::quant {
 namespace cpu = backend::cpu;
 
 int64_t dequant_tile_rows(int64_t N, int64_t K) {
-  // About 2 MiB of f32 per tile (L2/L3 resident while the GEMM reads it), a multiple of 16 rows.
-  const int64_t cap = std::max<int64_t>(16, (int64_t(1) << 19) / std::max<int64_t>(K, 1) / 16 * 16);
+  // About 16 MiB of f32 per tile (as gemm_bf16's widened blocks): wide enough that the GEMM runs at
+  // full speed (narrow tiles of ~170 rows cost the weight-only schemes ~1.5x), still a small fraction
+  // of a large weight (FLUX.1's 3072 x 12288 is 144 MiB in f32). A multiple of 16 rows.
+  const int64_t cap = std::max<int64_t>(16, (int64_t(1) << 22) / std::max<int64_t>(K, 1) / 16 * 16);
   return std::min(N, cap);
 }
 

@@ -1,5 +1,5 @@
 // The shared driver of every quantized CPU linear: y = x @ W^T + bias where W [N, K] is produced by
-// the scheme tile by tile (a few rows of f32 at a time, sized to stay in cache) and consumed at once
+// the scheme tile by tile (up to ~16 MiB of f32 rows at a time) and consumed at once
 // by the f32 GEMM. The full-precision weight is never materialised beyond one tile.
 //
 // A scheme supplies `dequant_rows(n0, n1, dst)`: rows [n0, n1) of W as f32, row-major, K per row,
