@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -31,6 +32,8 @@
 #include "models/flux/flux_transformer.h"
 #include "models/t5/t5_encoder.h"
 #include "models/vae/autoencoder_kl.h"
+#include "pipelines/pipeline_quantization_config.h"
+#include "offload/pipeline_offloader.h"
 #include "schedulers/flow_match_euler.h"
 #include "tokenizers/clip_tokenizer.h"
 #include "tokenizers/t5_tokenizer.h"
@@ -93,6 +96,10 @@ struct FluxPipelineLoadOptions {
   // transformer component; its config is inferred from the weights, the rest from the folder's
   // transformer/config.json when present (Diffusers' from_single_file(..., config=folder)).
   std::filesystem::path transformer_file = {};
+  // Pipeline-level quantization (Diffusers' from_pretrained(quantization_config=...)): the components
+  // it names are quantized while loading. Components saved pre-quantized (a quantization_config in
+  // their config.json) load in their packed layout whatever this says.
+  std::optional<PipelineQuantizationConfig> quantization_config = {};
 };
 
 class FluxPipeline {
@@ -126,6 +133,25 @@ class FluxPipeline {
   std::unique_ptr<t5::T5EncoderModel> text_encoder_2;  // may be null
   std::unique_ptr<tokenizers::CLIPTokenizer> tokenizer;   // loaded with the text encoders
   std::unique_ptr<tokenizers::T5Tokenizer> tokenizer_2;
+
+  // Each quantized component's backend and scheme, e.g. {"transformer": "bitsandbytes_4bit nf4"}.
+  std::map<std::string, std::string> quantization;
+
+  // ---- offloading: Diffusers' API; the engine is src/offload (docs/offload.md) ----
+  static constexpr const char* model_cpu_offload_seq = "text_encoder->text_encoder_2->transformer->vae";
+  // {text_encoder, text_encoder_2, transformer, vae}; absent ones are null.
+  offload::NamedModules offload_components() const;
+  // device nullopt: the accelerator (Diffusers' error when there is none); Device::cpu() runs the hooks
+  // with the RAM as the working set, useful with a disk home (`disk_path`).
+  void enable_model_cpu_offload(std::optional<Device> device = std::nullopt,
+                                const std::filesystem::path& disk_path = {});
+  void enable_sequential_cpu_offload(std::optional<Device> device = std::nullopt,
+                                     const std::filesystem::path& disk_path = {});
+  void enable_group_offload(const offload::GroupOffloadOptions& o,
+                            const std::vector<std::string>& exclude_modules = {});
+  void maybe_free_model_hooks() { offloader.maybe_free_model_hooks(); }  // run at the end of operator()
+  void remove_all_hooks() { offloader.remove_all_hooks(); }
+  offload::PipelineOffloader offloader;
 };
 
 }  // namespace diffq
