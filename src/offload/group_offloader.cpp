@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "diffq/error.h"
+#include "offload/os_memory.h"
 #include "offload/cuda_home.h"
 
 namespace diffq::offload {
@@ -70,6 +71,7 @@ std::shared_ptr<GroupOffloader> GroupOffloader::apply(Module& root, const GroupO
     g->home().adopt(*g);
     if (g->home().moves_bytes()) g->set_residency(g->home().home_residency());
   }
+  return_freed_memory_to_os();  // the weights' old host bytes were just released
   if (o.use_stream && kind == OffloadKind::group) e->prefetcher_ = std::make_unique<Prefetcher>();
   root.add_hook(std::make_shared<RootHook>(e));
   for (int gi = 0; gi < int(e->part_.groups.size()); ++gi) {

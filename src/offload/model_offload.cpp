@@ -1,6 +1,7 @@
 #include "offload/model_offload.h"
 
 #include "diffq/error.h"
+#include "offload/os_memory.h"
 #include "offload/cuda_home.h"
 #include "offload/group_partition.h"
 #include "offload/offload_hook.h"
@@ -44,6 +45,7 @@ std::shared_ptr<ModelOffloadChain> ModelOffloadChain::apply(const NamedModules& 
     c->groups_.push_back(std::move(g));
     c->roots_.push_back(m);
   }
+  return_freed_memory_to_os();  // the weights' old host bytes were just released
   for (int k = 0; k < int(c->roots_.size()); ++k) c->roots_[size_t(k)]->add_hook(std::make_shared<ModelOffloadHook>(c, k));
   return c;
 }

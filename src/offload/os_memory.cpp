@@ -1,0 +1,39 @@
+#include "offload/os_memory.h"
+
+#include <fstream>
+#include <string>
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
+namespace diffq::offload {
+
+namespace {
+int64_t status_kib(const char* key) {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  const std::string k = std::string(key) + ":";
+  while (std::getline(f, line))
+    if (line.compare(0, k.size(), k) == 0) return std::stoll(line.substr(k.size())) * 1024;
+  return 0;
+}
+}  // namespace
+
+void return_freed_memory_to_os() {
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
+}
+
+int64_t current_rss_bytes() { return status_kib("VmRSS"); }
+int64_t peak_rss_bytes() { return status_kib("VmHWM"); }
+
+bool reset_peak_rss() {
+  std::ofstream f("/proc/self/clear_refs");
+  if (!f) return false;
+  f << "5";
+  return bool(f);
+}
+
+}  // namespace diffq::offload
