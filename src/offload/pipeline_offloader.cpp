@@ -74,7 +74,7 @@ void PipelineOffloader::enable_model_cpu_offload(const NamedModules& components,
   }
   for (const auto& [n, m] : comps)
     if (!in_seq.count(n)) others.emplace_back(n, m);
-  model_ = ModelOffloadChain::apply(seq, others, {.device = *device, .offload_to_disk_path = disk});
+  model_ = ModelOffloadChain::apply(seq, others, {.device = *device, .offload_to_disk_path = disk, .config_fingerprint = ""});
   last_components_ = comps;
 }
 
