@@ -20,7 +20,9 @@
 #include "diffq/memory.h"
 #include "diffq/runtime.h"
 #include "models/flux/flux_builtin.h"
+#include "modules/quantize_on_load.h"
 #include "modules/random_init.h"
+#include "quant/quant_method.h"
 #include "pipelines/flux_pipeline.h"
 
 namespace diffq::cli {
@@ -50,6 +52,7 @@ std::vector<std::string> split(const std::string& s, char sep) {
 
 struct Combo {
   DType dtype = DType::f32;
+  std::string quant;  // a --quant shorthand, applied to the transformer
 };
 
 Combo parse_combo(const std::string& text) {
@@ -61,8 +64,14 @@ Combo parse_combo(const std::string& text) {
       c.dtype = DType::bf16;
     else if (tok == "fp16" || tok == "f16" || tok == "float16")
       c.dtype = DType::f16;
-    else
-      fail("bench", "combination '", text, "': '", tok, "' is not available in diffq bench yet (available: fp32, bf16, fp16)");
+    else if (std::find(quant::quant_shorthands().begin(), quant::quant_shorthands().end(), tok) !=
+             quant::quant_shorthands().end()) {
+      check(c.quant.empty(), "bench", "combination '", text, "' has two quantization schemes");
+      c.quant = tok;
+    } else {
+      fail("bench", "combination '", text, "': '", tok,
+           "' is not available in diffq bench yet (available: fp32, bf16, fp16 and the --quant schemes)");
+    }
   }
   return c;
 }
@@ -109,13 +118,22 @@ nlohmann::json run_worker(const BenchArgs& a) {
     pipe = std::make_unique<FluxPipeline>();
     pipe->transformer = std::make_unique<models::flux::FluxTransformer2DModel>(b.transformer);
     init_parameters_randn(*pipe->transformer, combo.dtype, /*seed=*/0);
+    if (!combo.quant.empty()) {
+      const auto [backend, kwargs] = quant::quant_shorthand(combo.quant, std::string(dtype_name(combo.dtype)));
+      quantize_module(*pipe->transformer, *quant::make_quant_method(backend, kwargs));
+    }
     pipe->scheduler = std::make_unique<FlowMatchEulerDiscreteScheduler>(b.scheduler);
     Generator g(1);
     o.prompt_embeds = randn_tensor({1, b.text_tokens, b.transformer.joint_attention_dim}, g, combo.dtype);
     o.pooled_prompt_embeds = randn_tensor({1, b.transformer.pooled_projection_dim}, g, combo.dtype);
     o.output_type = "latent";  // no VAE in a builtin model
   } else {
-    pipe = FluxPipeline::from_pretrained(a.model, combo.dtype);
+    FluxPipelineLoadOptions lo;
+    if (!combo.quant.empty()) {
+      const auto [backend, kwargs] = quant::quant_shorthand(combo.quant, std::string(dtype_name(combo.dtype)));
+      lo.quantization_config = PipelineQuantizationConfig(backend, kwargs, {"transformer"}, std::nullopt);
+    }
+    pipe = FluxPipeline::from_pretrained(a.model, combo.dtype, lo);
     o.prompt = {a.prompt};
   }
   const double load_s = std::chrono::duration<double>(clock::now() - t0).count();
@@ -139,7 +157,10 @@ nlohmann::json run_worker(const BenchArgs& a) {
     (*pipe)(o);
     if (timed) latencies.push_back(std::chrono::duration<double>(clock::now() - start).count());
   }
+  const auto qs = summarize_quantization(*pipe->transformer);
   return {{"combo", a.combo},
+          {"transformer_quantized_bytes", qs.quantized_bytes},
+          {"transformer_dense_bytes", qs.dense_bytes},
           {"engine", "diffq"},
           {"model", a.model},
           {"dtype", std::string(dtype_name(combo.dtype))},

@@ -8,5 +8,6 @@ namespace diffq::cli {
 void add_inspect_command(CLI::App& app);   // inspect.cpp
 void add_generate_command(CLI::App& app);  // generate.cpp
 void add_bench_command(CLI::App& app);     // bench.cpp
+void add_quantize_command(CLI::App& app);  // quantize.cpp
 
 }  // namespace diffq::cli

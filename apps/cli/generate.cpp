@@ -17,6 +17,7 @@
 #include "io/safetensors.h"
 #include "ops/ops.h"
 #include "pipelines/flux_pipeline.h"
+#include "quant_options.h"
 
 namespace diffq::cli {
 
@@ -25,6 +26,7 @@ namespace {
 struct GenerateArgs {
   std::string model, prompt, prompt_2, negative, output = "out.png", latents_in, latents_out, dtype = "float32";
   std::string transformer_file, output_type = "image";
+  std::string quant, quant_config, quantize;  // --quant shorthand | --quant-config file; --quantize components
   int64_t num_images = 1;
   double true_cfg = 1.0, guidance = 3.5;
   int64_t steps = 28, width = 0, height = 0, max_seq = 512;  // 0: Diffusers' default size
@@ -73,8 +75,11 @@ void run(const GenerateArgs& a) {
   auto t0 = clock::now();
   FluxPipelineLoadOptions lo;
   lo.transformer_file = a.transformer_file;
+  lo.quantization_config = cli_quantization_config(a.quant, a.quant_config, a.quantize, std::string(dtype_name(dtype)));
   auto pipe = FluxPipeline::from_pretrained(model, dtype, lo);
   timings["load_s"] = seconds_since(t0);
+  if (!pipe->quantization.empty() && !a.json)
+    for (const auto& [c, q] : pipe->quantization) std::fprintf(stderr, "quantized %s: %s\n", c.c_str(), q.c_str());
 
   // Prompts are encoded here (not inside the call) so that the timing of each stage is reported.
   t0 = clock::now();
@@ -155,7 +160,8 @@ void run(const GenerateArgs& a) {
                         {"height", height}, {"guidance", a.guidance}, {"dtype", a.dtype},
                         {"threads", num_threads()}, {"timings", timings},
                         {"peak_cpu_bytes", memory_stats(Device::cpu()).peak_bytes},
-                        {"peak_rss_bytes", peak_rss_bytes()}};
+                        {"peak_rss_bytes", peak_rss_bytes()},
+                        {"quantization", pipe->quantization}};
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     for (const auto& p : outputs) std::fprintf(stderr, "wrote %s\n", p.c_str());
@@ -184,6 +190,13 @@ void add_generate_command(CLI::App& app) {
                   "a safetensors file)");
   cmd->add_option("--num-images", a->num_images, "images per prompt (one batch; default 1)")->check(CLI::Range(1, 64));
   cmd->add_option("--output-type", a->output_type, "image (PNG) or latent (packed latents, safetensors)");
+  cmd->add_option("--quant", a->quant,
+                  "quantize while loading: nf4 | fp4 | int8 (bitsandbytes), int8wo | int4wo | int8dq | fp8wo | fp8dq "
+                  "(torchao), quanto-int8|int4|int2|fp8, q8_0 | q4_0 | q4_K | q6_K ... (GGUF types)");
+  cmd->add_option("--quant-config", a->quant_config,
+                  "PipelineQuantizationConfig as JSON (quant_backend/quant_kwargs/components_to_quantize or quant_mapping)");
+  cmd->add_option("--quantize", a->quantize,
+                  "components for --quant, comma-separated (default: every model component, as Diffusers)");
   cmd->add_option("--transformer", a->transformer_file,
                   "single-file FLUX transformer (.safetensors, BFL/ComfyUI or Diffusers naming) replacing the "
                   "folder's");

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   diffq::cli::add_inspect_command(app);
   diffq::cli::add_generate_command(app);
   diffq::cli::add_bench_command(app);
+  diffq::cli::add_quantize_command(app);
   try {
     app.parse(argc, argv);
     if (app.get_subcommands().empty()) {

@@ -46,6 +46,13 @@ MappedFile::~MappedFile() {
   if (data_) ::munmap(data_, size_);
 }
 
+void release_pages(const void* p, size_t n) {
+  if (!p || n == 0) return;
+  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t b = (uintptr_t(p) + page - 1) / page * page, e = (uintptr_t(p) + n) / page * page;
+  if (e > b) madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);  // advisory: errors are harmless
+}
+
 std::string format_bytes(uint64_t n) {
   static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   if (n < 1024) return cat(n, " B");

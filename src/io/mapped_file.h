@@ -35,6 +35,13 @@ class MappedFile {
   std::filesystem::path path_;
 };
 
+// Drops the resident pages lying wholly inside [p, p + n) of a file mapping (madvise MADV_DONTNEED),
+// so bytes that were read once (e.g. a weight just quantized while loading) stop counting in the
+// process's RSS. Pages shared with neighbouring bytes are kept. The bytes stay readable: a private
+// file mapping reads them back from the file (pages written to since mapping lose those writes, so
+// call this only on bytes nobody modified). No-op for null/empty ranges.
+void release_pages(const void* p, size_t n);
+
 // Human-readable byte count: "12 MiB", "4.0 GiB", "17 B".
 std::string format_bytes(uint64_t n);
 

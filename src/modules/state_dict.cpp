@@ -1,8 +1,10 @@
 #include "modules/state_dict.h"
 
+#include <map>
 #include <set>
 
 #include "diffq/error.h"
+#include "io/mapped_file.h"
 
 namespace diffq {
 
@@ -38,7 +40,26 @@ LoadReport load_state_dict(Module& m, const StateDict& sd, const LoadOptions& op
   LoadReport rep;
   std::set<std::string> used;
   const std::string where = opt.source.empty() ? std::string("state dict") : opt.source;
+  // Each parameter's module (for the quantization hooks).
+  std::map<const Parameter*, std::pair<std::string, const Module*>> owner_of;
+  if (opt.quantize || opt.load_quantized)
+    for (const auto& [mname, mod] : m.named_modules())
+      for (const auto& [pname, par] : mod->own_parameters()) owner_of[par] = {mname, mod};
   for (auto& [name, p] : m.named_parameters()) {
+    std::string local = name.substr(name.rfind('.') == std::string::npos ? 0 : name.rfind('.') + 1);
+    const auto own = owner_of.find(p);
+    const std::string mod_name = own == owner_of.end() ? std::string() : own->second.first;
+    if (opt.load_quantized && own != owner_of.end()) {
+      std::vector<std::string> consumed;
+      if (auto q = opt.load_quantized(ParamRef{*own->second.second, mod_name, local, name, p->shape()}, sd, consumed)) {
+        check(q->shape() == p->shape(), "load", where, ": pre-quantized '", name, "' has shape ", shape_str(q->shape()),
+              " but the model expects ", shape_str(p->shape()));
+        p->set(std::move(q), Residency::host);
+        used.insert(consumed.begin(), consumed.end());
+        ++rep.quantized;
+        continue;
+      }
+    }
     auto it = sd.find(name);
     if (it == sd.end()) {
       rep.missing.push_back(name);
@@ -54,6 +75,17 @@ LoadReport load_state_dict(Module& m, const StateDict& sd, const LoadOptions& op
       else if (opt.dtype) target = *opt.dtype;
     }
     const bool borrowed = !src.storage()->owns_allocation();
+    if (opt.quantize && !module_name_matches(name, opt.keep_in_fp32)) {
+      const Tensor value = target == src.dtype() ? src : src.to(target);
+      if (auto q = own == owner_of.end()
+                       ? nullptr
+                       : opt.quantize(ParamRef{*own->second.second, mod_name, local, name, p->shape()}, value)) {
+        p->set(std::move(q), Residency::host);
+        if (borrowed && src.is_contiguous()) io::release_pages(src.data_ptr(), src.nbytes());
+        ++rep.quantized;
+        continue;
+      }
+    }
     if (target == src.dtype()) {
       p->set(own_storage_view(src), borrowed ? Residency::mmap : Residency::host);
       ++(borrowed ? rep.zero_copy : rep.converted);

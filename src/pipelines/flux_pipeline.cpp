@@ -1,10 +1,14 @@
 #include "pipelines/flux_pipeline.h"
 
+#include <cstdio>
 
 #include "core/random.h"
 #include "diffq/error.h"
 #include "io/diffusers_folder.h"
 #include "io/png.h"
+#include "io/safetensors.h"
+#include "modules/quantize_on_load.h"
+#include "quant/quant_method.h"
 #include "models/flux/flux_single_file.h"
 #include "ops/ops.h"
 #include "pipelines/flux_latents.h"
@@ -30,8 +34,44 @@ std::unique_ptr<FluxPipeline> FluxPipeline::from_pretrained(const std::filesyste
   check(f.has_component("transformer") || !opt.transformer_file.empty(), kCtx, folder.string(),
         ": model_index.json has no transformer component (pass a single-file transformer)");
 
-  LoadOptions lo;
-  lo.dtype = dtype;
+  // Quantization hooks per component: pre-quantized files first, else the pipeline config.
+  if (opt.quantization_config) {
+    std::vector<std::string> names;
+    for (const auto& c : f.components()) names.push_back(c.name);
+    if (const std::string w = opt.quantization_config->unknown_components_warning(names); !w.empty())
+      std::fprintf(stderr, "diffq: %s\n", w.c_str());
+  }
+  auto hooks_for = [&](const std::string& name) {
+    LoadOptions h;
+    h.dtype = dtype;
+    const bool present = f.has_component(name) && !(name == "transformer" && !opt.transformer_file.empty());
+    const nlohmann::json* saved = present ? f.component(name).quantization_config() : nullptr;
+    if (saved) {
+      std::shared_ptr<const quant::QuantMethod> m =
+          quant::quant_method_from_config(*saved, (f.component(name).dir / "config.json").string());
+      auto md = std::make_shared<io::Metadata>();
+      for (const auto& file : f.weight_files(name).files) {
+        const auto st = io::SafetensorsFile::open(file);  // alive while its metadata is read
+        for (const auto& [k, v] : st.metadata()) (*md)[k] = v;
+      }
+      attach_quantization(h, m, /*pre_quantized=*/true, md);
+      p->quantization[name] = m->backend() + " " + m->scheme() + " (pre-quantized)";
+      p->quant_methods[name] = m;
+      if (opt.quantization_config && opt.quantization_config->resolve(name))
+        std::fprintf(stderr, "diffq: %s is already quantized (%s); the quantization config is ignored for it\n",
+                     name.c_str(), m->backend().c_str());
+    } else if (opt.quantization_config) {
+      if (auto cq = opt.quantization_config->resolve(name)) {
+        std::shared_ptr<const quant::QuantMethod> m = quant::make_quant_method(cq->backend, cq->kwargs);
+        attach_quantization(h, m, /*pre_quantized=*/false);
+        p->quantization[name] = m->backend() + " " + m->scheme();
+        p->quant_methods[name] = m;
+      }
+    }
+    return h;
+  };
+
+  LoadOptions lo = hooks_for("transformer");
   if (f.has_component("transformer")) {
     const auto& tc = f.component("transformer");
     check(tc.class_name == "FluxTransformer2DModel", kCtx, folder.string(), ": transformer is a ", tc.class_name,
@@ -50,8 +90,9 @@ std::unique_ptr<FluxPipeline> FluxPipeline::from_pretrained(const std::filesyste
   }
 
   const auto& vc = f.component("vae");
-  lo.source = vc.dir.string();
-  p->vae = vae::AutoencoderKL::from_pretrained(vc.dir, lo);
+  LoadOptions vo = hooks_for("vae");
+  vo.source = vc.dir.string();
+  p->vae = vae::AutoencoderKL::from_pretrained(vc.dir, vo);
 
   const auto& sc = f.component("scheduler");
   check(sc.class_name == "FlowMatchEulerDiscreteScheduler", kCtx, folder.string(), ": scheduler is a ",
@@ -59,9 +100,10 @@ std::unique_ptr<FluxPipeline> FluxPipeline::from_pretrained(const std::filesyste
   p->scheduler = std::make_unique<FlowMatchEulerDiscreteScheduler>(FlowMatchEulerDiscreteConfig::from_json(sc.config));
 
   if (opt.load_text_encoders) {
-    if (f.has_component("text_encoder")) p->text_encoder = clip::CLIPTextModel::from_pretrained(f, "text_encoder", dtype);
+    if (f.has_component("text_encoder"))
+      p->text_encoder = clip::CLIPTextModel::from_pretrained(f, "text_encoder", dtype, hooks_for("text_encoder"));
     if (f.has_component("text_encoder_2"))
-      p->text_encoder_2 = t5::T5EncoderModel::from_pretrained(f, "text_encoder_2", dtype);
+      p->text_encoder_2 = t5::T5EncoderModel::from_pretrained(f, "text_encoder_2", dtype, hooks_for("text_encoder_2"));
     if (f.has_component("tokenizer"))
       p->tokenizer = std::make_unique<tokenizers::CLIPTokenizer>(
           tokenizers::CLIPTokenizer::from_pretrained(f.component("tokenizer").dir));

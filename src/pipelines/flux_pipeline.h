@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -31,6 +32,8 @@
 #include "models/flux/flux_transformer.h"
 #include "models/t5/t5_encoder.h"
 #include "models/vae/autoencoder_kl.h"
+#include "pipelines/pipeline_quantization_config.h"
+#include "quant/quant_method.h"
 #include "offload/pipeline_offloader.h"
 #include "schedulers/flow_match_euler.h"
 #include "tokenizers/clip_tokenizer.h"
@@ -94,6 +97,10 @@ struct FluxPipelineLoadOptions {
   // transformer component; its config is inferred from the weights, the rest from the folder's
   // transformer/config.json when present (Diffusers' from_single_file(..., config=folder)).
   std::filesystem::path transformer_file = {};
+  // Pipeline-level quantization (Diffusers' from_pretrained(quantization_config=...)): the components
+  // it names are quantized while loading. Components saved pre-quantized (a quantization_config in
+  // their config.json) load in their packed layout whatever this says.
+  std::optional<PipelineQuantizationConfig> quantization_config = {};
 };
 
 class FluxPipeline {
@@ -127,6 +134,11 @@ class FluxPipeline {
   std::unique_ptr<t5::T5EncoderModel> text_encoder_2;  // may be null
   std::unique_ptr<tokenizers::CLIPTokenizer> tokenizer;   // loaded with the text encoders
   std::unique_ptr<tokenizers::T5Tokenizer> tokenizer_2;
+
+  // Each quantized component's backend and scheme, e.g. {"transformer": "bitsandbytes_4bit nf4"}.
+  std::map<std::string, std::string> quantization;
+  // The configured backend of each quantized component (what `diffq quantize` saves with).
+  std::map<std::string, std::shared_ptr<const quant::QuantMethod>> quant_methods;
 
   // ---- offloading: Diffusers' API; the engine is src/offload (docs/offload.md) ----
   static constexpr const char* model_cpu_offload_seq = "text_encoder->text_encoder_2->transformer->vae";

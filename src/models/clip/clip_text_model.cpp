@@ -201,12 +201,14 @@ std::unique_ptr<CLIPTextModel> CLIPTextModel::from_state_dict(const CLIPTextConf
 
 std::unique_ptr<CLIPTextModel> CLIPTextModel::from_pretrained(const io::DiffusersFolder& folder,
                                                               std::string_view component,
-                                                              std::optional<DType> dtype) {
+                                                              std::optional<DType> dtype, const LoadOptions& hooks) {
   const io::Component& comp = folder.component(component);
   const CLIPTextConfig c = CLIPTextConfig::from_json(comp.config);
   LoadOptions opt;
   opt.dtype = dtype;
   opt.source = (comp.dir / "").string();
+  opt.quantize = hooks.quantize;
+  opt.load_quantized = hooks.load_quantized;
   return from_state_dict(c, folder.load_state_dict(component), opt);
 }
 

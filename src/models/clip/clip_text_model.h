@@ -96,7 +96,8 @@ class CLIPTextModel : public Module {
   // The folder's `component` (config.json + weights), parameters cast to `dtype` when given.
   static std::unique_ptr<CLIPTextModel> from_pretrained(const io::DiffusersFolder& folder,
                                                         std::string_view component = "text_encoder",
-                                                        std::optional<DType> dtype = std::nullopt);
+                                                        std::optional<DType> dtype = std::nullopt,
+      const LoadOptions& hooks = {});  // hooks: only quantize / load_quantized are taken
   // Loads `sd` (any key layout clip_text_state_dict() accepts) into a new model; strict by default.
   static std::unique_ptr<CLIPTextModel> from_state_dict(const CLIPTextConfig& c, const StateDict& sd,
                                                         const LoadOptions& opt = {});

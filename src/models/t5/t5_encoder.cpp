@@ -282,13 +282,15 @@ std::unique_ptr<T5EncoderModel> T5EncoderModel::from_state_dict(const T5Config& 
 
 std::unique_ptr<T5EncoderModel> T5EncoderModel::from_pretrained(const io::DiffusersFolder& folder,
                                                                 std::string_view component,
-                                                                std::optional<DType> dtype) {
+                                                                std::optional<DType> dtype, const LoadOptions& hooks) {
   const io::Component& comp = folder.component(component);
   const T5Config c = T5Config::from_json(comp.config);
   const StateDict sd = folder.load_state_dict(component);
   LoadOptions opt;
   opt.dtype = dtype;
   opt.source = (comp.dir / "").string();
+  opt.quantize = hooks.quantize;
+  opt.load_quantized = hooks.load_quantized;
   // The load's dtype (the file's when none is asked for) decides transformers' fp32 "wo".
   std::optional<DType> effective = dtype;
   if (!effective) {

@@ -140,7 +140,8 @@ class T5EncoderModel : public Module {
   // The folder's `component`; with dtype f16 the "wo" weights stay float32 as in transformers.
   static std::unique_ptr<T5EncoderModel> from_pretrained(const io::DiffusersFolder& folder,
                                                          std::string_view component = "text_encoder_2",
-                                                         std::optional<DType> dtype = std::nullopt);
+                                                         std::optional<DType> dtype = std::nullopt,
+      const LoadOptions& hooks = {});  // hooks: only quantize / load_quantized are taken
   // Loads `sd` (see t5_encoder_state_dict) into a new model; strict by default.
   static std::unique_ptr<T5EncoderModel> from_state_dict(const T5Config& c, const StateDict& sd,
                                                          const LoadOptions& opt = {});

@@ -1,0 +1,59 @@
+#include "modules/quantize_on_load.h"
+
+namespace diffq {
+
+namespace {
+bool is_linear_weight(const ParamRef& p) { return p.owner.type_name() == "Linear" && p.local == "weight"; }
+}  // namespace
+
+void attach_quantization(LoadOptions& opt, std::shared_ptr<const quant::QuantMethod> method, bool pre_quantized,
+                         std::shared_ptr<const io::Metadata> metadata) {
+  if (pre_quantized) {
+    opt.load_quantized = [method, metadata](const ParamRef& p, const StateDict& sd,
+                                            std::vector<std::string>& consumed) -> std::shared_ptr<QuantizedWeight> {
+      if (!is_linear_weight(p)) return nullptr;
+      return method->load(sd, p.module, p.shape, metadata.get(), consumed);
+    };
+  } else {
+    // (load_state_dict already skips the model's keep_in_fp32 modules.)
+    opt.quantize = [method](const ParamRef& p, const Tensor& value) -> std::shared_ptr<QuantizedWeight> {
+      if (!is_linear_weight(p)) return nullptr;
+      if (!method->should_quantize(p.module, value.shape())) return nullptr;
+      return method->quantize(value);
+    };
+  }
+}
+
+int64_t quantize_module(Module& m, const quant::QuantMethod& method, const std::vector<std::string>& keep_in_fp32) {
+  int64_t n = 0;
+  for (const auto& [name, mod] : m.named_modules()) {
+    if (mod->type_name() != "Linear" || module_name_matches(name, keep_in_fp32)) continue;
+    for (const auto& [pn, p] : mod->own_parameters()) {
+      if (pn != "weight" || !p->defined() || p->is_quantized()) continue;
+      if (!method.should_quantize(name, p->shape())) continue;
+      p->set(method.quantize(p->dense()), Residency::host);
+      ++n;
+    }
+  }
+  return n;
+}
+
+QuantizationSummary summarize_quantization(const Module& m) {
+  QuantizationSummary s;
+  for (const auto& [name, p] : m.named_parameters()) {
+    if (!p->defined()) continue;
+    if (p->is_quantized()) {
+      ++s.quantized;
+      s.quantized_bytes += p->nbytes();
+    } else {
+      s.dense_bytes += p->nbytes();
+    }
+  }
+  for (const auto& [name, mod] : m.named_modules())
+    if (mod->type_name() == "Linear")
+      for (const auto& [pn, p] : mod->own_parameters())
+        if (pn == "weight" && p->defined() && !p->is_quantized()) ++s.dense_linear;
+  return s;
+}
+
+}  // namespace diffq

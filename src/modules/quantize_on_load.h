@@ -1,0 +1,33 @@
+// Wires a QuantMethod into model loading: Linear weights are quantized tensor by tensor as they are
+// read (Diffusers' from_pretrained(quantization_config=...)), or read in their pre-quantized layout
+// when the checkpoint was saved quantized. Only nn.Linear weights are candidates (as in every Diffusers
+// backend); modules_to_not_convert and each scheme's rules come from QuantMethod::should_quantize,
+// the model's keep-in-fp32 modules from `keep_in_fp32`.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "modules/state_dict.h"
+#include "quant/quant_method.h"
+
+namespace diffq {
+
+// Sets opt.quantize (pre_quantized = false) or opt.load_quantized (pre_quantized = true, with the
+// checkpoint's safetensors metadata when the format needs it).
+void attach_quantization(LoadOptions& opt, std::shared_ptr<const quant::QuantMethod> method, bool pre_quantized,
+                         std::shared_ptr<const io::Metadata> metadata = nullptr);
+
+// Quantizes the dense Linear weights of an already loaded module in place (same rules as loading);
+// returns how many were quantized. `keep_in_fp32` modules are skipped.
+int64_t quantize_module(Module& m, const quant::QuantMethod& method, const std::vector<std::string>& keep_in_fp32 = {});
+
+// Linear weights that are quantized in `m`, and their packed vs. dense byte counts.
+struct QuantizationSummary {
+  int64_t quantized = 0, dense_linear = 0;
+  size_t quantized_bytes = 0, dense_bytes = 0;  // all parameters, by kind
+};
+QuantizationSummary summarize_quantization(const Module& m);
+
+}  // namespace diffq

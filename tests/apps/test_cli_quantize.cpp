@@ -1,0 +1,115 @@
+// `diffq quantize` writes a pre-quantized pipeline folder; `diffq generate -m <it>` then needs no
+// quantization flags and gives exactly what quantizing while loading gives.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "io/safetensors.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int status = -1;
+  std::string out;
+};
+
+Result run_cli(const fs::path& dir, const std::string& args) {
+  const std::string cmd = "cd '" + dir.string() + "' && '" DIFFQ_CLI_PATH "' " + args + " 2>&1";
+  Result r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+class CliQuantize : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    std::string n = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    for (char& c : n)
+      if (c == '/') c = '_';
+    dir_ = fs::temp_directory_path() / ("diffq-cliq-" + n);
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+};
+
+const std::string kModel = DIFFQ_SOURCE_DIR "/tests/fixtures/tiny-flux";
+const std::string kGen = "generate -p 'a red fox' --steps 2 --width 32 --height 32 --output-type latent --json ";
+
+std::vector<float> latents(const fs::path& f) {
+  return diffq::io::SafetensorsFile::open(f).tensor("latents").to_f32_vector();
+}
+
+TEST_P(CliQuantize, SavedFolderGeneratesWhatOnTheFlyQuantizationGives) {
+  const std::string q = GetParam();
+  const Result w = run_cli(dir_, "quantize -m '" + kModel + "' -o q --quant " + q +
+                                     " --dtype float32 --quantize transformer,text_encoder_2");
+  ASSERT_EQ(w.status, 0) << w.out;
+  // The quantized components carry a quantization_config; the others are copied unchanged.
+  std::ifstream tc(dir_ / "q/transformer/config.json");
+  EXPECT_TRUE(nlohmann::json::parse(tc).contains("quantization_config"));
+  std::ifstream vc(dir_ / "q/vae/config.json");
+  EXPECT_FALSE(nlohmann::json::parse(vc).contains("quantization_config"));
+  EXPECT_TRUE(fs::exists(dir_ / "q/tokenizer_2"));
+  EXPECT_LT(fs::file_size(dir_ / "q/transformer/diffusion_pytorch_model.safetensors"),
+            fs::file_size(kModel + "/transformer/diffusion_pytorch_model.safetensors"));
+
+  const Result pre = run_cli(dir_, kGen + "-m q -o pre.safetensors");
+  ASSERT_EQ(pre.status, 0) << pre.out;
+  const auto j = nlohmann::json::parse(pre.out);
+  EXPECT_NE(j.at("quantization").at("transformer").get<std::string>().find("pre-quantized"), std::string::npos);
+  const Result fly = run_cli(dir_, kGen + "-m '" + kModel + "' -o fly.safetensors --quant " + q +
+                                       " --quantize transformer,text_encoder_2");
+  ASSERT_EQ(fly.status, 0) << fly.out;
+  EXPECT_EQ(latents(dir_ / "pre.safetensors"), latents(dir_ / "fly.safetensors")) << q;
+  const Result plain = run_cli(dir_, kGen + "-m '" + kModel + "' -o plain.safetensors");
+  ASSERT_EQ(plain.status, 0) << plain.out;
+  EXPECT_NE(latents(dir_ / "plain.safetensors"), latents(dir_ / "pre.safetensors")) << q;
+}
+
+INSTANTIATE_TEST_SUITE_P(Schemes, CliQuantize,
+                         ::testing::Values("nf4", "fp4", "int8", "int8wo", "int8dq", "fp8wo", "quanto-int8",
+                                           "quanto-int4"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& c : n)
+                             if (c == '-') c = '_';
+                           return n;
+                         });
+
+TEST(CliQuantizeErrors, RefusesAndLeavesNothingBehind) {
+  const fs::path dir = fs::temp_directory_path() / "diffq-cliq-errors";
+  fs::remove_all(dir);
+  fs::create_directories(dir / "exists");
+  Result r = run_cli(dir, "quantize -m '" + kModel + "' -o exists --quant nf4");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("already exists"), std::string::npos) << r.out;
+  r = run_cli(dir, "quantize -m '" + kModel + "' -o g --quant q4_0 --quantize transformer");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("gguf"), std::string::npos) << r.out;
+  r = run_cli(dir, "quantize -m '" + kModel + "' -o n");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("--quant"), std::string::npos) << r.out;
+  r = run_cli(dir, "quantize -m '" + kModel + "' -o b --quant nf4 --quant-config x.json");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("not both"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(dir / "g") || fs::exists(dir / "n") || fs::exists(dir / "b") ||
+               fs::exists(dir / "g.tmp-diffq"));
+  fs::remove_all(dir);
+}
+
+}  // namespace
