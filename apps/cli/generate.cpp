@@ -14,7 +14,10 @@
 #include "diffq/memory.h"
 #include "diffq/runtime.h"
 #include "io/png.h"
+#include "io/mapped_file.h"
 #include "io/safetensors.h"
+#include "offload/offload_spec.h"
+#include "offload/planner.h"
 #include "ops/ops.h"
 #include "pipelines/flux_pipeline.h"
 #include "quant_options.h"
@@ -27,6 +30,8 @@ struct GenerateArgs {
   std::string model, prompt, prompt_2, negative, output = "out.png", latents_in, latents_out, dtype = "float32";
   std::string transformer_file, output_type = "image";
   std::string quant, quant_config, quantize;  // --quant shorthand | --quant-config file; --quantize components
+  std::string offload, max_memory, max_host_memory;
+  bool stats = false;
   int64_t num_images = 1;
   double true_cfg = 1.0, guidance = 3.5;
   int64_t steps = 28, width = 0, height = 0, max_seq = 512;  // 0: Diffusers' default size
@@ -78,6 +83,21 @@ void run(const GenerateArgs& a) {
   lo.quantization_config = cli_quantization_config(a.quant, a.quant_config, a.quantize, std::string(dtype_name(dtype)));
   auto pipe = FluxPipeline::from_pretrained(model, dtype, lo);
   timings["load_s"] = seconds_since(t0);
+  check(a.offload.empty() || a.max_memory.empty(), "generate", "give --offload or --max-memory, not both");
+  std::string offload_plan;
+  if (!a.offload.empty()) {
+    const auto spec = offload::parse_offload_spec(a.offload);
+    offload::apply(pipe->offloader, pipe->offload_components(), FluxPipeline::model_cpu_offload_seq, spec);
+    offload_plan = spec.str();
+  } else if (!a.max_memory.empty()) {
+    offload::MemoryBudget b;
+    b.max_memory = offload::parse_size(a.max_memory);
+    if (!a.max_host_memory.empty()) b.max_host_memory = offload::parse_size(a.max_host_memory);
+    const auto plan = offload::plan_memory(offload::measure_footprints(pipe->offload_components()), b);
+    if (!a.json) std::fprintf(stderr, "offload plan: %s\n", plan.str().c_str());
+    offload::apply(pipe->offloader, pipe->offload_components(), FluxPipeline::model_cpu_offload_seq, plan.spec);
+    offload_plan = plan.str();
+  }
   if (!pipe->quantization.empty() && !a.json)
     for (const auto& [c, q] : pipe->quantization) std::fprintf(stderr, "quantized %s: %s\n", c.c_str(), q.c_str());
 
@@ -161,11 +181,16 @@ void run(const GenerateArgs& a) {
                         {"threads", num_threads()}, {"timings", timings},
                         {"peak_cpu_bytes", memory_stats(Device::cpu()).peak_bytes},
                         {"peak_rss_bytes", peak_rss_bytes()},
-                        {"quantization", pipe->quantization}};
+                        {"quantization", pipe->quantization},
+                        {"offload", offload_plan}};
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     for (const auto& p : outputs) std::fprintf(stderr, "wrote %s\n", p.c_str());
   }
+  if (a.stats)
+    std::fprintf(stderr, "stats: peak allocator (cpu) %s, peak RSS %s\n",
+                 io::format_bytes(memory_stats(Device::cpu()).peak_bytes).c_str(),
+                 io::format_bytes(uint64_t(peak_rss_bytes())).c_str());
 }
 
 }  // namespace
@@ -197,6 +222,12 @@ void add_generate_command(CLI::App& app) {
                   "PipelineQuantizationConfig as JSON (quant_backend/quant_kwargs/components_to_quantize or quant_mapping)");
   cmd->add_option("--quantize", a->quantize,
                   "components for --quant, comma-separated (default: every model component, as Diffusers)");
+  cmd->add_option("--offload", a->offload,
+                  "model | sequential | group[:N] | leaf | disk[:path] (on a CPU: weights live on disk, RAM holds "
+                  "the running groups)");
+  cmd->add_option("--max-memory", a->max_memory, "memory budget (e.g. 2GiB): picks the offload mode that fits");
+  cmd->add_option("--max-host-memory", a->max_host_memory, "host RAM budget for offloaded weights (GPU runs)");
+  cmd->add_flag("--stats", a->stats, "print the allocator's peak and the process's peak RSS");
   cmd->add_option("--transformer", a->transformer_file,
                   "single-file FLUX transformer (.safetensors, BFL/ComfyUI or Diffusers naming) replacing the "
                   "folder's");

@@ -112,6 +112,28 @@ TEST_F(CliGenerate, SingleFileTransformerGivesTheFolderImage) {
             diffq::io::SafetensorsFile::open(dir_ / "b.safetensors").tensor("latents").to_f32_vector());
 }
 
+TEST_F(CliGenerate, OffloadModesAndMemoryBudgetGiveTheSameLatents) {
+  const std::string common = "generate -p 'a red fox' --steps 2 --width 32 --height 32 --output-type latent ";
+  ASSERT_EQ(run_cli(dir_, common + "-o ref.safetensors").status, 0);
+  const auto ref = diffq::io::SafetensorsFile::open(dir_ / "ref.safetensors").tensor("latents").to_f32_vector();
+  int i = 0;
+  for (const std::string mode : {"--offload model", "--offload sequential", "--offload group:1", "--offload leaf",
+                                 "--offload disk:offload-files", "--max-memory 64MiB"}) {
+    const std::string out = "o" + std::to_string(i++) + ".safetensors";
+    const Result r = run_cli(dir_, common + "-o " + out + " --stats " + mode);
+    ASSERT_EQ(r.status, 0) << mode << ": " << r.out;
+    EXPECT_NE(r.out.find("peak RSS"), std::string::npos) << r.out;
+    EXPECT_EQ(diffq::io::SafetensorsFile::open(dir_ / out).tensor("latents").to_f32_vector(), ref) << mode;
+  }
+  EXPECT_TRUE(fs::exists(dir_ / "offload-files"));  // the disk homes went where they were told
+  const Result small = run_cli(dir_, common + "-o x.safetensors --max-memory 1MiB");
+  EXPECT_NE(small.status, 0);
+  EXPECT_NE(small.out.find("too small"), std::string::npos) << small.out;
+  const Result both = run_cli(dir_, common + "-o x.safetensors --max-memory 1GiB --offload model");
+  EXPECT_NE(both.status, 0);
+  EXPECT_FALSE(fs::exists(dir_ / "x.safetensors"));
+}
+
 TEST_F(CliGenerate, BadInputIsAClearErrorAndWritesNothing) {
   struct Bad {
     std::string args, needle;
