@@ -11,34 +11,15 @@
 #include "diffq/error.h"
 #include "io/safetensors.h"
 #include "pipelines/flux_pipeline.h"
+#include "pipeline_test_util.h"
 
 namespace {
 
 using diffq::Tensor;
+using diffq::testing::psnr_u8;
+using diffq::testing::rel_err;
 
 const std::string kFix = DIFFQ_SOURCE_DIR "/tests/fixtures/";
-
-// max |a - b| / max |b|
-double rel_err(const Tensor& a, const Tensor& b) {
-  EXPECT_EQ(a.shape(), b.shape());
-  const auto av = a.to_f32_vector(), bv = b.to_f32_vector();
-  if (av.size() != bv.size()) return 1e30;
-  double num = 0, den = 0;
-  for (size_t i = 0; i < av.size(); ++i) {
-    num = std::max(num, std::abs(double(av[i]) - double(bv[i])));
-    den = std::max(den, std::abs(double(bv[i])));
-  }
-  return num / std::max(den, 1e-30);
-}
-
-double psnr_u8(const Tensor& a, const Tensor& b) {
-  EXPECT_EQ(a.shape(), b.shape());
-  const auto av = a.to_f32_vector(), bv = b.to_f32_vector();
-  double se = 0;
-  for (size_t i = 0; i < av.size(); ++i) se += (double(av[i]) - bv[i]) * (double(av[i]) - bv[i]);
-  if (se == 0) return std::numeric_limits<double>::infinity();  // identical
-  return 10 * std::log10(255.0 * 255.0 / (se / double(av.size())));
-}
 
 struct Case {
   const char* folder;

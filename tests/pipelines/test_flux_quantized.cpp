@@ -16,25 +16,16 @@
 #include "io/safetensors.h"
 #include "modules/quantize_on_load.h"
 #include "pipelines/flux_pipeline.h"
+#include "pipeline_test_util.h"
 #include "quant/quant_method.h"
 
 namespace {
 
 using diffq::Tensor;
+using diffq::testing::psnr_u8;
+using diffq::testing::rel_err;
 
 const std::string kFix = DIFFQ_SOURCE_DIR "/tests/fixtures/";
-
-double rel_err(const Tensor& a, const Tensor& b) {
-  EXPECT_EQ(a.shape(), b.shape());
-  const auto av = a.to_f32_vector(), bv = b.to_f32_vector();
-  if (av.size() != bv.size()) return 1e30;
-  double num = 0, den = 0;
-  for (size_t i = 0; i < av.size(); ++i) {
-    num = std::max(num, std::abs(double(av[i]) - double(bv[i])));
-    den = std::max(den, std::abs(double(bv[i])));
-  }
-  return num / std::max(den, 1e-30);
-}
 
 struct GenRun {
   Tensor latents;
