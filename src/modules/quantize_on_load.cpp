@@ -1,5 +1,11 @@
 #include "modules/quantize_on_load.h"
 
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "diffq/error.h"
+
 namespace diffq {
 
 namespace {
@@ -54,6 +60,30 @@ QuantizationSummary summarize_quantization(const Module& m) {
       for (const auto& [pn, p] : mod->own_parameters())
         if (pn == "weight" && p->defined() && !p->is_quantized()) ++s.dense_linear;
   return s;
+}
+
+std::vector<LayerSqnr> weight_sqnr(const Module& quantized, const Module& reference) {
+  std::map<std::string, const Parameter*> ref;
+  for (const auto& [name, p] : reference.named_parameters()) ref[name] = p;
+  std::vector<LayerSqnr> out;
+  for (const auto& [name, p] : quantized.named_parameters()) {
+    if (!p->is_quantized()) continue;
+    const auto it = ref.find(name);
+    check(it != ref.end() && it->second->defined() && !it->second->is_quantized(), "quant.report",
+          "the reference model has no dense '", name, "'");
+    check(it->second->shape() == p->shape(), "quant.report", "'", name, "' has shape ", shape_str(p->shape()),
+          " but the reference's is ", shape_str(it->second->shape()));
+    const auto w = it->second->dense().to_f32_vector();
+    const auto d = p->quantized().dequantize(DType::f32).to_f32_vector();
+    double sig = 0, noise = 0;
+    for (size_t i = 0; i < w.size(); ++i) {
+      sig += double(w[i]) * w[i];
+      noise += (double(w[i]) - d[i]) * (double(w[i]) - d[i]);
+    }
+    const double db = noise == 0 ? std::numeric_limits<double>::infinity() : 10 * std::log10(sig / noise);
+    out.push_back({name, p->quantized().scheme(), db});
+  }
+  return out;
 }
 
 }  // namespace diffq

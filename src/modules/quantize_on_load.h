@@ -30,4 +30,14 @@ struct QuantizationSummary {
 };
 QuantizationSummary summarize_quantization(const Module& m);
 
+// Signal-to-quantization-noise ratio of every quantized Linear weight of `quantized` against the
+// same-named dense weight of `reference`: 10 log10(sum w^2 / sum (w - dequantize(q))^2), in dB
+// (infinity when exact). Errors name a parameter missing from `reference` or of another shape.
+struct LayerSqnr {
+  std::string name;    // "transformer_blocks.0.attn.to_q.weight"
+  std::string scheme;  // the QuantizedWeight's scheme
+  double sqnr_db = 0;
+};
+std::vector<LayerSqnr> weight_sqnr(const Module& quantized, const Module& reference);
+
 }  // namespace diffq

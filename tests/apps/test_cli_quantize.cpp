@@ -7,7 +7,9 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
+#include <tuple>
 
 #include "cli_test_util.h"
 #include "io/safetensors.h"
@@ -76,6 +78,31 @@ INSTANTIATE_TEST_SUITE_P(Schemes, CliQuantize,
                              if (c == '-') c = '_';
                            return n;
                          });
+
+// --report: per-layer weight SQNR in the range each scheme's precision implies for Gaussian-like
+// weights (4-bit NF4 ~ 20 dB, int8 per row ~ 40 dB), and the latent error of a short generation.
+TEST(CliQuantizeReport, SqnrPerLayerAndOutputError) {
+  const fs::path dir = fs::temp_directory_path() / "diffq-cliq-report";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const auto& [q, lo, hi] : {std::tuple{"nf4", 15.0, 26.0}, std::tuple{"int8wo", 35.0, 50.0}}) {
+    const Result r = run_cli(dir, "quantize -m '" + kModel + "' -o " + q + " --quant " + q +
+                                      " --quantize transformer --dtype float32 --report --report-size 32");
+    ASSERT_EQ(r.status, 0) << r.out;
+    int layers = 0;
+    std::istringstream in(r.out);
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("| transformer | ", 0) != 0 || line.find("(lowest)") != std::string::npos) continue;
+      const double db = std::stod(line.substr(line.rfind('|', line.size() - 2) + 1));
+      EXPECT_GE(db, lo) << q << ": " << line;
+      EXPECT_LE(db, hi) << q << ": " << line;
+      ++layers;
+    }
+    EXPECT_EQ(layers, 50) << q << ": one row per quantized Linear of the tiny transformer\n" << r.out;
+    EXPECT_NE(r.out.find("final latents vs unquantized"), std::string::npos) << r.out;
+  }
+  fs::remove_all(dir);
+}
 
 TEST(CliQuantizeErrors, RefusesAndLeavesNothingBehind) {
   const fs::path dir = fs::temp_directory_path() / "diffq-cliq-errors";
