@@ -2,7 +2,6 @@
 // quantization, compile and offload as they land), the table the Diffusers documents judge by.
 // Each combination runs in a fresh worker process (this binary, `bench --worker`), so its peak RSS
 // is its own; the parent collects one JSON line per worker and prints a markdown table or --json.
-#include <sys/resource.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -23,6 +22,7 @@
 #include "modules/quantize_on_load.h"
 #include "modules/random_init.h"
 #include "quant/quant_method.h"
+#include "offload/os_memory.h"
 #include "pipelines/flux_pipeline.h"
 
 namespace diffq::cli {
@@ -88,12 +88,6 @@ std::pair<int64_t, int64_t> parse_size(const std::string& s) {
   }
   check(w > 0 && h > 0, "bench", "--size must be positive, got '", s, "'");
   return {w, h};
-}
-
-int64_t peak_rss_bytes() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return int64_t(u.ru_maxrss) * 1024;
 }
 
 nlohmann::json stats(std::vector<double> v) {
@@ -170,7 +164,7 @@ nlohmann::json run_worker(const BenchArgs& a) {
           {"load_s", load_s},
           {"latency_s", stats(latencies)},
           {"step_s", stats(steps)},
-          {"peak_rss_bytes", peak_rss_bytes()},
+          {"peak_rss_bytes", offload::peak_rss_bytes()},
           {"peak_alloc_bytes", memory_stats(Device::cpu()).peak_bytes},
           {"peak_device_bytes", nullptr}};
 }

@@ -1,6 +1,5 @@
 // diffq generate: text -> image with a Diffusers FluxPipeline folder (default: the bundled tiny
 // smoke-test pipeline tests/fixtures/tiny-flux, so the command works on a fresh clone).
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -19,6 +18,7 @@
 #include "offload/offload_spec.h"
 #include "offload/planner.h"
 #include "ops/ops.h"
+#include "offload/os_memory.h"
 #include "pipelines/flux_pipeline.h"
 #include "quant_options.h"
 
@@ -49,13 +49,6 @@ std::filesystem::path default_model() {
     if (std::filesystem::exists(p / "model_index.json")) return std::filesystem::weakly_canonical(p);
   }
   return "tests/fixtures/tiny-flux";
-}
-
-// The process's peak resident set size (getrusage: kilobytes on Linux).
-int64_t peak_rss_bytes() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return int64_t(u.ru_maxrss) * 1024;
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -180,7 +173,7 @@ void run(const GenerateArgs& a) {
                         {"height", height}, {"guidance", a.guidance}, {"dtype", a.dtype},
                         {"threads", num_threads()}, {"timings", timings},
                         {"peak_cpu_bytes", memory_stats(Device::cpu()).peak_bytes},
-                        {"peak_rss_bytes", peak_rss_bytes()},
+                        {"peak_rss_bytes", offload::peak_rss_bytes()},
                         {"quantization", pipe->quantization},
                         {"offload", offload_plan}};
     std::printf("%s\n", j.dump(2).c_str());
@@ -190,7 +183,7 @@ void run(const GenerateArgs& a) {
   if (a.stats)
     std::fprintf(stderr, "stats: peak allocator (cpu) %s, peak RSS %s\n",
                  io::format_bytes(memory_stats(Device::cpu()).peak_bytes).c_str(),
-                 io::format_bytes(uint64_t(peak_rss_bytes())).c_str());
+                 io::format_bytes(uint64_t(offload::peak_rss_bytes())).c_str());
 }
 
 }  // namespace
