@@ -1,8 +1,10 @@
 #include <array>
+#include <chrono>
 #include <mutex>
 
 #include "diffq/error.h"
 #include "ops/op.h"
+#include "ops/op_profile.h"
 #include "ops/trace.h"
 
 namespace diffq::backend::cpu {
@@ -70,6 +72,14 @@ Tensor execute(const OpCall& call) {
 #endif
   check(fn != nullptr, op_name(call.kind), "no kernel for device ", where.str(),
         " in this build of diffq");
+  if (op_profile_enabled()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    Tensor out = Tensor::empty(meta.shape, meta.dtype, meta.device);
+    if (out.numel() > 0) fn(call, out);
+    op_profile_record(call.kind, meta.dtype,
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    return out;
+  }
   Tensor out = Tensor::empty(meta.shape, meta.dtype, meta.device);
   if (out.numel() > 0) fn(call, out);
   return out;

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -135,6 +136,25 @@ TEST_F(CliGenerate, BadInputIsAClearErrorAndWritesNothing) {
     EXPECT_FALSE(fs::exists(dir_ / "out.png")) << b.args;
   }
   EXPECT_TRUE(fs::is_empty(dir_));  // no temp files left behind either
+}
+
+}  // namespace
+
+namespace {
+
+TEST_F(CliGenerate, OpProfileIsPrintedOnlyWhenAskedFor) {
+  const std::string args = "generate -p 'a red fox' -o fox.png --steps 1 --width 32 --height 32";
+  const Result plain = run_cli(dir_, args);
+  ASSERT_EQ(plain.status, 0) << plain.out;
+  EXPECT_EQ(plain.out.find("op profile"), std::string::npos) << plain.out;
+  ::setenv("DIFFQ_PROFILE_OPS", "1", 1);
+  const Result profiled = run_cli(dir_, args);
+  ::unsetenv("DIFFQ_PROFILE_OPS");
+  ASSERT_EQ(profiled.status, 0) << profiled.out;
+  EXPECT_NE(profiled.out.find("op profile (DIFFQ_PROFILE_OPS)"), std::string::npos) << profiled.out;
+  // The tiny pipeline's forward runs linear layers (transformer, encoders) and the VAE's convolutions.
+  EXPECT_NE(profiled.out.find("linear float32"), std::string::npos) << profiled.out;
+  EXPECT_NE(profiled.out.find("conv2d float32"), std::string::npos) << profiled.out;
 }
 
 }  // namespace

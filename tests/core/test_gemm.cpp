@@ -123,3 +123,27 @@ TEST(Gemm, OneAndTwoThreadsAgree) {
   }
   cpu::set_num_threads(0);
 }
+
+// sgemm splits C over the pool's threads (along the longer side, at multiples of 16), uneven splits
+// included: every thread count gives the reference result, and the same thread count gives the same
+// bits on every call (the split is static). Different thread counts may differ in the last bits
+// (OpenBLAS's edge kernels sum in another order), as with any threaded BLAS.
+TEST(Gemm, ThreadSplitsAreRightAndDeterministic) {
+  const Case cases[] = {{false, true, 300, 47, 200}, {true, false, 47, 300, 200},
+                        {false, false, 1000, 17, 64}, {true, true, 33, 1000, 40}};
+  for (const int t : {1, 2, 3}) {
+    cpu::set_num_threads(t);
+    for (const auto& cs : cases) {
+      check_case(cs, false, 1.0f, 0.0f);
+      const int64_t a_rows = cs.ta ? cs.k : cs.m, a_cols = cs.ta ? cs.m : cs.k;
+      const int64_t b_rows = cs.tb ? cs.n : cs.k, b_cols = cs.tb ? cs.k : cs.n;
+      const auto a = random_vec(size_t(a_rows * a_cols), 5), b = random_vec(size_t(b_rows * b_cols), 6);
+      std::vector<float> c1(size_t(cs.m * cs.n)), c2(c1.size());
+      for (auto* c : {&c1, &c2})
+        cpu::sgemm(cs.ta, cs.tb, cs.m, cs.n, cs.k, 1.f, a.data(), a_cols, b.data(), b_cols, 0.f, c->data(), cs.n);
+      EXPECT_EQ(std::memcmp(c1.data(), c2.data(), c1.size() * 4), 0)
+          << t << " threads, m=" << cs.m << " n=" << cs.n << " k=" << cs.k;
+    }
+  }
+  cpu::set_num_threads(0);
+}

@@ -257,6 +257,11 @@ inline void rope_attention_cases(Table& t) {
                  Gen::mask_add)}, sd(0), 1e-4);
   t.add("sdpa", {I({2, 2, 7, 8}), I({2, 2, 9, 8}), I({2, 2, 9, 8}),
                  I({2, 1, 7, 9}, DType::boolean, C, Gen::mask_bool)}, sd(0), 1e-4);
+  // More keys than one tile (2048): the online-softmax rescaling across key blocks; several query
+  // tiles per head run on different threads.
+  t.add("sdpa", {I({2, 2, 130, 16}), I({2, 2, 2100, 16}), I({2, 2, 2100, 16})}, sd(0), 1e-4);
+  t.add("sdpa", {I({1, 2, 3, 8}), I({1, 2, 2100, 8}), I({1, 2, 2100, 8}),
+                 I({3, 2100}, f32, C, Gen::mask_add)}, sd(0), 1e-4);
   t.add("sdpa", {I({1, 3, 33, 64}, bf16), I({1, 3, 40, 64}, bf16), I({1, 3, 40, 64}, bf16)}, sd(0),
         1e-2);
   t.add("sdpa", {I({1, 3, 9, 16}, f32, C, Gen::wide), I({1, 3, 9, 16}, f32, C, Gen::wide),

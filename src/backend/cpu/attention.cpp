@@ -79,8 +79,11 @@ HWY_EXPORT(ScaleRow);
 
 namespace {
 
-constexpr int64_t kBq = 128;  // query rows per block
-constexpr int64_t kBk = 256;  // keys per block
+// Tiles: 128 query rows x up to 2048 keys (one pass over K/V for sequences up to 2048, so no rescaling
+// of O). Measured on the 2-core EPYC (docs/benchmarks.md "FLUX on the CPU"): 128 x 256, 64 x 512,
+// 32/64/256 x 2048 were all within noise of this choice; the gain is from running tiles in parallel.
+constexpr int64_t kBq = 128;   // query rows per block
+constexpr int64_t kBk = 2048;  // keys per block
 
 // One head's [rows, cols] matrix of a [B, H, S, D] tensor as f32 with row stride ld: in place when
 // it is f32 with unit column stride, else gathered into `buf`.
@@ -121,67 +124,74 @@ void sdpa_kernel(const OpCall& c, Tensor& out) {
   const int64_t oes = int64_t(dtype_size(ot));
   auto* dst = static_cast<uint8_t*>(out.data_ptr());
   const int64_t bq_max = std::min(kBq, Sq), bk_max = std::min(kBk, Sk);
-  auto S = alloc_f32(bq_max * bk_max), O = alloc_f32(bq_max * Dv);
-  auto M = alloc_f32(bq_max), L = alloc_f32(bq_max);
-  auto mask_buf = alloc_f32(mask.defined() ? bq_max * bk_max : 1);
-  HeadMatrix Q, K, V;
+  const int64_t q_blocks = (Sq + kBq - 1) / kBq;
 
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < H; ++h) {
-      Q.bind(q, b, h);
-      K.bind(k, b, h);
-      V.bind(v, b, h);
-      for (int64_t i0 = 0; i0 < Sq; i0 += kBq) {
-        const int64_t bq = std::min(kBq, Sq - i0);
-        for (int64_t i = 0; i < bq; ++i) {
-          M[i] = -INFINITY;
-          L[i] = 0.f;
+  // Tiles (batch, head, block of query rows) are independent: the pool takes them in contiguous runs,
+  // each worker with its own buffers (a nested parallel_for or sgemm runs inline on that worker).
+  parallel_for(B * H * q_blocks, 1, [&](int64_t t0, int64_t t1) {
+    auto S = alloc_f32(bq_max * bk_max), O = alloc_f32(bq_max * Dv);
+    auto M = alloc_f32(bq_max), L = alloc_f32(bq_max);
+    auto mask_buf = alloc_f32(mask.defined() ? bq_max * bk_max : 1);
+    HeadMatrix Q, K, V;
+    int64_t bound = -1;
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t bh = t / q_blocks, b = bh / H, h = bh % H, i0 = (t % q_blocks) * kBq;
+      if (bh != bound) {
+        Q.bind(q, b, h);
+        K.bind(k, b, h);
+        V.bind(v, b, h);
+        bound = bh;
+      }
+      const int64_t bq = std::min(kBq, Sq - i0);
+      for (int64_t i = 0; i < bq; ++i) {
+        M[i] = -INFINITY;
+        L[i] = 0.f;
+      }
+      std::fill(O.get(), O.get() + bq * Dv, 0.f);
+      for (int64_t j0 = 0; j0 < Sk; j0 += kBk) {
+        const int64_t bk = std::min(kBk, Sk - j0);
+        // S[bq, bk] = Q[i0:, :] @ K[j0:, :]^T
+        if (D > 0) {
+          sgemm(false, true, bq, bk, D, 1.f, Q.p + i0 * Q.ld, Q.ld, K.p + j0 * K.ld, K.ld, 0.f, S.get(), bk);
+        } else {
+          std::fill(S.get(), S.get() + bq * bk, 0.f);
         }
-        std::fill(O.get(), O.get() + bq * Dv, 0.f);
-        for (int64_t j0 = 0; j0 < Sk; j0 += kBk) {
-          const int64_t bk = std::min(kBk, Sk - j0);
-          // S[bq, bk] = Q[i0:, :] @ K[j0:, :]^T
-          if (D > 0) {
-            sgemm(false, true, bq, bk, D, 1.f, Q.p + i0 * Q.ld, Q.ld, K.p + j0 * K.ld, K.ld, 0.f, S.get(), bk);
-          } else {
-            std::fill(S.get(), S.get() + bq * bk, 0.f);
-          }
-          parallel_for(bq, std::max<int64_t>(1, 4096 / bk), [&](int64_t r0, int64_t r1) {
-            for (int64_t i = r0; i < r1; ++i) {
-              const float* add = nullptr;
-              if (mask.defined()) {
-                float* mrow = mask_buf.get() + i * bk;
-                const int64_t mo = mask.offset() + b * mstrides[0] + h * mstrides[1] +
-                                   (i0 + i) * mstrides[2] + j0 * mstrides[3];
-                load_f32(elem_ptr(mask, mo), mask.dtype(), mstrides[3], mrow, bk);
-                if (bool_mask)
-                  for (int64_t j = 0; j < bk; ++j) mrow[j] = mrow[j] != 0.f ? 0.f : -INFINITY;
-                add = mrow;
-              }
-              float sum = 0.f;
-              const float m_old = M[i];
-              const float m_new = HWY_DYNAMIC_DISPATCH(OnlineSoftmaxRow)(S.get() + i * bk, bk, scale, add, m_old, &sum);
-              if (m_new == -INFINITY) continue;  // nothing attended yet in this row
-              const float alpha = m_old == -INFINITY ? 0.f : std::exp(m_old - m_new);
-              M[i] = m_new;
-              L[i] = L[i] * alpha + sum;
-              if (alpha != 1.f) HWY_DYNAMIC_DISPATCH(ScaleRow)(O.get() + i * Dv, Dv, alpha);
-            }
-          });
-          // O[bq, Dv] += P[bq, bk] @ V[j0:, :]
-          sgemm(false, false, bq, Dv, bk, 1.f, S.get(), bk, V.p + j0 * V.ld, V.ld, 1.f, O.get(), Dv);
-        }
-        // out = O / l, rounded to the output dtype.
-        parallel_for(bq, std::max<int64_t>(1, 4096 / std::max<int64_t>(Dv, 1)), [&](int64_t r0, int64_t r1) {
+        parallel_for(bq, std::max<int64_t>(1, 4096 / bk), [&](int64_t r0, int64_t r1) {
           for (int64_t i = r0; i < r1; ++i) {
-            float* row = O.get() + i * Dv;
-            HWY_DYNAMIC_DISPATCH(ScaleRow)(row, Dv, 1.f / L[i]);  // l = 0 (all masked): NaN, as torch
-            const int64_t o = ((b * H + h) * Sq + i0 + i) * Dv;
-            store_f32(row, dst + o * oes, ot, Dv);
+            const float* add = nullptr;
+            if (mask.defined()) {
+              float* mrow = mask_buf.get() + i * bk;
+              const int64_t mo = mask.offset() + b * mstrides[0] + h * mstrides[1] +
+                                 (i0 + i) * mstrides[2] + j0 * mstrides[3];
+              load_f32(elem_ptr(mask, mo), mask.dtype(), mstrides[3], mrow, bk);
+              if (bool_mask)
+                for (int64_t j = 0; j < bk; ++j) mrow[j] = mrow[j] != 0.f ? 0.f : -INFINITY;
+              add = mrow;
+            }
+            float sum = 0.f;
+            const float m_old = M[i];
+            const float m_new = HWY_DYNAMIC_DISPATCH(OnlineSoftmaxRow)(S.get() + i * bk, bk, scale, add, m_old, &sum);
+            if (m_new == -INFINITY) continue;  // nothing attended yet in this row
+            const float alpha = m_old == -INFINITY ? 0.f : std::exp(m_old - m_new);
+            M[i] = m_new;
+            L[i] = L[i] * alpha + sum;
+            if (alpha != 1.f) HWY_DYNAMIC_DISPATCH(ScaleRow)(O.get() + i * Dv, Dv, alpha);
           }
         });
+        // O[bq, Dv] += P[bq, bk] @ V[j0:, :]
+        sgemm(false, false, bq, Dv, bk, 1.f, S.get(), bk, V.p + j0 * V.ld, V.ld, 1.f, O.get(), Dv);
       }
+      // out = O / l, rounded to the output dtype.
+      parallel_for(bq, std::max<int64_t>(1, 4096 / std::max<int64_t>(Dv, 1)), [&](int64_t r0, int64_t r1) {
+        for (int64_t i = r0; i < r1; ++i) {
+          float* row = O.get() + i * Dv;
+          HWY_DYNAMIC_DISPATCH(ScaleRow)(row, Dv, 1.f / L[i]);  // l = 0 (all masked): NaN, as torch
+          const int64_t o = ((b * H + h) * Sq + i0 + i) * Dv;
+          store_f32(row, dst + o * oes, ot, Dv);
+        }
+      });
     }
+  });
 }
 
 }  // namespace

@@ -18,14 +18,26 @@ namespace diffq::backend::cpu {
 
 namespace {
 
-void sync_blas_threads() {
-  static int configured = -1;
-  const int n = num_threads();
-  if (n != configured) {
-    openblas_set_num_threads(n);
-    configured = n;
-  }
+// OpenBLAS runs single-threaded; sgemm splits C over diffq's own pool instead. Measured: OpenBLAS's
+// own threads scale 1.3-1.5x from 1 to 2 cores here and spin against diffq's pool between calls
+// (docs/benchmarks.md "CPU GEMM"); one pool for everything avoids both.
+void blas_single_threaded() {
+  static const bool done = [] {
+    openblas_set_num_threads(1);
+    return true;
+  }();
+  (void)done;
 }
+
+void blas_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+              int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+}
+
+// Below this many multiply-adds a GEMM runs on the calling thread.
+constexpr double kParallelMacs = 1 << 18;
 
 // Elements per widened operand block (16 MiB of f32).
 constexpr int64_t kBlockElems = int64_t(1) << 22;
@@ -91,9 +103,30 @@ int64_t widen_block(const uint16_t* x, int64_t ldx, bool rows_are_rows, int64_t 
 void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m <= 0 || n <= 0) return;
-  sync_blas_threads();
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-              int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+  blas_single_threaded();
+  const int threads = num_threads();
+  if (threads == 1 || in_parallel_region() || double(m) * double(n) * double(k) < kParallelMacs) {
+    blas_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  // One part of C per thread, split along its longer side at multiples of 16. The split is static,
+  // so a given thread count always gives the same bits.
+  const bool split_n = n >= m;
+  const int64_t len = split_n ? n : m;
+  const int64_t parts = std::min<int64_t>(threads, (len + 15) / 16);
+  auto edge = [&](int64_t p) { return p == parts ? len : (len * p / parts) / 16 * 16; };
+  parallel_for(parts, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t x0 = edge(p), x1 = edge(p + 1);
+      if (x1 <= x0) continue;
+      if (split_n)
+        blas_sgemm(trans_a, trans_b, m, x1 - x0, k, alpha, a, lda, trans_b ? b + x0 * ldb : b + x0, ldb,
+                   beta, c + x0, ldc);
+      else
+        blas_sgemm(trans_a, trans_b, x1 - x0, n, k, alpha, trans_a ? a + x0 : a + x0 * lda, lda, b, ldb,
+                   beta, c + x0 * ldc, ldc);
+    }
+  });
 }
 
 void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,

@@ -116,6 +116,8 @@ Pool& pool() {
 
 int num_threads() { return pool().size(); }
 
+bool in_parallel_region() { return t_in_parallel; }
+
 void set_num_threads(int n) {
   std::lock_guard<std::mutex> l(g_pool_mutex);
   g_requested = n;

@@ -11,5 +11,7 @@ int num_threads();
 void set_num_threads(int n);  // n <= 0: back to the default
 // f(begin, end) is called on disjoint ranges covering [0, n); runs inline when n < 2*grain or one thread.
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& f);
+// True on a thread that is running a parallel_for body (a nested parallel_for runs inline there).
+bool in_parallel_region();
 
 }  // namespace diffq::backend::cpu
