@@ -23,6 +23,7 @@ def main():
     peer = {r["combo"]: r for r in (json.loads(l) for l in open(a.peer_jsonl) if l.strip())}
     print(f"model {diffq[0]['model']}, {diffq[0]['size']}, {diffq[0]['steps']} steps, {diffq[0]['threads']} threads; "
           f"peer: {next(iter(peer.values()))['engine'] if peer else '-'}")
+    notes = []
     print()
     print("| combination | diffq s/step | Diffusers s/step | step speed-up | diffq latency s | Diffusers latency s |"
           " latency speed-up | diffq peak RSS GiB | Diffusers peak RSS GiB | RSS ratio |")
@@ -30,6 +31,9 @@ def main():
     for d in diffq:
         p = peer.get(d["combo"])
         ds, dl = d["step_s"]["median"], d["latency_s"]["median"]
+        if p and "error" in p:
+            notes.append(f"- {d['combo']}: the peer cannot run it ({p['error']})")
+            p = None
         if p:
             ps, pl = p["step_s"]["median"], p["latency_s"]["median"]
             print(f"| {d['combo']} | {ds:.3f} | {ps:.3f} | {ps / ds:.2f}x | {dl:.3f} | {pl:.3f} | {pl / dl:.2f}x | "
@@ -37,6 +41,9 @@ def main():
                   f"{d['peak_rss_bytes'] / p['peak_rss_bytes']:.2f} |")
         else:
             print(f"| {d['combo']} | {ds:.3f} | - | - | {dl:.3f} | - | - | {gib(d['peak_rss_bytes'])} | - | - |")
+    if notes:
+        print()
+        print("\n".join(notes))
     if a.out:
         with open(a.out, "w") as f:
             json.dump({"command": a.command, "date": time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime()),

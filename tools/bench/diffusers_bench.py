@@ -6,7 +6,17 @@ per-denoising-step times from callback_on_step_end, load time, peak RSS of this 
 Models: builtin:flux-small / builtin:flux-dev-shape (the same configs as src/models/flux/flux_builtin.cpp,
 random weights created directly in the combination's dtype, no text encoders or VAE: prompt embeddings
 are random, output_type "latent") or a FluxPipeline folder (full pipeline from the prompt).
-Combinations: fp32, bf16, fp16 (more as diffq's bench learns them).
+Combinations: a dtype (fp32, bf16, fp16) joined with "+" to at most one quantization scheme and one offload
+mode, as diffq bench spells them:
+- torchao schemes (int8wo, int8dq, int4wo, fp8wo, fp8dq): torchao's quantize_ on the transformer's Linear
+  layers with the config class Diffusers' TorchAoConfig names (what Diffusers runs while loading);
+- quanto-int8/int4/int2/fp8: optimum-quanto's quantize + freeze on the transformer (Diffusers' QuantoConfig);
+- bitsandbytes (nf4, fp4, int8) and GGUF (q8_0, q4_K, ...): not runnable by Diffusers on a CPU-only machine
+  (bitsandbytes' Diffusers integration needs CUDA; GGUF needs a pre-made GGUF file): reported as an error row;
+- group-offload[:N], leaf-offload, disk-offload: Diffusers' group offloading of the transformer with
+  onload_device=cpu and offload_to_disk_path (diffq's CPU offload modes also keep the weights on disk);
+  model-offload / sequential-offload: Diffusers' enable_model_cpu_offload / enable_sequential_cpu_offload.
+A combination the peer cannot run prints {"combo", "engine", "error"} instead of timings.
 Run with tools/.venv/bin/python (bench/compare.sh does).
 """
 from __future__ import annotations
@@ -27,10 +37,21 @@ SCHEDULER = dict(shift=3.0, use_dynamic_shifting=True, base_shift=0.5, max_shift
                  max_image_seq_len=4096)
 
 
+TORCHAO = {"int8wo": "Int8WeightOnlyConfig", "int8dq": "Int8DynamicActivationInt8WeightConfig",
+           "int4wo": "Int4WeightOnlyConfig", "fp8wo": "Float8WeightOnlyConfig",
+           "fp8dq": "Float8DynamicActivationFloat8WeightConfig"}
+NOT_ON_CPU = {"nf4", "fp4", "int8"}  # bitsandbytes through Diffusers needs CUDA
+OFFLOAD = ("model", "sequential", "group", "leaf", "disk")
+
+
+class Unsupported(Exception):
+    pass
+
+
 def parse_combo(text: str):
     import torch
 
-    dtype = torch.float32
+    dtype, quant, offload = torch.float32, None, None
     for tok in [t.strip() for t in text.split("+") if t.strip()]:
         if tok in ("fp32", "f32", "float32"):
             dtype = torch.float32
@@ -38,9 +59,42 @@ def parse_combo(text: str):
             dtype = torch.bfloat16
         elif tok in ("fp16", "f16", "float16"):
             dtype = torch.float16
+        elif "-offload" in tok and tok.split("-offload")[0] in OFFLOAD:
+            mode, _, n = tok.partition("-offload")
+            offload = (mode, int(n[1:]) if n.startswith(":") else 1)
         else:
-            raise SystemExit(f"combination '{text}': '{tok}' is not supported by this peer yet")
-    return dtype
+            quant = tok
+    return dtype, quant, offload
+
+
+def quantize_transformer(transformer, quant: str, dtype):
+    """Quantizes the transformer in place as Diffusers' quantizer for that backend does while loading."""
+    if quant in TORCHAO:
+        import torchao.quantization as tq
+
+        tq.quantize_(transformer, getattr(tq, TORCHAO[quant])())
+    elif quant.startswith("quanto-"):
+        from optimum import quanto
+
+        w = {"int8": quanto.qint8, "int4": quanto.qint4, "int2": quanto.qint2, "fp8": quanto.qfloat8}[quant[7:]]
+        quanto.quantize(transformer, weights=w)
+        quanto.freeze(transformer)
+    elif quant in NOT_ON_CPU:
+        raise Unsupported(f"{quant}: Diffusers' bitsandbytes integration needs a CUDA GPU")
+    else:
+        raise Unsupported(f"{quant}: Diffusers loads GGUF only from a GGUF file (it cannot quantize to GGUF)")
+
+
+def apply_offload(pipe, offload, tmpdir: str):
+    mode, n = offload
+    if mode == "model":
+        pipe.enable_model_cpu_offload(device="cpu")
+    elif mode == "sequential":
+        pipe.enable_sequential_cpu_offload(device="cpu")
+    else:
+        pipe.transformer.enable_group_offload(
+            onload_device="cpu", offload_type="leaf_level" if mode == "leaf" else "block_level",
+            num_blocks_per_group=None if mode == "leaf" else n, use_stream=False, offload_to_disk_path=tmpdir)
 
 
 def stats(v):
@@ -61,14 +115,29 @@ def main() -> None:
     a = ap.parse_args()
 
     import torch
-    from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
     from diffusers.utils import logging as dlog
 
     dlog.set_verbosity_error()
     if a.threads > 0:
         torch.set_num_threads(a.threads)
-    dtype = parse_combo(a.combo)
+    dtype, quant, offload = parse_combo(a.combo)
     width, height = (int(x) for x in a.size.split("x"))
+    engine = f"diffusers {__import__('diffusers').__version__} / torch {torch.__version__}"
+    try:
+        result = run(a, dtype=dtype, quant=quant, offload=offload, width=width, height=height)
+    except Exception as e:  # noqa: BLE001 - any failure of the peer is reported, not fatal to compare.sh
+        print(json.dumps({"combo": a.combo, "engine": engine, "error": f"{type(e).__name__}: {e}"[:300]}))
+        return
+    result.update(combo=a.combo, engine=engine)
+    print(json.dumps(result))
+
+
+def run(a, dtype, quant, offload, width, height):
+    import shutil
+    import tempfile
+
+    import torch
+    from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
 
     t0 = time.perf_counter()
     kwargs = {}
@@ -80,6 +149,8 @@ def main() -> None:
         transformer = FluxTransformer2DModel(patch_size=1, in_channels=64, joint_attention_dim=4096,
                                              pooled_projection_dim=768, guidance_embeds=True, **cfg).eval()
         torch.set_default_dtype(torch.float32)
+        if quant:
+            quantize_transformer(transformer, quant, dtype)
         pipe = FluxPipeline(scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULER), vae=None, text_encoder=None,
                             tokenizer=None, text_encoder_2=None, tokenizer_2=None, transformer=transformer)
         g = torch.Generator("cpu").manual_seed(1)
@@ -87,8 +158,13 @@ def main() -> None:
                       pooled_prompt_embeds=torch.randn(1, 768, generator=g).to(dtype), output_type="latent")
     else:
         pipe = FluxPipeline.from_pretrained(a.model, torch_dtype=dtype)
+        if quant:
+            quantize_transformer(pipe.transformer, quant, dtype)
         kwargs.update(prompt=a.prompt)
     pipe.set_progress_bar_config(disable=True)
+    tmpdir = tempfile.mkdtemp(prefix="diffusers-offload-")
+    if offload:
+        apply_offload(pipe, offload, tmpdir)
     load_s = time.perf_counter() - t0
 
     latencies, steps = [], []
@@ -109,12 +185,11 @@ def main() -> None:
                  guidance_scale=3.5, generator=torch.Generator("cpu").manual_seed(0), callback_on_step_end=on_step)
             if timed:
                 latencies.append(time.perf_counter() - start)
-    print(json.dumps({
-        "combo": a.combo, "engine": f"diffusers {__import__('diffusers').__version__} / torch {torch.__version__}",
-        "model": a.model, "dtype": str(dtype).replace("torch.", ""), "size": a.size, "steps": a.steps,
-        "threads": torch.get_num_threads(), "load_s": load_s, "latency_s": stats(latencies), "step_s": stats(steps),
-        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "peak_alloc_bytes": None,
-        "peak_device_bytes": None}))
+    shutil.rmtree(tmpdir, ignore_errors=True)
+    return {"model": a.model, "dtype": str(dtype).replace("torch.", ""), "size": a.size, "steps": a.steps,
+            "threads": torch.get_num_threads(), "load_s": load_s, "latency_s": stats(latencies),
+            "step_s": stats(steps), "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            "peak_alloc_bytes": None, "peak_device_bytes": None}
 
 
 if __name__ == "__main__":
