@@ -30,6 +30,8 @@ import time
 BUILTIN = {
     "flux-small": dict(num_layers=4, num_single_layers=8, num_attention_heads=12, attention_head_dim=64,
                        axes_dims_rope=(8, 28, 28), text_tokens=128),
+    "flux-medium": dict(num_layers=16, num_single_layers=24, num_attention_heads=12, attention_head_dim=64,
+                        axes_dims_rope=(8, 28, 28), text_tokens=128),
     "flux-dev-shape": dict(num_layers=19, num_single_layers=38, num_attention_heads=24, attention_head_dim=128,
                            axes_dims_rope=(16, 56, 56), text_tokens=512),
 }

@@ -2,6 +2,8 @@
 // config and the matching scheduler config. Weights come from init_parameters_randn.
 //   flux-small      12 heads x 64 (inner 768), 4 double + 8 single blocks, T5 width 4096, pooled 768,
 //                   guidance embedding: a FLUX.1-dev-shaped model small enough for CPU timing.
+//   flux-medium     flux-small's widths with 16 double + 24 single blocks (1.12 GB in bf16): CPU offload
+//                   benchmarks, which want weights of at least 1 GB.
 //   flux-dev-shape  FLUX.1-dev's exact transformer config (19 + 38 blocks, 24 x 128): GPU timing.
 #pragma once
 
