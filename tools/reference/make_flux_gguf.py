@@ -25,7 +25,7 @@ import json
 
 import numpy as np
 
-from _common import FIXTURES, deterministic, dir_size, fresh_dir, save_tensors
+from _common import FIXTURES, deterministic, dir_size, save_tensors
 from make_flux_single_file import PREFIX, diffusers_converter, to_bfl
 from make_quant_gguf import ggml_quantize
 
@@ -141,7 +141,9 @@ def main() -> None:
     cfg = json.loads((src_dir / "config.json").read_text())
     sd = load_file(str(src_dir / "diffusion_pytorch_model.safetensors"))
     bfl = to_bfl(sd, cfg["num_layers"], cfg["num_single_layers"])
-    out_dir = fresh_dir(FIXTURES / "tiny-flux-gguf")
+    out_dir = FIXTURES / "tiny-flux-gguf"  # not cleared: check_flux_gguf.py's results live here too
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / FILE).unlink(missing_ok=True)
     types = write_gguf(out_dir / FILE, bfl)
 
     ref = load_file(str(FIXTURES / "tiny-flux" / "reference" / "transformer_forward.safetensors"))
