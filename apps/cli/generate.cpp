@@ -222,8 +222,8 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--max-host-memory", a->max_host_memory, "host RAM budget for offloaded weights (GPU runs)");
   cmd->add_flag("--stats", a->stats, "print the allocator's peak and the process's peak RSS");
   cmd->add_option("--transformer", a->transformer_file,
-                  "single-file FLUX transformer (.safetensors, BFL/ComfyUI or Diffusers naming) replacing the "
-                  "folder's");
+                  "single-file FLUX transformer (.safetensors in BFL/ComfyUI or Diffusers naming, or a BFL-named "
+                  ".gguf) replacing the folder's");
   cmd->add_option("--latents", a->latents_in, "initial packed latents (safetensors, key 'latents')");
   cmd->add_option("--output-latents", a->latents_out, "also write the final packed latents (safetensors)");
   cmd->add_option("--threads", a->threads, "CPU threads (default: DIFFQ_NUM_THREADS, else all)")->check(CLI::Range(1, 1024));

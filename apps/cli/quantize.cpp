@@ -1,6 +1,7 @@
 // diffq quantize: a Diffusers FluxPipeline folder -> the same folder with the chosen components saved
 // pre-quantized (each backend's own layout + quantization_config), so that `diffq generate -m out` (and
-// Diffusers with the backend's library) loads it without quantization flags.
+// Diffusers with the backend's library) loads it without quantization flags. `--format gguf` instead
+// writes the FLUX transformer as one BFL-named GGUF file (models/flux/flux_single_file_gguf.h).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include "commands.h"
 #include "diffq/error.h"
 #include "io/mapped_file.h"
+#include "models/flux/flux_single_file_gguf.h"
 #include "modules/quantize_on_load.h"
 #include "pipelines/flux_pipeline.h"
 #include "pipelines/save_quantized.h"
@@ -20,6 +22,7 @@ namespace diffq::cli {
 namespace {
 struct QuantizeArgs {
   std::string model, output, quant, quant_config, quantize, dtype = "bfloat16";
+  std::string format = "diffusers", type, transformer_file;
   bool report = false;
   std::string report_prompt = "a photo of a cat";
   uint64_t seed = 0;
@@ -63,10 +66,41 @@ void print_report(const QuantizeArgs& a, FluxPipeline& q, DType dtype) {
   std::fflush(stdout);  // before the stderr summary: whole lines when both go to one pipe
 }
 
+// --format gguf: the transformer (the folder's, or --transformer's file) as one BFL-named GGUF file.
+void run_gguf(const QuantizeArgs& a, DType dtype) {
+  check(!a.type.empty(), "quantize", "--format gguf needs --type (", quant::gguf::supported_type_names(), ")");
+  const auto type = quant::gguf::parse_type(a.type);
+  check(type.has_value(), "quantize", "--type '", a.type, "' is not a GGUF type diffq writes (",
+        quant::gguf::supported_type_names(), ")");
+  check(a.quant.empty() && a.quant_config.empty() && !a.report, "quantize",
+        "--format gguf takes --type, not --quant / --quant-config / --report");
+  check(a.quantize.empty() || a.quantize == "transformer", "quantize", "--format gguf writes only the FLUX transformer; '",
+        a.quantize, "' is not (GGUF single files hold one FluxTransformer2DModel)");
+  const std::filesystem::path out(a.output);
+  check(out.extension() == ".gguf", "quantize", "--format gguf writes a .gguf file, got -o ", a.output);
+  check(!std::filesystem::exists(out), "quantize", a.output, " already exists");
+  FluxPipelineLoadOptions lo;
+  lo.load_text_encoders = false;
+  lo.transformer_file = a.transformer_file;
+  auto pipe = FluxPipeline::from_pretrained(a.model, dtype, lo);
+  const std::string name = std::filesystem::path(a.transformer_file.empty() ? a.model : a.transformer_file)
+                               .filename().replace_extension().string();
+  const auto rep = models::flux::save_flux_gguf(*pipe->transformer, out, *type, name);
+  std::string types;
+  for (const auto& [t, n] : rep.tensors_per_type) types += (types.empty() ? "" : ", ") + std::to_string(n) + " " + t;
+  std::fprintf(stderr, "transformer: gguf %s, %lld tensors (%s), %s\nwrote %s\n",
+               std::string(quant::gguf::find_type(*type)->name()).c_str(), (long long)rep.tensors, types.c_str(),
+               io::format_bytes(rep.file_bytes).c_str(), a.output.c_str());
+}
+
 void run(const QuantizeArgs& a) {
   const DType dtype = parse_dtype(a.dtype);
   check(dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16, "quantize",
         "--dtype must be float32, bfloat16 or float16, got '", a.dtype, "'");
+  check(a.format == "diffusers" || a.format == "gguf", "quantize", "--format must be diffusers or gguf, got '",
+        a.format, "'");
+  if (a.format == "gguf") return run_gguf(a, dtype);
+  check(a.type.empty() && a.transformer_file.empty(), "quantize", "--type and --transformer go with --format gguf");
   FluxPipelineLoadOptions lo;
   lo.quantization_config = cli_quantization_config(a.quant, a.quant_config, a.quantize, std::string(dtype_name(dtype)));
   check(lo.quantization_config.has_value(), "quantize", "give --quant <scheme> or --quant-config <file.json>");
@@ -85,9 +119,15 @@ void run(const QuantizeArgs& a) {
 
 void add_quantize_command(CLI::App& app) {
   auto a = std::make_shared<QuantizeArgs>();
-  auto* cmd = app.add_subcommand("quantize", "Write a pre-quantized copy of a FLUX.1 Diffusers pipeline folder");
+  auto* cmd = app.add_subcommand("quantize", "Write a pre-quantized copy of a FLUX.1 Diffusers pipeline folder, or its transformer as one GGUF file");
   cmd->add_option("-m,--model", a->model, "source Diffusers FluxPipeline folder")->required();
-  cmd->add_option("-o,--output", a->output, "new folder (must not exist)")->required();
+  cmd->add_option("-o,--output", a->output, "new folder, or .gguf file with --format gguf (must not exist)")->required();
+  cmd->add_option("--format", a->format,
+                  "diffusers (default: a pre-quantized Diffusers folder) or gguf (the transformer as one BFL-named "
+                  "GGUF file, as city96's FLUX.1-dev-gguf)");
+  cmd->add_option("--type", a->type, "GGUF type for --format gguf: q8_0, q4_0, q4_1, q5_0, q5_1, q2_K ... q6_K, iq4_nl, iq4_xs, f16, bf16");
+  cmd->add_option("--transformer", a->transformer_file,
+                  "with --format gguf: convert this single-file transformer (.safetensors/.gguf) instead of the folder's");
   cmd->add_option("--quant", a->quant, "scheme shorthand (see `diffq generate --help`)");
   cmd->add_option("--quant-config", a->quant_config, "PipelineQuantizationConfig JSON file");
   cmd->add_option("--quantize", a->quantize, "components for --quant, comma-separated (default: all)");

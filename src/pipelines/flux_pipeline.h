@@ -93,9 +93,9 @@ struct FluxOutput {
 
 struct FluxPipelineLoadOptions {
   bool load_text_encoders = true;  // CLIP (text_encoder) and T5 (text_encoder_2) when present
-  // A single-file transformer (BFL/ComfyUI or Diffusers naming, .safetensors) replacing the folder's
-  // transformer component; its config is inferred from the weights, the rest from the folder's
-  // transformer/config.json when present (Diffusers' from_single_file(..., config=folder)).
+  // A single-file transformer (.safetensors in BFL/ComfyUI or Diffusers naming, or a BFL-named .gguf)
+  // replacing the folder's transformer component; its config is inferred from the weights, the rest
+  // from the folder's transformer/config.json when present (Diffusers' from_single_file(..., config=folder)).
   std::filesystem::path transformer_file = {};
   // Pipeline-level quantization (Diffusers' from_pretrained(quantization_config=...)): the components
   // it names are quantized while loading. Components saved pre-quantized (a quantization_config in

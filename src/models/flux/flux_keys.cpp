@@ -14,126 +14,76 @@ constexpr const char* kDetectKey = "double_blocks.0.img_attn.norm.key_norm.scale
 bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
 
 // The transformer's keys with the prefix stripped (others dropped when any key carries the prefix).
-StateDict strip_prefix(const StateDict& sd) {
+template <class Map>
+Map strip_prefix(const Map& sd) {
   bool prefixed = false;
   for (const auto& [k, v] : sd) prefixed = prefixed || starts_with(k, kBflPrefix);
   if (!prefixed) return sd;
-  StateDict out;
+  Map out;
   const size_t n = std::string(kBflPrefix).size();
   for (const auto& [k, v] : sd)
     if (starts_with(k, kBflPrefix)) out[k.substr(n)] = v;
   return out;
 }
 
+ShapeMap shapes_of(const StateDict& sd) {
+  ShapeMap m;
+  for (const auto& [k, v] : sd) m[k] = v.shape();
+  return m;
+}
+
 // Highest "<group>.<i>." index + 1.
-int64_t count_blocks(const StateDict& sd, const std::string& group) {
+int64_t count_blocks(const ShapeMap& sd, const std::string& group) {
   int64_t n = 0;
   const std::string p = group + ".";
   for (const auto& [k, v] : sd) {
     if (!starts_with(k, p)) continue;
     const size_t dot = k.find('.', p.size());
-    n = std::max<int64_t>(n, std::stoll(k.substr(p.size(), dot - p.size())) + 1);
+    const std::string idx = k.substr(p.size(), dot - p.size());
+    check(!idx.empty() && idx.find_first_not_of("0123456789") == std::string::npos, "flux-keys", "key ", k,
+          " has no block index");
+    n = std::max<int64_t>(n, std::stoll(idx) + 1);
   }
   return n;
 }
 
-class Converter {
+// Builds the table: a module's weight and bias share one rule.
+class MapBuilder {
  public:
-  explicit Converter(const StateDict& src) : src_(src) {}
-
-  const Tensor& take(const std::string& key) {
-    auto it = src_.find(key);
-    check(it != src_.end(), "flux-keys", "BFL checkpoint lacks ", key);
-    used_.insert(key);
-    return it->second;
-  }
-  bool has(const std::string& key) const { return src_.count(key) != 0; }
-
-  // weight and bias renamed as they are
   void rename(const std::string& from, const std::string& to) {
-    for (const char* s : {".weight", ".bias"}) out[to + s] = take(from + s);
+    for (const char* s : {".weight", ".bias"}) add(from + s, BflTensorMap::Kind::same, {{to + s, 0}});
   }
-  // rows of weight and bias split in order into the given targets
   void split_rows(const std::string& from, const std::vector<std::pair<std::string, int64_t>>& parts) {
     for (const char* s : {".weight", ".bias"}) {
-      const Tensor& t = take(from + s);
-      int64_t total = 0;
-      for (const auto& p : parts) total += p.second;
-      check(t.size(0) == total, "flux-keys", from, s, " has ", t.size(0), " rows, expected ", total);
-      int64_t row = 0;
-      for (const auto& [name, rows] : parts) {
-        out[name + s] = t.slice(0, row, row + rows);  // view
-        row += rows;
-      }
+      std::vector<std::pair<std::string, int64_t>> p;
+      for (const auto& [name, rows] : parts) p.push_back({name + s, rows});
+      add(from + s, BflTensorMap::Kind::split_rows, std::move(p));
     }
   }
-  // (shift, scale) -> (scale, shift) along rows: a copy
   void swap_halves(const std::string& from, const std::string& to) {
-    for (const char* s : {".weight", ".bias"}) {
-      const Tensor& t = take(from + s);
-      check(t.size(0) % 2 == 0, "flux-keys", from, s, " has an odd row count ", t.size(0));
-      const int64_t h = t.size(0) / 2;
-      out[to + s] = ops::concat({t.slice(0, h, 2 * h), t.slice(0, 0, h)}, 0);
-    }
+    for (const char* s : {".weight", ".bias"}) add(from + s, BflTensorMap::Kind::swap_halves, {{to + s, 0}});
   }
-  void scale(const std::string& from, const std::string& to) { out[to + ".weight"] = take(from + ".scale"); }
-
-  void check_all_used() const {
-    std::string unknown;
-    int n = 0;
-    for (const auto& [k, v] : src_)
-      if (!used_.count(k) && n++ < 8) unknown += (unknown.empty() ? "" : ", ") + k;
-    check(n == 0, "flux-keys", n, " BFL key(s) have no Diffusers name: ", unknown, n > 8 ? ", ..." : "");
+  void scale(const std::string& from, const std::string& to) {
+    add(from + ".scale", BflTensorMap::Kind::same, {{to + ".weight", 0}});
   }
-
-  StateDict out;
+  std::vector<BflTensorMap> out;
 
  private:
-  const StateDict& src_;
-  std::set<std::string> used_;
+  void add(std::string bfl, BflTensorMap::Kind k, std::vector<std::pair<std::string, int64_t>> parts) {
+    out.push_back(BflTensorMap{std::move(bfl), k, std::move(parts)});
+  }
 };
 
 }  // namespace
 
-bool is_bfl_flux_state_dict(const StateDict& sd) {
-  return sd.count(kDetectKey) || sd.count(std::string(kBflPrefix) + kDetectKey);
-}
-
-FluxTransformerConfig infer_bfl_flux_config(const StateDict& full, FluxTransformerConfig base) {
-  const StateDict sd = strip_prefix(full);
-  check(sd.count(kDetectKey), "flux-keys", "not a BFL FLUX checkpoint: ", kDetectKey, " missing");
-  const auto shape = [&](const std::string& k) -> const Shape& {
-    auto it = sd.find(k);
-    check(it != sd.end(), "flux-keys", "BFL checkpoint lacks ", k);
-    return it->second.shape();
-  };
-  FluxTransformerConfig c = base;
-  const int64_t inner = shape("img_in.weight")[0];
-  c.in_channels = shape("img_in.weight")[1];
-  c.attention_head_dim = shape(kDetectKey)[0];
-  check(inner % c.attention_head_dim == 0, "flux-keys", "inner dim ", inner, " is not a multiple of head dim ",
-        c.attention_head_dim);
-  c.num_attention_heads = inner / c.attention_head_dim;
-  c.joint_attention_dim = shape("txt_in.weight")[1];
-  c.pooled_projection_dim = shape("vector_in.in_layer.weight")[1];
-  c.out_channels = shape("final_layer.linear.weight")[0] / (c.patch_size * c.patch_size);
-  c.guidance_embeds = sd.count("guidance_in.in_layer.weight") != 0;
-  c.num_layers = count_blocks(sd, "double_blocks");
-  c.num_single_layers = count_blocks(sd, "single_blocks");
-  return c;
-}
-
-StateDict convert_bfl_flux_to_diffusers(const StateDict& full, const FluxTransformerConfig& cfg) {
-  const StateDict sd = strip_prefix(full);
-  check(sd.count(kDetectKey), "flux-keys", "not a BFL FLUX checkpoint: ", kDetectKey, " missing");
+std::vector<BflTensorMap> bfl_flux_tensor_map(const FluxTransformerConfig& cfg) {
   const int64_t D = cfg.inner_dim(), M = cfg.mlp_hidden_dim();
-  Converter c(sd);
-
+  MapBuilder c;
   c.rename("time_in.in_layer", "time_text_embed.timestep_embedder.linear_1");
   c.rename("time_in.out_layer", "time_text_embed.timestep_embedder.linear_2");
   c.rename("vector_in.in_layer", "time_text_embed.text_embedder.linear_1");
   c.rename("vector_in.out_layer", "time_text_embed.text_embedder.linear_2");
-  if (c.has("guidance_in.in_layer.weight")) {
+  if (cfg.guidance_embeds) {
     c.rename("guidance_in.in_layer", "time_text_embed.guidance_embedder.linear_1");
     c.rename("guidance_in.out_layer", "time_text_embed.guidance_embedder.linear_2");
   }
@@ -169,8 +119,86 @@ StateDict convert_bfl_flux_to_diffusers(const StateDict& full, const FluxTransfo
   }
   c.rename("final_layer.linear", "proj_out");
   c.swap_halves("final_layer.adaLN_modulation.1", "norm_out.linear");
-  c.check_all_used();
   return std::move(c.out);
+}
+
+bool is_bfl_flux_checkpoint(const ShapeMap& shapes) {
+  return shapes.count(kDetectKey) || shapes.count(std::string(kBflPrefix) + kDetectKey);
+}
+
+bool is_bfl_flux_state_dict(const StateDict& sd) {
+  return sd.count(kDetectKey) || sd.count(std::string(kBflPrefix) + kDetectKey);
+}
+
+FluxTransformerConfig infer_bfl_flux_config(const StateDict& full, FluxTransformerConfig base) {
+  return infer_bfl_flux_config(shapes_of(full), std::move(base));
+}
+
+FluxTransformerConfig infer_bfl_flux_config(const ShapeMap& full, FluxTransformerConfig base) {
+  const ShapeMap sd = strip_prefix(full);
+  check(sd.count(kDetectKey), "flux-keys", "not a BFL FLUX checkpoint: ", kDetectKey, " missing");
+  const auto shape = [&](const std::string& k, size_t rank) -> const Shape& {
+    auto it = sd.find(k);
+    check(it != sd.end(), "flux-keys", "BFL checkpoint lacks ", k);
+    check(it->second.size() == rank, "flux-keys", k, " has shape ", shape_str(it->second), ", expected ", rank, "-D");
+    return it->second;
+  };
+  FluxTransformerConfig c = base;
+  const int64_t inner = shape("img_in.weight", 2)[0];
+  c.in_channels = shape("img_in.weight", 2)[1];
+  c.attention_head_dim = shape(kDetectKey, 1)[0];
+  check(c.attention_head_dim > 0 && inner % c.attention_head_dim == 0, "flux-keys", "inner dim ", inner,
+        " is not a multiple of head dim ", c.attention_head_dim);
+  c.num_attention_heads = inner / c.attention_head_dim;
+  c.joint_attention_dim = shape("txt_in.weight", 2)[1];
+  c.pooled_projection_dim = shape("vector_in.in_layer.weight", 2)[1];
+  c.out_channels = shape("final_layer.linear.weight", 2)[0] / (c.patch_size * c.patch_size);
+  c.guidance_embeds = sd.count("guidance_in.in_layer.weight") != 0;
+  c.num_layers = count_blocks(sd, "double_blocks");
+  c.num_single_layers = count_blocks(sd, "single_blocks");
+  return c;
+}
+
+StateDict convert_bfl_flux_to_diffusers(const StateDict& full, const FluxTransformerConfig& cfg) {
+  const StateDict sd = strip_prefix(full);
+  check(sd.count(kDetectKey), "flux-keys", "not a BFL FLUX checkpoint: ", kDetectKey, " missing");
+  StateDict out;
+  std::set<std::string> used;
+  for (const BflTensorMap& m : bfl_flux_tensor_map(cfg)) {
+    auto it = sd.find(m.bfl);
+    check(it != sd.end(), "flux-keys", "BFL checkpoint lacks ", m.bfl);
+    used.insert(m.bfl);
+    const Tensor& t = it->second;
+    switch (m.kind) {
+      case BflTensorMap::Kind::same:
+        out[m.parts[0].first] = t;
+        break;
+      case BflTensorMap::Kind::split_rows: {
+        int64_t total = 0;
+        for (const auto& p : m.parts) total += p.second;
+        check(t.dim() >= 1 && t.size(0) == total, "flux-keys", m.bfl, " has shape ", shape_str(t.shape()),
+              ", expected ", total, " rows");
+        int64_t row = 0;
+        for (const auto& [name, rows] : m.parts) {
+          out[name] = t.slice(0, row, row + rows);  // view
+          row += rows;
+        }
+        break;
+      }
+      case BflTensorMap::Kind::swap_halves: {  // (shift, scale) -> (scale, shift) along rows: a copy
+        check(t.dim() >= 1 && t.size(0) % 2 == 0, "flux-keys", m.bfl, " has an odd row count ", t.size(0));
+        const int64_t h = t.size(0) / 2;
+        out[m.parts[0].first] = ops::concat({t.slice(0, h, 2 * h), t.slice(0, 0, h)}, 0);
+        break;
+      }
+    }
+  }
+  std::string unknown;
+  int n = 0;
+  for (const auto& [k, v] : sd)
+    if (!used.count(k) && n++ < 8) unknown += (unknown.empty() ? "" : ", ") + k;
+  check(n == 0, "flux-keys", n, " BFL key(s) have no Diffusers name: ", unknown, n > 8 ? ", ..." : "");
+  return out;
 }
 
 }  // namespace diffq::models::flux

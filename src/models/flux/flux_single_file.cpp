@@ -3,6 +3,7 @@
 #include "diffq/error.h"
 #include "io/safetensors.h"
 #include "models/flux/flux_keys.h"
+#include "models/flux/flux_single_file_gguf.h"
 
 namespace diffq::models::flux {
 
@@ -11,8 +12,9 @@ std::unique_ptr<FluxTransformer2DModel> load_flux_single_file(const std::filesys
                                                               const LoadOptions& opt) {
   check(std::filesystem::is_regular_file(file), "flux", file.string(), ": no such file");
   const std::string ext = file.extension().string();
-  check(ext == ".safetensors", "flux", file.string(), ": a single-file transformer must be .safetensors (got '",
-        ext, "'; GGUF files load through the quantization path)");
+  if (ext == ".gguf") return load_flux_gguf(file, base, opt);
+  check(ext == ".safetensors", "flux", file.string(), ": a single-file transformer must be .safetensors or .gguf (got '",
+        ext, "')");
   const auto st = io::SafetensorsFile::open(file);
   StateDict sd = st.tensors();
   LoadOptions o = opt;

@@ -1,4 +1,5 @@
-// A FLUX transformer from one safetensors file, as Diffusers' FluxTransformer2DModel.from_single_file:
+// A FLUX transformer from one safetensors or .gguf file (GGUF: flux_single_file_gguf.h), as Diffusers'
+// FluxTransformer2DModel.from_single_file:
 // BFL/ComfyUI naming (converted, §B.4) or Diffusers naming (used as is). The file holds no config:
 // layer counts and widths come from the tensors' shapes, the rest (patch_size, axes_dims_rope) from
 // `base` — the pipeline folder's transformer/config.json when there is one, else FLUX.1's defaults.
