@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
       }
       e = offload::GroupOffloader::apply(model, o);
     }
-    offload::return_freed_memory_to_os();
+    return_freed_memory_to_os();
 
     const auto& c = b.transformer;
     const int64_t h2 = res / 16, w2 = res / 16, n_img = h2 * w2, n_txt = b.text_tokens;

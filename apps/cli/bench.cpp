@@ -154,7 +154,7 @@ nlohmann::json run_worker(const BenchArgs& a) {
   const double load_s = std::chrono::duration<double>(clock::now() - t0).count();
   // Peak RSS of the generations alone (after loading, and after offloading sent the weights home),
   // next to the whole process' peak: a builtin model is initialised dense in RAM before any offload.
-  offload::return_freed_memory_to_os();
+  return_freed_memory_to_os();
   const int64_t load_peak_rss = offload::peak_rss_bytes();
   const bool gen_peak_known = offload::reset_peak_rss();
   o.width = width;

@@ -40,6 +40,11 @@ Allocator& allocator_for(Device d);
 MemoryStats memory_stats(Device d);
 void reset_peak_memory_stats(Device d);
 
+// Hands freed heap memory back to the OS (malloc_trim on glibc; no-op elsewhere). glibc keeps freed
+// chunks (and whole per-thread arenas) mapped otherwise, so RSS would stay at its high-water mark after
+// weights moved home or transient buffers of quantize-while-loading were freed.
+void return_freed_memory_to_os();
+
 // Registered by the CUDA backend at static-init time when it is linked in.
 using AllocatorFactory = Allocator& (*)(int index);
 void register_cuda_allocator(AllocatorFactory f);

@@ -3,6 +3,10 @@
 #include <cstdlib>
 #include <new>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include "diffq/error.h"
 
 #ifdef DIFFQ_HAS_CUDA
@@ -93,5 +97,11 @@ Allocator& allocator_for(Device d) {
 
 MemoryStats memory_stats(Device d) { return allocator_for(d).stats(); }
 void reset_peak_memory_stats(Device d) { allocator_for(d).reset_peak(); }
+
+void return_freed_memory_to_os() {
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
+}
 
 }  // namespace diffq

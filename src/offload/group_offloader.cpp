@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "diffq/error.h"
-#include "offload/os_memory.h"
+#include "diffq/memory.h"
 #include "offload/cuda_home.h"
 
 namespace diffq::offload {

@@ -1,7 +1,7 @@
 #include "offload/model_offload.h"
 
 #include "diffq/error.h"
-#include "offload/os_memory.h"
+#include "diffq/memory.h"
 #include "offload/cuda_home.h"
 #include "offload/group_partition.h"
 #include "offload/offload_hook.h"

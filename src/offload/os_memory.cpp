@@ -3,9 +3,6 @@
 #include <fstream>
 #include <string>
 
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
 
 namespace diffq::offload {
 
@@ -19,12 +16,6 @@ int64_t status_kib(const char* key) {
   return 0;
 }
 }  // namespace
-
-void return_freed_memory_to_os() {
-#if defined(__GLIBC__)
-  malloc_trim(0);
-#endif
-}
 
 int64_t current_rss_bytes() { return status_kib("VmRSS"); }
 int64_t peak_rss_bytes() { return status_kib("VmHWM"); }
