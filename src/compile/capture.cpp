@@ -27,8 +27,8 @@ class Capturer : public CaptureHook {
   void on_call(Module& m) override {
     if (&m == &root_) return;
     check(m.hooks().empty(), "compile", "module '", path(m), "' (", m.type_name(),
-          ") has forward hooks (offloading?) that a compiled graph would not run; compile a region "
-          "inside it (compile_repeated_blocks) or offload at block or leaf level");
+          ") has forward hooks (offloading?) that a compiled graph would not run; compile the regions "
+          "below the hooks (compile_repeated_blocks) or use leaf-level offloading");
   }
 
   bool wants_opaque(Module& m) override {
