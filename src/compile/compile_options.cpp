@@ -16,6 +16,7 @@ std::string CompileOptions::passes_str() const {
   add(dce, "dce");
   add(cse, "cse");
   add(fuse, "fuse");
+  add(fuse_norm, "fuse_norm");
   add(plan, "plan");
   add(inplace, "inplace");
   return s.empty() ? "none" : s;
@@ -45,11 +46,12 @@ CompileOptions disable_passes(CompileOptions o, std::string_view list, std::stri
     if (item == "dce") o.dce = false;
     else if (item == "cse") o.cse = false;
     else if (item == "fuse") o.fuse = false;
+    else if (item == "fuse_norm") o.fuse_norm = false;
     else if (item == "plan") o.plan = false;
     else if (item == "inplace") o.inplace = false;
-    else if (item == "all") o.dce = o.cse = o.fuse = o.plan = o.inplace = false;
+    else if (item == "all") o.dce = o.cse = o.fuse = o.fuse_norm = o.plan = o.inplace = false;
     else if (!item.empty())
-      fail("compile", source, ": unknown pass '", item, "' (expected dce, cse, fuse, plan, inplace or all)");
+      fail("compile", source, ": unknown pass '", item, "' (expected dce, cse, fuse, fuse_norm, plan, inplace or all)");
     if (comma == std::string_view::npos) break;
     pos = comma + 1;
   }

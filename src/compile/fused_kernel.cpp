@@ -119,6 +119,58 @@ void AffineClampChunk(const float* x, float* y, int64_t n, float mul, float add,
   });
 }
 
+// sum(x) and sum((x - shift)^2), two f32 accumulators per sum, lanes summed in double (as the eager
+// norm kernel, backend/cpu/norm.cpp).
+void SumAndSquaresChunk(const float* x, int64_t n, float shift, double* sum, double* sq) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = int64_t(hn::Lanes(d));
+  const auto vs = hn::Set(d, shift);
+  auto a0 = hn::Zero(d), a1 = hn::Zero(d), q0 = hn::Zero(d), q1 = hn::Zero(d);
+  int64_t i = 0;
+  for (; i + 2 * N <= n; i += 2 * N) {
+    const auto v0 = hn::LoadU(d, x + i), v1 = hn::LoadU(d, x + i + N);
+    a0 = hn::Add(a0, v0);
+    a1 = hn::Add(a1, v1);
+    const auto c0 = hn::Sub(v0, vs), c1 = hn::Sub(v1, vs);
+    q0 = hn::MulAdd(c0, c0, q0);
+    q1 = hn::MulAdd(c1, c1, q1);
+  }
+  HWY_ALIGN float la[hn::MaxLanes(d)], lq[hn::MaxLanes(d)];
+  hn::Store(hn::Add(a0, a1), d, la);
+  hn::Store(hn::Add(q0, q1), d, lq);
+  double s = 0, q = 0;
+  for (int64_t k = 0; k < N; ++k) {
+    s += la[k];
+    q += lq[k];
+  }
+  for (; i < n; ++i) {
+    s += x[i];
+    q += double(x[i] - shift) * double(x[i] - shift);
+  }
+  *sum = s;
+  *sq = q;
+}
+
+// y = (x - mean) * rstd (* w) (+ b)
+void NormalizeChunk(const float* x, float* y, int64_t n, float mean, float rstd, const float* w, const float* b) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = int64_t(hn::Lanes(d));
+  const auto vm = hn::Set(d, mean), vr = hn::Set(d, rstd);
+  int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    auto v = hn::Mul(hn::Sub(hn::LoadU(d, x + i), vm), vr);
+    if (w) v = hn::Mul(v, hn::LoadU(d, w + i));
+    if (b) v = hn::Add(v, hn::LoadU(d, b + i));
+    hn::StoreU(v, d, y + i);
+  }
+  for (; i < n; ++i) {
+    float v = (x[i] - mean) * rstd;
+    if (w) v *= w[i];
+    if (b) v += b[i];
+    y[i] = v;
+  }
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace diffq::compile
 HWY_AFTER_NAMESPACE();
@@ -129,6 +181,8 @@ namespace diffq::compile {
 HWY_EXPORT(UnaryChunk);
 HWY_EXPORT(BinaryChunk);
 HWY_EXPORT(AffineClampChunk);
+HWY_EXPORT(SumAndSquaresChunk);
+HWY_EXPORT(NormalizeChunk);
 
 namespace {
 constexpr int64_t kChunk = 512;
@@ -212,11 +266,68 @@ void exec_instr(const Instr& in, float* regs, int64_t k, int64_t n) {
   }
   round_chunk(y, n, in.dtype);
 }
+// With a norm prologue: one output row (last dim) at a time; the normalised row is computed first
+// (statistics as the eager kernel), rounded to the norm's dtype, then the program runs over the row.
+void run_fused_rows(const FusedProgram& p, const std::vector<Tensor>& leaves, Tensor& out) {
+  const NormPrologue& np = *p.norm;
+  const Shape& shape = out.shape();
+  const int64_t D = shape.back(), rows = out.numel() / D, rank = int64_t(shape.size());
+  std::vector<Shape> st;
+  for (const Tensor& t : leaves) st.push_back(t.expand(shape).strides());
+  auto f32_row = [&](int32_t leaf) {  // w / b as f32 vectors (broadcast to [D])
+    std::vector<float> v(static_cast<size_t>(D));
+    if (leaf >= 0) load_chunk(leaves[size_t(leaf)], leaves[size_t(leaf)].offset(), st[size_t(leaf)].back(), v.data(), D);
+    return v;
+  };
+  const std::vector<float> w = f32_row(np.w), b = f32_row(np.b);
+  const size_t nreg = p.code.size();
+  backend::cpu::parallel_for(rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(D, 1)), [&](int64_t r0, int64_t r1) {
+    std::vector<float> regs(nreg * size_t(kChunk)), xr(static_cast<size_t>(D)), yr(static_cast<size_t>(D));
+    std::vector<int64_t> base(leaves.size());
+    for (int64_t r = r0; r < r1; ++r) {
+      for (size_t l = 0; l < leaves.size(); ++l) base[l] = leaves[l].offset();
+      int64_t rem = r;
+      for (int64_t d = rank - 2; d >= 0; --d) {
+        const int64_t i = rem % shape[size_t(d)];
+        rem /= shape[size_t(d)];
+        for (size_t l = 0; l < leaves.size(); ++l) base[l] += i * st[l][size_t(d)];
+      }
+      load_chunk(leaves[size_t(np.x)], base[size_t(np.x)], st[size_t(np.x)].back(), xr.data(), D);
+      double s = 0, q = 0;
+      float mean = 0;
+      if (!np.rms) {
+        HWY_DYNAMIC_DISPATCH(SumAndSquaresChunk)(xr.data(), D, 0.f, &s, &q);
+        mean = float(s / double(D));
+      }
+      HWY_DYNAMIC_DISPATCH(SumAndSquaresChunk)(xr.data(), D, mean, &s, &q);
+      const float rstd = float(1.0 / std::sqrt(q / double(D) + np.eps));
+      HWY_DYNAMIC_DISPATCH(NormalizeChunk)(xr.data(), yr.data(), D, mean, rstd, np.w >= 0 ? w.data() : nullptr,
+                                           np.b >= 0 ? b.data() : nullptr);
+      round_chunk(yr.data(), D, np.dtype);
+      for (int64_t c0 = 0; c0 < D; c0 += kChunk) {
+        const int64_t n = std::min(kChunk, D - c0);
+        for (size_t k = 0; k < nreg; ++k) {
+          const Instr& in = p.code[k];
+          float* dst = regs.data() + int64_t(k) * kChunk;
+          if (in.op != Instr::Op::load) exec_instr(in, regs.data(), int64_t(k), n);
+          else if (in.a == np.leaf) std::memcpy(dst, yr.data() + c0, size_t(n) * sizeof(float));
+          else {
+            const int64_t s1 = st[size_t(in.a)].back();
+            load_chunk(leaves[size_t(in.a)], base[size_t(in.a)] + c0 * s1, s1, dst, n);
+          }
+        }
+        store_chunk(regs.data() + int64_t(nreg - 1) * kChunk, out, r * D + c0, n);
+      }
+    }
+  });
+}
+
 }  // namespace
 
 void run_fused(const FusedProgram& p, const std::vector<Tensor>& leaves, Tensor& out) {
   check(out.is_contiguous(), "compile", "fused output must be contiguous");
   if (out.numel() == 0) return;
+  if (p.norm) return run_fused_rows(p, leaves, out);
   // Broadcast strides of every operand over out's shape, then merge dims that are contiguous for all.
   Shape shape = out.shape();
   std::vector<Shape> st;

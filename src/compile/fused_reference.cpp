@@ -58,8 +58,34 @@ float scalar_ref(int64_t fn, float x, float s) {
 }
 }  // namespace
 
-void run_fused_reference(const FusedProgram& p, const std::vector<Tensor>& leaves, Tensor& out) {
+// The norm prologue's output as a tensor of out's shape (double statistics, rounded to its dtype).
+Tensor reference_norm(const NormPrologue& np, const std::vector<Tensor>& leaves, const Shape& shape) {
+  const Tensor x = leaves[size_t(np.x)].expand(shape).contiguous();
+  const int64_t D = shape.back(), rows = shape_numel(shape) / D;
+  const auto xv = x.to_f64_vector();
+  std::vector<double> w(size_t(D), 1.0), b(size_t(D), 0.0);
+  if (np.w >= 0) w = leaves[size_t(np.w)].expand({D}).contiguous().to_f64_vector();
+  if (np.b >= 0) b = leaves[size_t(np.b)].expand({D}).contiguous().to_f64_vector();
+  std::vector<float> y(xv.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    const double* row = xv.data() + r * D;
+    double mean = 0, var = 0;
+    if (!np.rms) {
+      for (int64_t i = 0; i < D; ++i) mean += row[i];
+      mean /= double(D);
+    }
+    for (int64_t i = 0; i < D; ++i) var += (row[i] - mean) * (row[i] - mean);
+    const double rstd = 1.0 / std::sqrt(var / double(D) + np.eps);
+    for (int64_t i = 0; i < D; ++i)
+      y[size_t(r * D + i)] = round_to(float((row[i] - mean) * rstd * w[size_t(i)] + b[size_t(i)]), np.dtype);
+  }
+  return Tensor::from_vector(y, shape);
+}
+
+void run_fused_reference(const FusedProgram& p, const std::vector<Tensor>& leaves_in, Tensor& out) {
   check(out.is_contiguous(), "compile", "fused output must be contiguous");
+  std::vector<Tensor> leaves = leaves_in;
+  if (p.norm) leaves[size_t(p.norm->leaf)] = reference_norm(*p.norm, leaves_in, out.shape());
   const Shape& S = out.shape();
   const int64_t rank = int64_t(S.size()), total = out.numel();
   std::vector<Shape> strides;

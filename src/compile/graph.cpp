@@ -30,7 +30,11 @@ std::string instr_str(const Instr& in) {
 
 std::string FusedProgram::str() const {
   std::string s;
-  for (const Instr& i : code) s += (s.empty() ? "" : " ") + instr_str(i);
+  if (norm)
+    s = std::string(norm->rms ? "rms_norm" : "layer_norm") + "(x" + std::to_string(norm->x) + ",w" +
+        std::to_string(norm->w) + ",b" + std::to_string(norm->b) + ",eps" + std::to_string(norm->eps) + ")->leaf" +
+        std::to_string(norm->leaf) + ";";
+  for (const Instr& i : code) s += (s.empty() || s.back() == ';' ? "" : " ") + instr_str(i);
   return s;
 }
 

@@ -9,6 +9,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,8 +59,19 @@ struct Instr {
   DType dtype = DType::f32;
 };
 
+// A LayerNorm / RMSNorm over the last dim computed per output row before the program runs (pattern
+// fusion: LayerNorm + modulate, RMSNorm + scale): the load of leaf `leaf` reads the normalized row.
+struct NormPrologue {
+  bool rms = false;
+  double eps = 0;
+  int32_t leaf = -1;         // the leaf that stood for the norm's output
+  int32_t x = -1, w = -1, b = -1;  // leaves holding the norm's inputs (w, b: -1 when absent)
+  DType dtype = DType::f32;  // the norm's output dtype (its rounding)
+};
+
 struct FusedProgram {
   std::vector<Instr> code;  // the result is the last register
+  std::optional<NormPrologue> norm;
   std::string str() const;  // "load0 load1 mul(0,1) silu(2)"
 };
 

@@ -14,6 +14,11 @@ int64_t eliminate_common_subexpressions(Graph& g);  // cse.cpp: identical op + a
 // shape become one fused node (CPU graphs only). Returns the number of ops folded into fused nodes.
 int64_t fuse_elementwise(Graph& g);
 
+// fuse_norm.cpp (pattern fusion): a layer_norm / rms_norm whose output is read once, whole, by a fused
+// node of the same shape is computed inside that node, row by row (LayerNorm + modulate). Returns the
+// number of norms folded.
+int64_t fuse_norm_prologue(Graph& g);
+
 // Whether a node is a float elementwise op the fuser (and the in-place planner) understands.
 bool is_fusable_elementwise(const Graph& g, const Node& n);
 

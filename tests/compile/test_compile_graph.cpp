@@ -181,6 +181,24 @@ TEST(CompileGraph, FusedKernelMatchesScalarReference) {
     run_fused_reference(p, {a, b, c}, ref);
     EXPECT_LE(max_rel(fast, ref), dt == DType::f32 ? 2e-6 : 8e-3) << dtype_name(dt);
   }
+  // With a LayerNorm / RMSNorm prologue standing for leaf 0 (x, w, b are leaves 3, 4, 5).
+  for (bool rms : {false, true}) {
+    FusedProgram q = p;
+    NormPrologue np;
+    np.rms = rms;
+    np.eps = 1e-6;
+    np.leaf = 0;
+    np.x = 3;
+    np.w = 4;
+    np.b = rms ? -1 : 5;
+    q.norm = np;
+    const Tensor x = randn({2, 9, 1100}, 7).slice(2, 0, 1030), w = randn({1030}, 8), bias = randn({1030}, 9);
+    const Tensor b = randn({9, 1}, 2), c = randn({1030}, 3);
+    Tensor fast = Tensor::empty({2, 9, 1030}, DType::f32), ref = Tensor::empty({2, 9, 1030}, DType::f32);
+    run_fused(q, {x, b, c, x, w, bias}, fast);
+    run_fused_reference(q, {x, b, c, x, w, bias}, ref);
+    EXPECT_LE(max_rel(fast, ref), 2e-6) << (rms ? "rms" : "layer") << " norm prologue";
+  }
   // Strided (transposed) leaf.
   const Tensor a = randn({40, 50}, 4).transpose(0, 1), b = randn({50, 40}, 5), c = randn({1}, 6);
   Tensor fast = Tensor::empty({50, 40}, DType::f32), ref = Tensor::empty({50, 40}, DType::f32);
@@ -257,7 +275,7 @@ TEST(CompileOptions, DisableListAndEnv) {
   EXPECT_FALSE(o.fuse);
   EXPECT_FALSE(o.cse);
   EXPECT_TRUE(o.dce && o.plan && o.inplace);
-  EXPECT_EQ(o.passes_str(), "dce,plan,inplace");
+  EXPECT_EQ(o.passes_str(), "dce,fuse_norm,plan,inplace");
   EXPECT_THROW(disable_passes({}, "fusion", "DIFFQ_COMPILE_DISABLE"), Error);
   setenv("DIFFQ_COMPILE_DISABLE", "plan", 1);
   EXPECT_FALSE(apply_env({}).plan);

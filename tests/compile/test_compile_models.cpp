@@ -74,12 +74,14 @@ TEST(CompileModels, FluxTransformerFullCompileEqualsEager) {
     if (name == "all-on") {  // the passes really did something on this graph
       EXPECT_GT(st.last_passes.fused_nodes, 0);
       EXPECT_GT(st.last_passes.cse_merged, 0);
+      EXPECT_GT(st.last_passes.fused_norms, 0);  // LayerNorm + modulate
       EXPECT_LT(st.last_arena_bytes, st.last_unplanned_bytes / 2);
       std::printf("[flux full] %lld captured nodes -> %lld (%lld fused, %lld ops folded, %lld merged, %lld dead); "
-                  "arena %lld of %lld bytes\n",
+                  "%lld norms folded; arena %lld of %lld bytes\n",
                   (long long)st.last_passes.captured_nodes, (long long)st.last_passes.final_nodes,
                   (long long)st.last_passes.fused_nodes, (long long)st.last_passes.fused_ops,
                   (long long)st.last_passes.cse_merged, (long long)st.last_passes.dce_removed,
+                  (long long)st.last_passes.fused_norms,
                   (long long)st.last_arena_bytes, (long long)st.last_unplanned_bytes);
     }
     if (name == "no-fuse") {
