@@ -51,47 +51,63 @@ MemoryPlan plan_memory(const Graph& g, bool enabled, bool inplace) {
       break;
     }
 
-  struct Block {
-    int64_t off, size;
-    int32_t node;
+  // 1. Buffers: each planned node output, except that a node written in place joins the buffer of the
+  //    input it overwrites (a chain shares one buffer).
+  struct Buffer {
+    int64_t size = 0, off = -1;
+    int32_t first = 0, last = 0;
+    std::vector<int32_t> nodes;
   };
-  std::vector<Block> live;  // sorted by offset
+  std::vector<Buffer> bufs;
+  std::vector<int32_t> buf_of(n, -1);
   for (size_t i = 0; i < n; ++i) {
-    live.erase(std::remove_if(live.begin(), live.end(),
-                              [&](const Block& b) { return p.last_use[size_t(b.node)] < int32_t(i); }),
-               live.end());
     const Node& nd = g.nodes[i];
     if (nd.kind == Node::Kind::opaque || g.is_output(int32_t(i)) || nd.out.device != p.device || nd.out.nbytes() == 0)
       continue;
     p.unplanned_bytes += aligned(int64_t(nd.out.nbytes()));
-    if (inplace) {
-      bool done = false;
-      for (Block& b : live)
-        if (p.last_use[size_t(b.node)] == int32_t(i) && can_overwrite(g, i, b.node)) {
-          p.inplace_of[i] = b.node;
-          p.offset[i] = b.off;
-          b.node = int32_t(i);
-          done = true;
+    int32_t into = -1;
+    if (inplace)
+      for (const Ref& r : nd.inputs)
+        if (r.src == Ref::Src::value && buf_of[size_t(r.index)] >= 0 && p.last_use[size_t(r.index)] == int32_t(i) &&
+            bufs[size_t(buf_of[size_t(r.index)])].nodes.back() == r.index && can_overwrite(g, i, r.index)) {
+          into = buf_of[size_t(r.index)];
+          p.inplace_of[i] = r.index;
           break;
         }
-      if (done) continue;
+    if (into < 0) {
+      into = int32_t(bufs.size());
+      bufs.push_back({aligned(int64_t(nd.out.nbytes())), -1, int32_t(i), int32_t(i), {}});
     }
-    const int64_t size = aligned(int64_t(nd.out.nbytes()));
-    int64_t prev_end = 0, off = -1;
-    size_t pos = live.size();
-    for (size_t k = 0; k < live.size(); ++k) {
-      if (live[k].off - prev_end >= size) {
-        off = prev_end;
-        pos = k;
-        break;
-      }
-      prev_end = std::max(prev_end, live[k].off + live[k].size);
-    }
-    if (off < 0) off = prev_end;
-    live.insert(live.begin() + int64_t(pos), Block{off, size, int32_t(i)});
-    p.offset[i] = off;
-    p.arena_bytes = std::max(p.arena_bytes, off + size);
+    Buffer& bf = bufs[size_t(into)];
+    bf.nodes.push_back(int32_t(i));
+    bf.last = std::max(bf.last, p.last_use[i]);
+    buf_of[i] = into;
   }
+  // 2. Offsets: largest buffers first, each at the lowest offset where it overlaps no placed buffer
+  //    whose lifetime intersects its own (greedy by size: close to the largest live set).
+  std::vector<int32_t> order(bufs.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = int32_t(k);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return bufs[size_t(a)].size > bufs[size_t(b)].size; });
+  std::vector<int32_t> placed;
+  for (int32_t k : order) {
+    Buffer& bf = bufs[size_t(k)];
+    std::vector<std::pair<int64_t, int64_t>> busy;  // [off, end) of live-overlapping placed buffers
+    for (int32_t o : placed) {
+      const Buffer& ob = bufs[size_t(o)];
+      if (ob.first <= bf.last && bf.first <= ob.last) busy.emplace_back(ob.off, ob.off + ob.size);
+    }
+    std::sort(busy.begin(), busy.end());
+    int64_t off = 0;
+    for (const auto& [b0, b1] : busy) {
+      if (b0 - off >= bf.size) break;
+      off = std::max(off, b1);
+    }
+    bf.off = off;
+    placed.push_back(k);
+    p.arena_bytes = std::max(p.arena_bytes, off + bf.size);
+  }
+  for (size_t i = 0; i < n; ++i)
+    if (buf_of[i] >= 0) p.offset[i] = bufs[size_t(buf_of[i])].off;
   return p;
 }
 

@@ -1,6 +1,7 @@
 // Static memory planning: every intermediate buffer of a graph gets a byte offset in one arena,
-// allocated once per run. Offsets come from the buffers' liveness (first write .. last read), placed
-// first-fit among the buffers alive at the same time, so buffers that never coexist share bytes. An
+// allocated once per run. Offsets come from the buffers' liveness (first write .. last read): largest
+// first, each at the lowest offset free during its whole lifetime, so buffers that never coexist share
+// bytes and the arena stays close to the largest set of simultaneously live buffers. An
 // elementwise node may write over an input buffer that dies at that node (in place). Graph outputs
 // and opaque results get their own allocations (they outlive the run / come from a real module).
 #pragma once
