@@ -15,6 +15,7 @@
 #include "io/png.h"
 #include "io/mapped_file.h"
 #include "io/safetensors.h"
+#include "compile/compile_options.h"
 #include "offload/offload_spec.h"
 #include "offload/planner.h"
 #include "ops/ops.h"
@@ -31,6 +32,7 @@ struct GenerateArgs {
   std::string transformer_file, output_type = "image";
   std::string quant, quant_config, quantize;  // --quant shorthand | --quant-config file; --quantize components
   std::string offload, max_memory, max_host_memory;
+  std::string compile;  // "" | full | regional
   bool stats = false;
   int64_t num_images = 1;
   double true_cfg = 1.0, guidance = 3.5;
@@ -90,6 +92,10 @@ void run(const GenerateArgs& a) {
     if (!a.json) std::fprintf(stderr, "offload plan: %s\n", plan.str().c_str());
     offload::apply(pipe->offloader, pipe->offload_components(), FluxPipeline::model_cpu_offload_seq, plan.spec);
     offload_plan = plan.str();
+  }
+  if (!a.compile.empty()) {  // after offloading, so its hooks are seen by the capture
+    if (a.compile == "full") pipe->transformer->compile(compile::CompileOptions{});
+    else pipe->transformer->compile_repeated_blocks(compile::CompileOptions{});
   }
   if (!pipe->quantization.empty() && !a.json)
     for (const auto& [c, q] : pipe->quantization) std::fprintf(stderr, "quantized %s: %s\n", c.c_str(), q.c_str());
@@ -175,7 +181,7 @@ void run(const GenerateArgs& a) {
                         {"peak_cpu_bytes", memory_stats(Device::cpu()).peak_bytes},
                         {"peak_rss_bytes", offload::peak_rss_bytes()},
                         {"quantization", pipe->quantization},
-                        {"offload", offload_plan}};
+                        {"offload", offload_plan}, {"compile", a.compile}};
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     for (const auto& p : outputs) std::fprintf(stderr, "wrote %s\n", p.c_str());
@@ -220,6 +226,9 @@ void add_generate_command(CLI::App& app) {
                   "the running groups)");
   cmd->add_option("--max-memory", a->max_memory, "memory budget (e.g. 2GiB): picks the offload mode that fits");
   cmd->add_option("--max-host-memory", a->max_host_memory, "host RAM budget for offloaded weights (GPU runs)");
+  cmd->add_option("--compile", a->compile,
+                  "compile the transformer: full (one graph) or regional (one graph per kind of repeated block)")
+      ->check(CLI::IsMember({"full", "regional"}));
   cmd->add_flag("--stats", a->stats, "print the allocator's peak and the process's peak RSS");
   cmd->add_option("--transformer", a->transformer_file,
                   "single-file FLUX transformer (.safetensors in BFL/ComfyUI or Diffusers naming, or a BFL-named "

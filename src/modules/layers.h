@@ -8,7 +8,7 @@ namespace diffq {
 class Linear : public Module {
  public:
   Linear(int64_t in_features, int64_t out_features, bool bias = true);
-  Tensor operator()(const Tensor& x) { return call([&] { return forward(x); }); }
+  Tensor operator()(const Tensor& x) { return call1(x, &Linear::forward); }
   Tensor forward(const Tensor& x);  // [..., in] -> [..., out]
   int64_t in_features, out_features;
   Parameter weight;  // [out, in], dense or quantized
@@ -19,7 +19,7 @@ class Linear : public Module {
 class LayerNorm : public Module {
  public:
   LayerNorm(int64_t dim, double eps, bool elementwise_affine = true, bool bias = true);
-  Tensor operator()(const Tensor& x) { return call([&] { return forward(x); }); }
+  Tensor operator()(const Tensor& x) { return call1(x, &LayerNorm::forward); }
   Tensor forward(const Tensor& x);
   double eps;
   bool affine, has_bias;
@@ -29,7 +29,7 @@ class LayerNorm : public Module {
 class RMSNorm : public Module {
  public:
   RMSNorm(int64_t dim, double eps, bool elementwise_affine = true);
-  Tensor operator()(const Tensor& x) { return call([&] { return forward(x); }); }
+  Tensor operator()(const Tensor& x) { return call1(x, &RMSNorm::forward); }
   Tensor forward(const Tensor& x);
   double eps;
   bool affine;
@@ -39,7 +39,7 @@ class RMSNorm : public Module {
 class GroupNorm : public Module {
  public:
   GroupNorm(int64_t groups, int64_t channels, double eps, bool affine = true);
-  Tensor operator()(const Tensor& x) { return call([&] { return forward(x); }); }
+  Tensor operator()(const Tensor& x) { return call1(x, &GroupNorm::forward); }
   Tensor forward(const Tensor& x);
   int64_t groups;
   double eps;
@@ -51,7 +51,7 @@ class Conv2d : public Module {
  public:
   Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride = 1,
          int64_t padding = 0, bool bias = true);
-  Tensor operator()(const Tensor& x) { return call([&] { return forward(x); }); }
+  Tensor operator()(const Tensor& x) { return call1(x, &Conv2d::forward); }
   Tensor forward(const Tensor& x);
   int64_t stride, padding;
   bool has_bias;
@@ -61,7 +61,7 @@ class Conv2d : public Module {
 class Embedding : public Module {
  public:
   Embedding(int64_t num_embeddings, int64_t dim);
-  Tensor operator()(const Tensor& ids) { return call([&] { return forward(ids); }); }
+  Tensor operator()(const Tensor& ids) { return call1(ids, &Embedding::forward); }
   Tensor forward(const Tensor& ids);
   Parameter weight;
 };

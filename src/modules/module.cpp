@@ -6,6 +6,13 @@
 
 namespace diffq {
 
+namespace {
+thread_local CaptureHook* g_capture = nullptr;
+}
+
+CaptureHook* CaptureHook::current() { return g_capture; }
+void CaptureHook::set_current(CaptureHook* h) { g_capture = h; }
+
 void Module::register_parameter(std::string name, Parameter& p) {
   if (p.name.empty()) p.name = name;
   params_.emplace_back(std::move(name), &p);
@@ -54,6 +61,14 @@ void Module::remove_hook(const ModuleHook* h) {
   hooks_.erase(std::remove_if(hooks_.begin(), hooks_.end(),
                               [h](const std::shared_ptr<ModuleHook>& x) { return x.get() == h; }),
                hooks_.end());
+}
+
+void Module::compile(const compile::CompileOptions&) {
+  fail("compile", type_name_, " has no compiled forward; wrap its forward in compile::CompiledModule");
+}
+
+void Module::compile_repeated_blocks(const compile::CompileOptions&) {
+  fail("compile", type_name_, " defines no repeated blocks to compile");
 }
 
 }  // namespace diffq

@@ -10,11 +10,26 @@
 #include <utility>
 #include <vector>
 
+#include "compile/compile_options.h"
 #include "modules/parameter.h"
 
 namespace diffq {
 
 class Module;
+
+// Compile's capture (compile/capture.cpp) installs one of these on its thread while it traces a
+// forward; eager calls only pay one thread-local read. Module calls it cannot replay (hooks on a
+// module that is not a one-input layer) make it throw; one-input layers whose forward does not trace
+// (quantized weights) or that carry hooks (offloading) become opaque nodes that call the real module.
+class CaptureHook {
+ public:
+  virtual ~CaptureHook() = default;
+  virtual void on_call(Module& m) = 0;
+  virtual bool wants_opaque(Module& m) = 0;
+  virtual Tensor record_opaque(Module& m, const Tensor& x, std::function<Tensor(Module&, const Tensor&)> run) = 0;
+  static CaptureHook* current();
+  static void set_current(CaptureHook* h);
+};
 
 class ModuleHook {
  public:
@@ -41,6 +56,11 @@ class Module {
   Module* find_module(const std::string& dotted);  // nullptr when absent
   int64_t num_parameters() const;                  // elements (logical, quantized included)
 
+  // Compilation (compile/): models that support it override these; the default is an Error naming the
+  // module. compile: the whole forward; compile_repeated_blocks: one graph per kind of repeated block.
+  virtual void compile(const compile::CompileOptions& o);
+  virtual void compile_repeated_blocks(const compile::CompileOptions& o);
+
   // Hooks run in insertion order before forward and in reverse order after it.
   void add_hook(std::shared_ptr<ModuleHook> h) { hooks_.push_back(std::move(h)); }
   void remove_hook(const ModuleHook* h);
@@ -55,10 +75,24 @@ class Module {
   // The one forward path: subclasses implement operator() as `return call([&] { ...forward... });`.
   template <class F>
   decltype(auto) call(F&& forward) {
+    if (CaptureHook* c = CaptureHook::current()) c->on_call(*this);
     for (auto& h : hooks_) h->pre_forward(*this);
     decltype(auto) out = forward();
     for (auto it = hooks_.rbegin(); it != hooks_.rend(); ++it) (*it)->post_forward(*this);
     return out;
+  }
+
+  // One-input layers (Linear, norms, Conv2d, Embedding): as call(), but while compile captures, the
+  // call may be recorded as an opaque node that runs this module (hooks included) at replay.
+  template <class M>
+  Tensor call1(const Tensor& x, Tensor (M::*fwd)(const Tensor&)) {
+    if (CaptureHook* c = CaptureHook::current(); c && c->wants_opaque(*this))
+      return c->record_opaque(*this, x, [fwd](Module& m, const Tensor& in) {
+        M& self = static_cast<M&>(m);
+        return static_cast<Module&>(self).call([&] { return (self.*fwd)(in); });
+      });
+    M& self = static_cast<M&>(*this);
+    return call([&] { return (self.*fwd)(x); });
   }
 
  private:

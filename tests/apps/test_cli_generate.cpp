@@ -3,7 +3,9 @@
 // is a clear error with a non-zero exit status and no output file.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -139,6 +141,30 @@ TEST_F(CliGenerate, BadInputIsAClearErrorAndWritesNothing) {
 }
 
 }  // namespace
+
+// --compile full|regional: the final latents equal the eager run's within 1e-5 (relative to the max).
+TEST_F(CliGenerate, CompiledTransformerGivesTheEagerLatents) {
+  const std::string base = "generate -p 'a cat' --steps 2 --width 32 --height 32 --seed 3 --output-type latent ";
+  const Result eager = run_cli(dir_, base + "-o eager.safetensors");
+  ASSERT_EQ(eager.status, 0) << eager.out;
+  const auto want = diffq::io::SafetensorsFile::open(dir_ / "eager.safetensors").tensor("latents").to_f32_vector();
+  for (const char* mode : {"full", "regional"}) {
+    const Result r = run_cli(dir_, base + "--compile " + mode + " -o " + mode + ".safetensors");
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_EQ(r.out.find("runs eagerly"), std::string::npos) << r.out;  // really compiled
+    const auto got =
+        diffq::io::SafetensorsFile::open(dir_ / (std::string(mode) + ".safetensors")).tensor("latents").to_f32_vector();
+    ASSERT_EQ(got.size(), want.size());
+    double num = 0, den = 1e-30;
+    for (size_t i = 0; i < got.size(); ++i) {
+      num = std::max(num, double(std::fabs(got[i] - want[i])));
+      den = std::max(den, double(std::fabs(want[i])));
+    }
+    EXPECT_LE(num / den, 1e-5) << mode;
+  }
+  const Result bad = run_cli(dir_, base + "--compile everything -o x.safetensors");
+  EXPECT_NE(bad.status, 0);
+}
 
 namespace {
 

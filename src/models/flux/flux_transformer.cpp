@@ -6,6 +6,7 @@
 #include "diffq/error.h"
 #include "io/diffusers_folder.h"
 #include "models/common/timestep_embedding.h"
+#include "compile/compiled_module.h"
 #include "ops/ops.h"
 
 namespace diffq::models::flux {
@@ -319,6 +320,20 @@ Tensor FluxTransformer2DModel::forward(const Tensor& hidden, const Tensor& encod
         "guidance given but the model has no guidance embedder (guidance_embeds false)");
   check(txt_ids.dim() == 2 && txt_ids.size(0) == T, "flux", "txt_ids must be [", T, ", 3], got ", txt_ids.str());
   check(img_ids.dim() == 2 && img_ids.size(0) == N, "flux", "img_ids must be [", N, ", 3], got ", img_ids.str());
+  // RoPE tables from the ids, eagerly (they read the ids' values, so they stay outside a compiled graph).
+  const auto [cos, sin] = flux_rope_tables(ops::concat({txt_ids.to(DType::f32), img_ids.to(DType::f32)}, 0),
+                                           c.axes_dims_rope);  // [T+N, Dh] each
+  if (mids) {
+    (*mids)["rope.0"] = cos;
+    (*mids)["rope.1"] = sin;
+  }
+  if (compiled_ && !mids) return compiled_->run(*this, {hidden, encoder, pooled, timestep, guidance, cos, sin})[0];
+  return forward_body(hidden, encoder, pooled, timestep, guidance, cos, sin, mids);
+}
+
+Tensor FluxTransformer2DModel::forward_body(const Tensor& hidden, const Tensor& encoder, const Tensor& pooled,
+                                            const Tensor& timestep, const Tensor& guidance, const Tensor& cos,
+                                            const Tensor& sin, FluxIntermediates* mids) {
   const auto record = [&](const std::string& name, const Tensor& t) {
     if (mids) (*mids)[name] = t;
   };
@@ -333,11 +348,6 @@ Tensor FluxTransformer2DModel::forward(const Tensor& hidden, const Tensor& encod
   record("temb", temb);
   Tensor e = context_embedder(encoder.to(dt));  // [B, T, D]
   record("context_embedder", e);
-
-  const auto [cos, sin] = flux_rope_tables(ops::concat({txt_ids.to(DType::f32), img_ids.to(DType::f32)}, 0),
-                                           c.axes_dims_rope);  // [T+N, Dh] each
-  record("rope.0", cos);
-  record("rope.1", sin);
 
   for (size_t i = 0; i < transformer_blocks.size(); ++i) {
     std::tie(e, x) = transformer_blocks[i](x, e, temb, cos, sin);  // [B, T, D], [B, N, D]
@@ -354,6 +364,69 @@ Tensor FluxTransformer2DModel::forward(const Tensor& hidden, const Tensor& encod
   x = modulate(norm_out.norm(x), m[1], m[0]);                // [B, N, D]
   record("norm_out", x);
   return proj_out(x);  // [B, N, patch^2 * out]
+}
+
+// ---------------------------------------------------------------- compile
+
+namespace {
+compile::ForwardFn double_block_fn() {
+  return [](Module& m, const std::vector<Tensor>& in) {
+    auto [e, x] = static_cast<FluxTransformerBlock&>(m).forward(in[0], in[1], in[2], in[3], in[4]);
+    return std::vector<Tensor>{e, x};
+  };
+}
+compile::ForwardFn single_block_fn() {
+  return [](Module& m, const std::vector<Tensor>& in) {
+    auto [e, x] = static_cast<FluxSingleTransformerBlock&>(m).forward(in[0], in[1], in[2], in[3], in[4]);
+    return std::vector<Tensor>{e, x};
+  };
+}
+}  // namespace
+
+std::pair<Tensor, Tensor> FluxTransformerBlock::run_compiled(const Tensor& img, const Tensor& txt, const Tensor& temb,
+                                                             const Tensor& cos, const Tensor& sin) {
+  const auto out = compiled->run(*this, {img, txt, temb, cos, sin});
+  return {out[0], out[1]};
+}
+
+std::pair<Tensor, Tensor> FluxSingleTransformerBlock::run_compiled(const Tensor& img, const Tensor& txt,
+                                                                   const Tensor& temb, const Tensor& cos,
+                                                                   const Tensor& sin) {
+  const auto out = compiled->run(*this, {img, txt, temb, cos, sin});
+  return {out[0], out[1]};
+}
+
+void FluxTransformer2DModel::compile(const compile::CompileOptions& o) {
+  uncompile();
+  compiled_ = std::make_shared<compile::CompiledModule>(
+      [](Module& m, const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{
+            static_cast<FluxTransformer2DModel&>(m).forward_body(in[0], in[1], in[2], in[3], in[4], in[5], in[6])};
+      },
+      o);
+}
+
+void FluxTransformer2DModel::compile_repeated_blocks(const compile::CompileOptions& o) {
+  uncompile();
+  auto dbl = std::make_shared<compile::CompiledModule>(double_block_fn(), o);
+  auto sgl = std::make_shared<compile::CompiledModule>(single_block_fn(), o);
+  for (auto& b : transformer_blocks) b->compiled = dbl;
+  for (auto& b : single_transformer_blocks) b->compiled = sgl;
+}
+
+void FluxTransformer2DModel::uncompile() {
+  compiled_.reset();
+  for (auto& b : transformer_blocks) b->compiled.reset();
+  for (auto& b : single_transformer_blocks) b->compiled.reset();
+}
+
+std::vector<const compile::CompiledModule*> FluxTransformer2DModel::compiled_modules() const {
+  std::vector<const compile::CompiledModule*> out;
+  if (compiled_) out.push_back(compiled_.get());
+  if (transformer_blocks.size() && transformer_blocks[0].compiled) out.push_back(transformer_blocks[0].compiled.get());
+  if (single_transformer_blocks.size() && single_transformer_blocks[0].compiled)
+    out.push_back(single_transformer_blocks[0].compiled.get());
+  return out;
 }
 
 }  // namespace diffq::models::flux

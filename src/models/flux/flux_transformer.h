@@ -14,6 +14,10 @@
 #include "modules/layers.h"
 #include "modules/state_dict.h"
 
+namespace diffq::compile {
+class CompiledModule;
+}
+
 namespace diffq::models::flux {
 
 // config.json of the transformer component; defaults are Diffusers' (FLUX.1 sizes).
@@ -116,10 +120,14 @@ class FluxTransformerBlock : public Module {
   // returns {encoder_hidden_states [B, T, D], hidden_states [B, N, D]} (Diffusers' order)
   std::pair<Tensor, Tensor> operator()(const Tensor& img, const Tensor& txt, const Tensor& temb,
                                        const Tensor& cos, const Tensor& sin) {
-    return call([&] { return forward(img, txt, temb, cos, sin); });
+    return call([&] { return compiled ? run_compiled(img, txt, temb, cos, sin) : forward(img, txt, temb, cos, sin); });
   }
   std::pair<Tensor, Tensor> forward(const Tensor& img, const Tensor& txt, const Tensor& temb,
                                     const Tensor& cos, const Tensor& sin);
+  // Set by FluxTransformer2DModel::compile_repeated_blocks (one graph shared by every such block).
+  std::shared_ptr<compile::CompiledModule> compiled;
+  std::pair<Tensor, Tensor> run_compiled(const Tensor& img, const Tensor& txt, const Tensor& temb,
+                                         const Tensor& cos, const Tensor& sin);
   AdaNorm norm1, norm1_context;
   FluxAttention attn;
   FeedForward ff, ff_context;
@@ -130,10 +138,14 @@ class FluxSingleTransformerBlock : public Module {
   FluxSingleTransformerBlock(int64_t heads, int64_t head_dim);
   std::pair<Tensor, Tensor> operator()(const Tensor& img, const Tensor& txt, const Tensor& temb,
                                        const Tensor& cos, const Tensor& sin) {
-    return call([&] { return forward(img, txt, temb, cos, sin); });
+    return call([&] { return compiled ? run_compiled(img, txt, temb, cos, sin) : forward(img, txt, temb, cos, sin); });
   }
   std::pair<Tensor, Tensor> forward(const Tensor& img, const Tensor& txt, const Tensor& temb,
                                     const Tensor& cos, const Tensor& sin);
+  // Set by FluxTransformer2DModel::compile_repeated_blocks (one graph shared by every such block).
+  std::shared_ptr<compile::CompiledModule> compiled;
+  std::pair<Tensor, Tensor> run_compiled(const Tensor& img, const Tensor& txt, const Tensor& temb,
+                                         const Tensor& cos, const Tensor& sin);
   AdaNorm norm;
   Linear proj_mlp, proj_out;
   FluxAttention attn;
@@ -168,6 +180,18 @@ class FluxTransformer2DModel : public Module {
   Tensor forward(const Tensor& hidden, const Tensor& encoder, const Tensor& pooled, const Tensor& timestep,
                  const Tensor& guidance, const Tensor& txt_ids, const Tensor& img_ids,
                  FluxIntermediates* mids = nullptr);
+  // After the RoPE tables: what a full compile captures (cos, sin [T+N, Dh] from flux_rope_tables).
+  Tensor forward_body(const Tensor& hidden, const Tensor& encoder, const Tensor& pooled, const Tensor& timestep,
+                      const Tensor& guidance, const Tensor& cos, const Tensor& sin, FluxIntermediates* mids = nullptr);
+
+  // torch.compile(transformer): the whole forward after the RoPE tables is one compiled graph.
+  // Calls that ask for intermediates (mids) run eagerly.
+  void compile(const compile::CompileOptions& o) override;
+  // Regional compilation (Diffusers' compile_repeated_blocks): one compiled graph for all
+  // FluxTransformerBlocks and one for all FluxSingleTransformerBlocks; the rest stays eager.
+  void compile_repeated_blocks(const compile::CompileOptions& o) override;
+  void uncompile();
+  std::vector<const compile::CompiledModule*> compiled_modules() const;  // for stats
 
   DType compute_dtype() const { return x_embedder.bias.dtype(); }  // dense even when weights are quantized
 
@@ -178,6 +202,9 @@ class FluxTransformer2DModel : public Module {
   ModuleList<FluxSingleTransformerBlock> single_transformer_blocks;
   AdaNorm norm_out;  // AdaLayerNormContinuous: (scale, shift) in that order
   Linear proj_out;
+
+ private:
+  std::shared_ptr<compile::CompiledModule> compiled_;
 };
 
 }  // namespace diffq::models::flux

@@ -1,0 +1,111 @@
+// Compiled vs eager transformer step on a builtin FLUX config (random weights, f32, CPU): step time,
+// activation peak (allocator peak minus the weights), and compile time of full vs regional compile.
+// A micro benchmark: one process, a few steps; run it on a quiet machine for numbers.
+//   bench_compile [config=flux-small] [image_side=256] [text_tokens=64] [steps=3]
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "compile/compiled_module.h"
+#include "diffq/memory.h"
+#include "models/flux/flux_builtin.h"
+#include "modules/random_init.h"
+
+using namespace diffq;
+using namespace diffq::models::flux;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+Tensor randn_like_inputs(const Shape& s, uint64_t seed) {
+  std::vector<float> v(size_t(shape_numel(s)));
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 7;
+  for (float& f : v) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    f = float(double(x % 20001) / 10000.0 - 1.0);
+  }
+  return Tensor::from_vector(v, s);
+}
+
+struct Inputs {
+  Tensor hidden, encoder, pooled, timestep, guidance, txt_ids, img_ids;
+};
+
+double seconds(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+struct Result {
+  double first_s = 0, step_s = 0;
+  int64_t activation_peak = 0;
+};
+
+Result measure(FluxTransformer2DModel& m, const Inputs& in, int steps, int64_t weights) {
+  Result r;
+  auto step = [&] {
+    return m(in.hidden, in.encoder, in.pooled, in.timestep, in.guidance, in.txt_ids, in.img_ids);
+  };
+  reset_peak_memory_stats(Device::cpu());
+  auto t0 = clock_type::now();
+  step();  // compiles on the first call when compiled
+  r.first_s = seconds(t0);
+  reset_peak_memory_stats(Device::cpu());
+  const int64_t base = memory_stats(Device::cpu()).current_bytes;
+  t0 = clock_type::now();
+  for (int i = 0; i < steps; ++i) step();
+  r.step_s = seconds(t0) / steps;
+  r.activation_peak = memory_stats(Device::cpu()).peak_bytes - base;
+  (void)weights;
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string name = argc > 1 ? argv[1] : "flux-small";
+  const int64_t side = argc > 2 ? std::atoll(argv[2]) : 256;
+  const int64_t T = argc > 3 ? std::atoll(argv[3]) : 64;
+  const int steps = argc > 4 ? std::atoi(argv[4]) : 3;
+  const FluxBuiltin b = builtin_flux(name);
+  FluxTransformer2DModel m(b.transformer);
+  init_parameters_randn(m, DType::f32, 1);
+  const int64_t weights = memory_stats(Device::cpu()).current_bytes;
+  const auto& c = b.transformer;
+  const int64_t N = (side / 16) * (side / 16);
+  Inputs in;
+  in.hidden = randn_like_inputs({1, N, c.in_channels}, 1);
+  in.encoder = randn_like_inputs({1, T, c.joint_attention_dim}, 2);
+  in.pooled = randn_like_inputs({1, c.pooled_projection_dim}, 3);
+  in.timestep = Tensor::full({1}, 0.5, DType::f32);
+  if (c.guidance_embeds) in.guidance = Tensor::full({1}, 3.5, DType::f32);
+  in.txt_ids = Tensor::zeros({T, 3}, DType::f32);
+  std::vector<float> ids(size_t(N * 3), 0.f);
+  for (int64_t i = 0; i < N; ++i) {
+    ids[size_t(i * 3 + 1)] = float(i / (side / 16));
+    ids[size_t(i * 3 + 2)] = float(i % (side / 16));
+  }
+  in.img_ids = Tensor::from_vector(ids, {N, 3});
+
+  std::printf("%s, %lldx%lld image (%lld tokens) + %lld text tokens, f32, %d timed steps\n", name.c_str(),
+              (long long)side, (long long)side, (long long)N, (long long)T, steps);
+  const Result eager = measure(m, in, steps, weights);
+  std::printf("eager     step %.3f s  activation peak %.1f MiB\n", eager.step_s, eager.activation_peak / 1048576.0);
+
+  m.compile(compile::CompileOptions{});
+  const Result full = measure(m, in, steps, weights);
+  const double full_compile = m.compiled_modules()[0]->stats().compile_seconds;
+  std::printf("full      step %.3f s  activation peak %.1f MiB  compile %.3f s  (%.2fx eager, peak %.2fx)\n",
+              full.step_s, full.activation_peak / 1048576.0, full_compile, eager.step_s / full.step_s,
+              double(full.activation_peak) / double(eager.activation_peak));
+
+  m.compile_repeated_blocks(compile::CompileOptions{});
+  const Result regional = measure(m, in, steps, weights);
+  double regional_compile = 0;
+  for (const auto* cm : m.compiled_modules()) regional_compile += cm->stats().compile_seconds;
+  std::printf("regional  step %.3f s  activation peak %.1f MiB  compile %.3f s  (%.2fx eager, peak %.2fx; "
+              "compile %.2fx full's)\n",
+              regional.step_s, regional.activation_peak / 1048576.0, regional_compile, eager.step_s / regional.step_s,
+              double(regional.activation_peak) / double(eager.activation_peak), regional_compile / full_compile);
+  return 0;
+}

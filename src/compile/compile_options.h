@@ -1,0 +1,37 @@
+// Options of a compiled forward (the seeds' torch.compile knobs, plus one switch per pass so each can be
+// turned off for debugging). DIFFQ_COMPILE_DISABLE=dce,cse,fuse,fuse_norm,plan,inplace turns passes off for the
+// whole process on top of what the options say.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace diffq::compile {
+
+enum class CompileMode { default_mode, reduce_overhead, max_autotune };
+
+struct CompileOptions {
+  CompileMode mode = CompileMode::default_mode;
+  // true: code that cannot be captured is an error; false: that input signature runs eagerly.
+  bool fullgraph = false;
+  bool dce = true;      // dead-code elimination
+  bool cse = true;      // common-subexpression elimination
+  bool fuse = true;     // elementwise fusion (CPU graphs)
+  bool fuse_norm = true;  // pattern fusion: a LayerNorm/RMSNorm computed inside the fused node reading it
+  bool plan = true;     // static memory planning (one arena per run, liveness-based reuse)
+  bool inplace = true;  // planner: an elementwise node writes over an input that dies there
+
+  // A short stable description ("dce,cse,fuse,fuse_norm,plan,inplace") used in cache keys and messages.
+  std::string passes_str() const;
+};
+
+CompileMode parse_compile_mode(std::string_view name);  // "default" | "reduce-overhead" | "max-autotune"
+std::string_view compile_mode_name(CompileMode m);
+
+// `o` with the passes named in DIFFQ_COMPILE_DISABLE (comma separated) turned off. Unknown names are an
+// Error naming the variable and the value.
+CompileOptions apply_env(CompileOptions o);
+// The same from an explicit list (tests).
+CompileOptions disable_passes(CompileOptions o, std::string_view comma_list, std::string_view source);
+
+}  // namespace diffq::compile

@@ -1,0 +1,32 @@
+// A graph after the passes, with its memory plan: what the executor runs on real inputs.
+#pragma once
+
+#include <vector>
+
+#include "compile/compile_options.h"
+#include "compile/graph.h"
+#include "compile/plan_memory.h"
+
+namespace diffq::compile {
+
+struct PassStats {
+  int64_t captured_nodes = 0;
+  int64_t dce_removed = 0, cse_merged = 0, fused_ops = 0, fused_norms = 0;
+  int64_t final_nodes = 0, fused_nodes = 0, opaque_nodes = 0;
+};
+
+struct CompiledGraph {
+  Graph graph;
+  MemoryPlan plan;
+  PassStats stats;
+  std::vector<ops::KernelFn> kernels;  // per op node
+
+  // inputs: one per graph input (absent ones undefined); params: the root module's dense parameters in
+  // named_parameters() order (quantized ones undefined); root: the module opaque nodes resolve against.
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs, const std::vector<Tensor>& params, Module* root) const;
+};
+
+// Runs the enabled passes (o) over g and plans its memory.
+CompiledGraph compile_graph(Graph g, const CompileOptions& o);
+
+}  // namespace diffq::compile

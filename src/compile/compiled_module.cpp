@@ -1,0 +1,92 @@
+#include "compile/compiled_module.h"
+
+#include <chrono>
+#include <cstdio>
+#include <sstream>
+
+#include "diffq/error.h"
+#include "modules/module.h"
+
+namespace diffq::compile {
+
+std::vector<Tensor> dense_parameters(Module& m) {
+  std::vector<Tensor> out;
+  for (const auto& [name, p] : m.named_parameters())
+    out.push_back(p->defined() && !p->is_quantized() ? p->dense() : Tensor());
+  return out;
+}
+
+CompiledModule::CompiledModule(ForwardFn fwd, CompileOptions o) : fwd_(std::move(fwd)), opt_(apply_env(o)) {}
+
+std::string CompiledModule::signature(Module& m, const std::vector<Tensor>& inputs) {
+  std::ostringstream s;
+  s << m.type_name() << '(';
+  for (const Tensor& t : inputs) {
+    if (!t.defined()) s << "none;";
+    else s << shape_str(t.shape()) << dtype_name(t.dtype()) << '@' << t.device().str() << ';';
+  }
+  s << ')';
+  for (const auto& [name, p] : m.named_parameters()) {
+    s << name << ':' << shape_str(p->shape());
+    if (!p->defined()) s << "unloaded";
+    else if (p->is_quantized()) {
+      const auto st = p->quantized().storage_tensors();
+      s << p->quantized().scheme() << '@' << (st.empty() ? std::string("?") : st[0].device().str());
+    } else {
+      s << dtype_name(p->dense().dtype()) << '@' << p->dense().device().str();
+    }
+    s << ';';
+  }
+  return s.str();
+}
+
+std::shared_ptr<const CompiledGraph> CompiledModule::graph_for(Module& m, const std::vector<Tensor>& inputs) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = cache_.find(signature(m, inputs));
+  return it == cache_.end() ? nullptr : it->second.graph;
+}
+
+CompileStats CompiledModule::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+std::vector<Tensor> CompiledModule::run(Module& m, const std::vector<Tensor>& inputs) {
+  const std::string sig = signature(m, inputs);
+  std::shared_ptr<const CompiledGraph> g;
+  bool eager = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = cache_.find(sig);
+    if (it == cache_.end()) {
+      const auto t0 = std::chrono::steady_clock::now();
+      Entry e;
+      try {
+        e.graph = std::make_shared<const CompiledGraph>(compile_graph(capture(m, fwd_, inputs), opt_));
+        stats_.last_passes = e.graph->stats;
+        stats_.last_arena_bytes = e.graph->plan.arena_bytes;
+        stats_.last_unplanned_bytes = e.graph->plan.unplanned_bytes;
+      } catch (const Error& err) {
+        if (opt_.fullgraph) throw;
+        e.reason = err.what();
+        std::fprintf(stderr, "diffq compile: %s runs eagerly for this input signature: %s\n",
+                     m.type_name().c_str(), err.what());
+      }
+      stats_.compile_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      ++stats_.captures;
+      it = cache_.emplace(sig, std::move(e)).first;
+    } else if (it->second.graph) {
+      ++stats_.hits;
+    }
+    g = it->second.graph;
+    if (!g) {
+      eager = true;
+      ++stats_.eager_fallbacks;
+      stats_.last_fallback_reason = it->second.reason;
+    }
+  }
+  if (eager) return fwd_(m, inputs);
+  return g->run(inputs, dense_parameters(m), &m);
+}
+
+}  // namespace diffq::compile

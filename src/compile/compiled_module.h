@@ -1,0 +1,58 @@
+// A compiled forward: captures on the first call of each input signature (shapes, dtypes and devices of
+// the inputs; names, shapes, dtypes / quantization schemes and devices of the module's parameters;
+// the pass options), compiles, caches, and replays on later calls. Since parameters are graph inputs,
+// one CompiledModule serves every module of the same structure (regional compilation: one graph for
+// all identical transformer blocks). A signature whose forward cannot be captured runs eagerly
+// (fullgraph=false, the reason kept in stats) or is an Error (fullgraph=true).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "compile/capture.h"
+#include "compile/compiled_graph.h"
+
+namespace diffq::compile {
+
+struct CompileStats {
+  int64_t captures = 0;         // signatures captured and compiled
+  int64_t hits = 0;             // calls served by a cached graph
+  int64_t eager_fallbacks = 0;  // calls run eagerly because their signature could not be captured
+  double compile_seconds = 0;   // capture + passes + planning, all signatures
+  std::string last_fallback_reason;
+  PassStats last_passes;            // of the most recently compiled signature
+  int64_t last_arena_bytes = 0;     // its planned arena
+  int64_t last_unplanned_bytes = 0; // what its planned buffers would take without reuse
+};
+
+class CompiledModule {
+ public:
+  // `o` is taken as given; DIFFQ_COMPILE_DISABLE is applied on top.
+  CompiledModule(ForwardFn fwd, CompileOptions o);
+
+  std::vector<Tensor> run(Module& m, const std::vector<Tensor>& inputs);
+
+  CompileStats stats() const;
+  const CompileOptions& options() const { return opt_; }
+  // The compiled graph of the signature of (m, inputs); nullptr when not compiled (tests, dumps).
+  std::shared_ptr<const CompiledGraph> graph_for(Module& m, const std::vector<Tensor>& inputs) const;
+  static std::string signature(Module& m, const std::vector<Tensor>& inputs);
+
+ private:
+  struct Entry {
+    std::shared_ptr<const CompiledGraph> graph;  // null: eager fallback
+    std::string reason;
+  };
+  ForwardFn fwd_;
+  CompileOptions opt_;
+  mutable std::mutex mu_;
+  std::map<std::string, Entry> cache_;
+  CompileStats stats_;
+};
+
+// The dense parameters of `m` in named_parameters() order (quantized or unloaded ones undefined).
+std::vector<Tensor> dense_parameters(Module& m);
+
+}  // namespace diffq::compile

@@ -1,0 +1,18 @@
+// Runs a fused elementwise program: one loop nest over the (contiguous) output, operands read through
+// their broadcast strides, the program evaluated a chunk of elements at a time in f32 registers that
+// stay in L1 (SIMD via Highway), the result rounded once to the output dtype.
+#pragma once
+
+#include <vector>
+
+#include "compile/graph.h"
+
+namespace diffq::compile {
+
+// `leaves` broadcast to out's shape; out is contiguous (it may alias a leaf read whole: each chunk is
+// loaded before it is stored).
+void run_fused(const FusedProgram& p, const std::vector<Tensor>& leaves, Tensor& out);
+// Scalar reference: element by element, the C library's math, same roundings (tests).
+void run_fused_reference(const FusedProgram& p, const std::vector<Tensor>& leaves, Tensor& out);
+
+}  // namespace diffq::compile

@@ -1,0 +1,113 @@
+// The compiler's graph IR. A captured forward becomes a list of nodes in execution order, each with one
+// output buffer (contiguous, of a known shape/dtype/device). Node inputs are views (shape, strides,
+// offset) of a buffer that is a graph input, a module parameter (by its index in the root module's
+// named_parameters(), so one graph serves every module of the same structure), another node's output,
+// or a constant captured during tracing. Nodes are ops of the op vocabulary, fused elementwise
+// programs, or opaque calls of a real submodule (what cannot be traced: quantized linears, hooked
+// modules).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "diffq/tensor.h"
+#include "ops/op.h"
+
+namespace diffq {
+class Module;
+}
+
+namespace diffq::compile {
+
+struct Ref {
+  enum class Src : uint8_t { none, input, param, value, constant };
+  Src src = Src::none;
+  int32_t index = -1;  // graph input / parameter / node / constant index
+  Shape shape, strides;
+  int64_t offset = 0;  // elements, relative to the start of the buffer (parameters: of the parameter's view)
+  DType dtype = DType::f32;
+
+  bool defined() const { return src != Src::none; }
+  bool same_view(const Ref& o) const {
+    return src == o.src && index == o.index && shape == o.shape && strides == o.strides && offset == o.offset &&
+           dtype == o.dtype;
+  }
+  // The whole buffer of `shape`, read contiguously from its start.
+  bool is_whole(const Shape& buffer_shape) const {
+    return offset == 0 && shape == buffer_shape && strides == contiguous_strides(shape);
+  }
+};
+
+struct BufferMeta {
+  Shape shape;
+  DType dtype = DType::f32;
+  Device device{};
+  size_t nbytes() const { return size_t(shape_numel(shape)) * dtype_size(dtype); }
+};
+
+// One instruction of a fused elementwise program. Every instruction yields one f32 register (its index
+// in the program), rounded to `dtype` when that is a 16-bit float, as the eager op rounds its output.
+struct Instr {
+  enum class Op : uint8_t { load, binary, scalar, clamp, unary, cast };
+  Op op = Op::load;
+  int32_t a = -1, b = -1;  // load: leaf index; others: register operands
+  int64_t fn = 0;          // BinaryFn / ScalarFn / UnaryFn
+  float s0 = 0.f, s1 = 0.f;
+  DType dtype = DType::f32;
+};
+
+// A LayerNorm / RMSNorm over the last dim computed per output row before the program runs (pattern
+// fusion: LayerNorm + modulate, RMSNorm + scale): the load of leaf `leaf` reads the normalized row.
+struct NormPrologue {
+  bool rms = false;
+  double eps = 0;
+  int32_t leaf = -1;         // the leaf that stood for the norm's output
+  int32_t x = -1, w = -1, b = -1;  // leaves holding the norm's inputs (w, b: -1 when absent)
+  DType dtype = DType::f32;  // the norm's output dtype (its rounding)
+};
+
+struct FusedProgram {
+  std::vector<Instr> code;  // the result is the last register
+  std::optional<NormPrologue> norm;
+  std::string str() const;  // "load0 load1 mul(0,1) silu(2)"
+};
+
+// Calls the real submodule at `path` (relative to the root module) on one real input.
+using OpaqueFn = std::function<Tensor(Module& m, const Tensor& x)>;
+
+struct Node {
+  enum class Kind : uint8_t { op, fused, opaque };
+  Kind kind = Kind::op;
+  ops::OpKind op = ops::OpKind::copy;
+  ops::Attrs attrs;
+  std::vector<Ref> inputs;  // fused: the leaves
+  BufferMeta out;
+  std::shared_ptr<const FusedProgram> program;  // fused
+  std::string module_path;                      // opaque
+  OpaqueFn opaque;                              // opaque
+  std::string label() const;                    // op name, "fused[...]" or "opaque(path)"
+};
+
+struct Graph {
+  std::vector<BufferMeta> inputs;
+  std::vector<bool> input_defined;  // an optional input that was absent at capture stays absent
+  std::vector<Tensor> constants;
+  std::vector<Node> nodes;
+  std::vector<Ref> outputs;
+
+  // Number of node inputs/outputs reading node `i`'s buffer (graph outputs count once each).
+  std::vector<int> use_counts() const;
+  bool is_output(int32_t node) const;
+  std::string dump() const;
+  int64_t count(Node::Kind k) const;
+};
+
+// Keeps the nodes with keep[i] (in order) and renumbers value references.
+void compact(Graph& g, const std::vector<bool>& keep);
+// Replaces every read of node `from`'s buffer by node `to`'s (same meta).
+void redirect(Graph& g, int32_t from, int32_t to);
+
+}  // namespace diffq::compile

@@ -1,0 +1,25 @@
+// The graph passes, one file each. Each rewrites the graph in place and returns how many nodes it
+// removed or merged (for stats and tests).
+#pragma once
+
+#include <cstdint>
+
+#include "compile/graph.h"
+
+namespace diffq::compile {
+
+int64_t eliminate_dead_code(Graph& g);          // dce.cpp: nodes no output depends on
+int64_t eliminate_common_subexpressions(Graph& g);  // cse.cpp: identical op + attrs + input views
+// fuse_elementwise.cpp: single-use chains of binary/scalar/clamp/unary/cast float ops of one output
+// shape become one fused node (CPU graphs only). Returns the number of ops folded into fused nodes.
+int64_t fuse_elementwise(Graph& g);
+
+// fuse_norm.cpp (pattern fusion): a layer_norm / rms_norm whose output is read once, whole, by a fused
+// node of the same shape is computed inside that node, row by row (LayerNorm + modulate). Returns the
+// number of norms folded.
+int64_t fuse_norm_prologue(Graph& g);
+
+// Whether a node is a float elementwise op the fuser (and the in-place planner) understands.
+bool is_fusable_elementwise(const Graph& g, const Node& n);
+
+}  // namespace diffq::compile

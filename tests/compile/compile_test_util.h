@@ -1,0 +1,37 @@
+// Shared helpers of the compile tests.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "compile/compile_options.h"
+#include "diffq/tensor.h"
+
+namespace compile_test {
+
+// max |a - b| / max |b| (a and b same shape)
+inline double max_rel(const diffq::Tensor& a, const diffq::Tensor& b) {
+  if (a.shape() != b.shape()) return INFINITY;
+  const auto x = a.to_f64_vector(), y = b.to_f64_vector();
+  double num = 0, den = 1e-30;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::isnan(x[i]) != std::isnan(y[i])) return INFINITY;
+    num = std::max(num, std::fabs(x[i] - y[i]));
+    den = std::max(den, std::fabs(y[i]));
+  }
+  return num / den;
+}
+
+// Every pass on, then each pass off in turn, then all off.
+inline std::vector<std::pair<std::string, diffq::compile::CompileOptions>> pass_settings() {
+  std::vector<std::pair<std::string, diffq::compile::CompileOptions>> out;
+  out.emplace_back("all-on", diffq::compile::CompileOptions{});
+  for (const char* p : {"dce", "cse", "fuse", "fuse_norm", "plan", "inplace", "all"})
+    out.emplace_back(std::string("no-") + p, diffq::compile::disable_passes({}, p, "test"));
+  for (auto& [n, o] : out) o.fullgraph = true;  // a capture failure must fail the test, not fall back
+  return out;
+}
+
+}  // namespace compile_test

@@ -1,0 +1,286 @@
+// The compiler on a small module: what each pass does to the graph, the fused kernel against its scalar
+// reference, memory planning, opaque nodes, the signature cache, and the options/env parsing.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "compile/capture.h"
+#include "compile/compiled_module.h"
+#include "compile/fused_kernel.h"
+#include "compile/passes.h"
+#include "compile_test_util.h"
+#include "diffq/error.h"
+#include "modules/layers.h"
+#include "modules/random_init.h"
+#include "ops/ops.h"
+#include "quant/quant_method.h"
+#include "modules/quantize_on_load.h"
+
+using namespace diffq;
+using namespace diffq::compile;
+using compile_test::max_rel;
+
+namespace {
+
+Tensor randn(const Shape& s, uint64_t seed, DType dt = DType::f32) {
+  std::vector<float> v(size_t(shape_numel(s)));
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (float& f : v) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    f = float(double(x % 20001) / 10000.0 - 1.0) * 2.f;
+  }
+  return Tensor::from_vector(v, s, dt);
+}
+
+// fc -> silu * (h + 1) (a fusable chain) -> LayerNorm, plus a dead branch and a duplicated subexpression.
+struct Toy : Module {
+  Toy() : Module("Toy"), fc(16, 16), norm(16, 1e-6) {
+    register_module("fc", fc);
+    register_module("norm", norm);
+  }
+  Tensor forward(const Tensor& x) {
+    const Tensor h = fc(x);
+    const Tensor b = ops::mul(ops::silu(h), ops::add_scalar(h, 1.0));
+    (void)ops::unary(x, ops::UnaryFn::exp);  // dead
+    const Tensor s1 = ops::mul_scalar(x, 2.0), s2 = ops::mul_scalar(x, 2.0);
+    return ops::add(norm(b), ops::add(s1, s2));
+  }
+  Linear fc;
+  LayerNorm norm;
+};
+
+ForwardFn toy_fn() {
+  return [](Module& m, const std::vector<Tensor>& in) { return std::vector<Tensor>{static_cast<Toy&>(m).forward(in[0])}; };
+}
+
+std::unique_ptr<Toy> make_toy(uint64_t seed) {
+  auto t = std::make_unique<Toy>();
+  init_parameters_randn(*t, DType::f32, seed, 0.3);
+  return t;
+}
+
+}  // namespace
+
+TEST(CompileGraph, CaptureTakesParametersAsInputs) {
+  auto toy = make_toy(1);
+  const Graph g = capture(*toy, toy_fn(), {randn({2, 3, 16}, 5)});
+  int params = 0, constants = 0;
+  for (const Node& n : g.nodes)
+    for (const Ref& r : n.inputs) {
+      params += r.src == Ref::Src::param;
+      constants += r.src == Ref::Src::constant;
+    }
+  EXPECT_EQ(params, 4);  // fc.weight, fc.bias, norm.weight, norm.bias
+  EXPECT_EQ(constants, 0);
+}
+
+TEST(CompileGraph, EachPassChangesTheGraphAsDocumented) {
+  auto toy = make_toy(1);
+  Graph g = capture(*toy, toy_fn(), {randn({2, 3, 16}, 5)});
+  const size_t captured = g.nodes.size();
+  EXPECT_EQ(eliminate_dead_code(g), 1);
+  EXPECT_EQ(g.nodes.size(), captured - 1);
+  EXPECT_EQ(eliminate_common_subexpressions(g), 1);
+  const int64_t folded = fuse_elementwise(g);
+  // silu and add_scalar fold into the mul; (s1 + s1) folds s1 into the add; the final add reads the
+  // LayerNorm output (not elementwise), so it stays the root of that fused node.
+  EXPECT_EQ(folded, 3) << g.dump();
+  EXPECT_EQ(g.count(Node::Kind::fused), 2) << g.dump();
+  EXPECT_EQ(eliminate_dead_code(g), 0);
+}
+
+TEST(CompileGraph, CompiledEqualsEagerWithEveryPassSetting) {
+  auto toy = make_toy(2);
+  const Tensor x = randn({2, 3, 16}, 9);
+  const Tensor want = toy->forward(x);
+  for (const auto& [name, o] : compile_test::pass_settings()) {
+    CompiledModule cm(toy_fn(), o);
+    const Tensor got = cm.run(*toy, {x})[0];
+    EXPECT_LE(max_rel(got, want), 1e-6) << name;
+    const Tensor again = cm.run(*toy, {x})[0];  // replay from the cache
+    EXPECT_LE(max_rel(again, want), 1e-6) << name;
+  }
+}
+
+TEST(CompileGraph, OneGraphServesEveryModuleOfTheSameStructure) {
+  auto a = make_toy(3), b = make_toy(4);
+  const Tensor x = randn({1, 5, 16}, 11);
+  CompiledModule cm(toy_fn(), {});
+  const Tensor ya = cm.run(*a, {x})[0], yb = cm.run(*b, {x})[0];
+  EXPECT_EQ(cm.stats().captures, 1);
+  EXPECT_EQ(cm.stats().hits, 1);
+  EXPECT_LE(max_rel(ya, a->forward(x)), 1e-6);
+  EXPECT_LE(max_rel(yb, b->forward(x)), 1e-6);
+  EXPECT_GT(max_rel(ya, yb), 1e-2);  // different weights really were used
+}
+
+TEST(CompileGraph, SignatureCacheHitsAndMisses) {
+  auto toy = make_toy(5);
+  CompiledModule cm(toy_fn(), {});
+  cm.run(*toy, {randn({1, 5, 16}, 1)});
+  cm.run(*toy, {randn({1, 5, 16}, 2)});  // same signature, other values: hit
+  EXPECT_EQ(cm.stats().captures, 1);
+  EXPECT_EQ(cm.stats().hits, 1);
+  const Tensor x7 = randn({1, 7, 16}, 3);
+  EXPECT_LE(max_rel(cm.run(*toy, {x7})[0], toy->forward(x7)), 1e-6);  // new shape: miss
+  EXPECT_EQ(cm.stats().captures, 2);
+  cm.run(*toy, {randn({1, 7, 16}, 3, DType::bf16)});  // new dtype: miss
+  EXPECT_EQ(cm.stats().captures, 3);
+  // Parameter dtype is part of the signature too.
+  auto toy16 = make_toy(5);
+  init_parameters_randn(*toy16, DType::bf16, 5, 0.3);
+  cm.run(*toy16, {randn({1, 7, 16}, 3, DType::bf16)});
+  EXPECT_EQ(cm.stats().captures, 4);
+  EXPECT_NE(CompiledModule::signature(*toy, {x7}), CompiledModule::signature(*toy16, {x7}));
+}
+
+TEST(CompileGraph, MemoryPlanReusesBuffersAndWritesInPlace) {
+  // A chain where every intermediate is read once and then dies: the arena needs two buffers.
+  struct Chain : Module {
+    Chain() : Module("Chain") {}
+    Tensor forward(const Tensor& x) {
+      Tensor h = x;
+      for (int i = 0; i < 6; ++i) h = ops::softmax(ops::add(ops::softmax(h), x));
+      return ops::softmax(h);
+    }
+  } chain;
+  ForwardFn fn = [](Module& m, const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{static_cast<Chain&>(m).forward(in[0])};
+  };
+  const Tensor x = randn({4, 64}, 2);
+  CompiledModule cm(fn, {});
+  const Tensor got = cm.run(chain, {x})[0];
+  EXPECT_LE(max_rel(got, chain.forward(x)), 1e-6);
+  const auto g = cm.graph_for(chain, {x});
+  ASSERT_NE(g, nullptr);
+  const int64_t buf = 4 * 64 * 4;
+  EXPECT_EQ(g->plan.unplanned_bytes, 18 * buf);  // 19 ops, the last one is the output
+  EXPECT_LE(g->plan.arena_bytes, 2 * buf);
+  EXPECT_GE(g->plan.num_inplace(), 6);  // each add overwrites the softmax it reads
+}
+
+TEST(CompileGraph, FusedKernelMatchesScalarReference) {
+  // ((a * b) + silu(c)) - clamp(gelu_tanh(a), -0.5, 0.5), b and c broadcast, then a bf16 cast.
+  FusedProgram p;
+  auto add = [&](Instr i) {
+    p.code.push_back(i);
+    return int32_t(p.code.size() - 1);
+  };
+  const int32_t la = add({Instr::Op::load, 0}), lb = add({Instr::Op::load, 1}), lc = add({Instr::Op::load, 2});
+  const int32_t ab = add({Instr::Op::binary, la, lb, int64_t(ops::BinaryFn::mul)});
+  const int32_t sc = add({Instr::Op::unary, lc, -1, int64_t(ops::UnaryFn::silu)});
+  const int32_t s = add({Instr::Op::binary, ab, sc, int64_t(ops::BinaryFn::add)});
+  const int32_t g = add({Instr::Op::unary, la, -1, int64_t(ops::UnaryFn::gelu_tanh)});
+  const int32_t cl = add({Instr::Op::clamp, g, -1, 0, -0.5f, 0.5f});
+  const int32_t d = add({Instr::Op::binary, s, cl, int64_t(ops::BinaryFn::sub)});
+  add({Instr::Op::scalar, d, -1, int64_t(ops::ScalarFn::rsub), 3.f});
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const Tensor a = randn({3, 37, 130}, 1), b = randn({37, 1}, 2), c = randn({130}, 3, dt);
+    Tensor fast = Tensor::empty({3, 37, 130}, dt), ref = Tensor::empty({3, 37, 130}, dt);
+    run_fused(p, {a, b, c}, fast);
+    run_fused_reference(p, {a, b, c}, ref);
+    EXPECT_LE(max_rel(fast, ref), dt == DType::f32 ? 2e-6 : 8e-3) << dtype_name(dt);
+  }
+  // With a LayerNorm / RMSNorm prologue standing for leaf 0 (x, w, b are leaves 3, 4, 5).
+  for (bool rms : {false, true}) {
+    FusedProgram q = p;
+    NormPrologue np;
+    np.rms = rms;
+    np.eps = 1e-6;
+    np.leaf = 0;
+    np.x = 3;
+    np.w = 4;
+    np.b = rms ? -1 : 5;
+    q.norm = np;
+    const Tensor x = randn({2, 9, 1100}, 7).slice(2, 0, 1030), w = randn({1030}, 8), bias = randn({1030}, 9);
+    const Tensor b = randn({9, 1}, 2), c = randn({1030}, 3);
+    Tensor fast = Tensor::empty({2, 9, 1030}, DType::f32), ref = Tensor::empty({2, 9, 1030}, DType::f32);
+    run_fused(q, {x, b, c, x, w, bias}, fast);
+    run_fused_reference(q, {x, b, c, x, w, bias}, ref);
+    EXPECT_LE(max_rel(fast, ref), 2e-6) << (rms ? "rms" : "layer") << " norm prologue";
+  }
+  // Strided (transposed) leaf.
+  const Tensor a = randn({40, 50}, 4).transpose(0, 1), b = randn({50, 40}, 5), c = randn({1}, 6);
+  Tensor fast = Tensor::empty({50, 40}, DType::f32), ref = Tensor::empty({50, 40}, DType::f32);
+  run_fused(p, {a, b, c}, fast);
+  run_fused_reference(p, {a, b, c}, ref);
+  EXPECT_LE(max_rel(fast, ref), 2e-6);
+}
+
+TEST(CompileGraph, QuantizedLinearBecomesAnOpaqueNode) {
+  auto toy = make_toy(6);
+  const auto [backend, kwargs] = quant::quant_shorthand("int8wo", "float32");
+  const auto method = quant::make_quant_method(backend, kwargs);
+  ASSERT_GT(quantize_module(*toy, *method), 0);
+  ASSERT_TRUE(toy->fc.weight.is_quantized());
+  const Tensor x = randn({2, 3, 16}, 7);
+  const Tensor want = toy->forward(x);
+  CompileOptions o;
+  o.fullgraph = true;
+  CompiledModule cm(toy_fn(), o);
+  EXPECT_LE(max_rel(cm.run(*toy, {x})[0], want), 1e-6);
+  const auto g = cm.graph_for(*toy, {x});
+  ASSERT_NE(g, nullptr);
+  ASSERT_EQ(g->stats.opaque_nodes, 1);
+  EXPECT_NE(g->graph.dump().find("opaque(fc)"), std::string::npos) << g->graph.dump();
+}
+
+TEST(CompileGraph, HookedModuleIsOpaqueOrAnError) {
+  struct Counter : ModuleHook {
+    int n = 0;
+    void pre_forward(Module&) override { ++n; }
+  };
+  auto toy = make_toy(7);
+  auto hook = std::make_shared<Counter>();
+  toy->fc.add_hook(hook);  // a one-input layer: opaque, its hook runs at every replay
+  const Tensor x = randn({1, 2, 16}, 1);
+  CompiledModule cm(toy_fn(), {});
+  cm.run(*toy, {x});
+  cm.run(*toy, {x});
+  EXPECT_EQ(hook->n, 2);
+  EXPECT_EQ(cm.stats().eager_fallbacks, 0);
+
+  // A hook on a module that is not a one-input layer cannot be replayed: Error with fullgraph, eager
+  // fallback (the same numbers) without.
+  struct Wrapper : Module {
+    Wrapper() : Module("Wrapper") { register_module("inner", inner); }
+    struct Inner : Module {
+      Inner() : Module("Inner"), fc(16, 16) { register_module("fc", fc); }
+      Tensor operator()(const Tensor& x) { return call([&] { return ops::silu(fc(x)); }); }
+      Linear fc;
+    } inner;
+  } w;
+  init_parameters_randn(w, DType::f32, 3, 0.3);
+  w.inner.add_hook(std::make_shared<Counter>());
+  ForwardFn fn = [](Module& m, const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{static_cast<Wrapper&>(m).inner(in[0])};
+  };
+  CompileOptions strict;
+  strict.fullgraph = true;
+  CompiledModule bad(fn, strict);
+  try {
+    bad.run(w, {x});
+    FAIL() << "expected an Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'inner'"), std::string::npos) << e.what();
+  }
+  CompiledModule lenient(fn, {});
+  const Tensor y = lenient.run(w, {x})[0];
+  EXPECT_EQ(lenient.stats().eager_fallbacks, 1);
+  EXPECT_LE(max_rel(y, w.inner(x)), 0.0);
+}
+
+TEST(CompileOptions, DisableListAndEnv) {
+  const CompileOptions o = disable_passes({}, "fuse,cse", "test");
+  EXPECT_FALSE(o.fuse);
+  EXPECT_FALSE(o.cse);
+  EXPECT_TRUE(o.dce && o.plan && o.inplace);
+  EXPECT_EQ(o.passes_str(), "dce,fuse_norm,plan,inplace");
+  EXPECT_THROW(disable_passes({}, "fusion", "DIFFQ_COMPILE_DISABLE"), Error);
+  setenv("DIFFQ_COMPILE_DISABLE", "plan", 1);
+  EXPECT_FALSE(apply_env({}).plan);
+  unsetenv("DIFFQ_COMPILE_DISABLE");
+  EXPECT_TRUE(apply_env({}).plan);
+  EXPECT_EQ(parse_compile_mode("max-autotune"), CompileMode::max_autotune);
+  EXPECT_THROW(parse_compile_mode("fast"), Error);
+}
