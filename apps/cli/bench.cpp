@@ -1,5 +1,5 @@
 // diffq bench: latency and peak memory of a pipeline under several "combinations" (dtype,
-// quantization scheme, offload mode; compile as it lands), the table the Diffusers documents judge by.
+// quantization scheme, compile, offload mode), the table the Diffusers documents judge by.
 // Each combination runs in a fresh worker process (this binary, `bench --worker`), so its peak RSS
 // is its own; the parent collects one JSON line per worker and prints a markdown table or --json.
 #include <sys/wait.h>
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "compile/compile_options.h"
 #include "core/random.h"
 #include "diffq/error.h"
 #include "diffq/memory.h"
@@ -55,6 +56,7 @@ struct Combo {
   DType dtype = DType::f32;
   std::string quant;    // a --quant shorthand, applied to the transformer
   std::string offload;  // an --offload value (model, sequential, group[:N], leaf, disk), empty: none
+  std::string compile;  // "" | regional ("compile": Diffusers' compile_repeated_blocks) | full
 };
 
 // "<mode>-offload[:N]" -> the --offload value "<mode>[:N]"; empty when `tok` is not an offload token.
@@ -79,6 +81,9 @@ Combo parse_combo(const std::string& text) {
              quant::quant_shorthands().end()) {
       check(c.quant.empty(), "bench", "combination '", text, "' has two quantization schemes");
       c.quant = tok;
+    } else if (tok == "compile" || tok == "compile-full") {
+      check(c.compile.empty(), "bench", "combination '", text, "' compiles twice");
+      c.compile = tok == "compile" ? "regional" : "full";
     } else if (const std::string off = offload_token(tok); !off.empty()) {
       check(c.offload.empty(), "bench", "combination '", text, "' has two offload modes");
       check(off.rfind("disk:", 0) != 0, "bench", "combination '", text,
@@ -87,8 +92,9 @@ Combo parse_combo(const std::string& text) {
       c.offload = off;
     } else {
       fail("bench", "combination '", text, "': '", tok,
-           "' is not available in diffq bench yet (available: fp32, bf16, fp16, the --quant schemes, and "
-           "model-offload, sequential-offload, group-offload[:N], leaf-offload, disk-offload)");
+           "' is not available in diffq bench yet (available: fp32, bf16, fp16, the --quant schemes, "
+           "compile (regional), compile-full, and model-offload, sequential-offload, group-offload[:N], "
+           "leaf-offload, disk-offload)");
     }
   }
   return c;
@@ -151,6 +157,10 @@ nlohmann::json run_worker(const BenchArgs& a) {
   if (!combo.offload.empty())
     offload::apply(pipe->offloader, pipe->offload_components(), FluxPipeline::model_cpu_offload_seq,
                    offload::parse_offload_spec(combo.offload));
+  if (combo.compile == "full")  // after offloading, so its hooks are seen by the capture (as generate)
+    pipe->transformer->compile(compile::CompileOptions{});
+  else if (combo.compile == "regional")
+    pipe->transformer->compile_repeated_blocks(compile::CompileOptions{});
   const double load_s = std::chrono::duration<double>(clock::now() - t0).count();
   // Peak RSS of the generations alone (after loading, and after offloading sent the weights home),
   // next to the whole process' peak: a builtin model is initialised dense in RAM before any offload.
@@ -185,6 +195,7 @@ nlohmann::json run_worker(const BenchArgs& a) {
           {"model", a.model},
           {"dtype", std::string(dtype_name(combo.dtype))},
           {"offload", combo.offload.empty() ? nlohmann::json(nullptr) : nlohmann::json(combo.offload)},
+          {"compile", combo.compile.empty() ? nlohmann::json(nullptr) : nlohmann::json(combo.compile)},
           {"size", a.size},
           {"steps", a.steps},
           {"threads", num_threads()},

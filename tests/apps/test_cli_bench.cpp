@@ -26,12 +26,15 @@ nlohmann::json json_of(const std::string& out) {
 TEST(CliBench, DtypeQuantAndOffloadCombinationsEachReportTheirRun) {
   const auto dir = fs::temp_directory_path();
   const auto r = run_cli(dir, "bench -m '" + kModel +
-                                  "' --combos 'fp32; fp32+group-offload:2; bf16+q8_0+disk-offload' "
+                                  "' --combos 'fp32; fp32+group-offload:2; bf16+q8_0+disk-offload; fp32+compile; bf16+nf4+compile-full' "
                                   "--steps 2 --size 32x32 --repeat 1 --warmup 0 --threads 1 --json");
   ASSERT_EQ(r.status, 0) << r.out;
   const auto j = json_of(r.out);
   ASSERT_TRUE(j.is_array()) << r.out;
-  ASSERT_EQ(j.size(), 3u) << r.out;
+  ASSERT_EQ(j.size(), 5u) << r.out;
+  EXPECT_EQ(j[3].at("compile"), "regional");
+  EXPECT_EQ(j[4].at("compile"), "full");
+  EXPECT_TRUE(j[0].at("compile").is_null());
   EXPECT_EQ(j[0].at("combo"), "fp32");
   EXPECT_TRUE(j[0].at("offload").is_null());
   EXPECT_EQ(j[1].at("offload"), "group:2");
@@ -58,6 +61,9 @@ TEST(CliBench, UnknownCombinationIsAClearErrorBeforeAnythingRuns) {
   r = run_cli(dir, "bench -m '" + kModel + "' --combos 'fp32+group-offload+leaf-offload' --steps 1");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.out.find("two offload modes"), std::string::npos) << r.out;
+  r = run_cli(dir, "bench -m '" + kModel + "' --combos 'fp32+compile+compile-full' --steps 1");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("compiles twice"), std::string::npos) << r.out;
   r = run_cli(dir, "bench -m '" + kModel + "' --combos 'fp32+group-offload:x' --steps 1");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.out.find("group:x"), std::string::npos) << r.out;

@@ -15,7 +15,10 @@ mode, as diffq bench spells them:
   (bitsandbytes' Diffusers integration needs CUDA; GGUF needs a pre-made GGUF file): reported as an error row;
 - group-offload[:N], leaf-offload, disk-offload: Diffusers' group offloading of the transformer with
   onload_device=cpu and offload_to_disk_path (diffq's CPU offload modes also keep the weights on disk);
-  model-offload / sequential-offload: Diffusers' enable_model_cpu_offload / enable_sequential_cpu_offload.
+  model-offload / sequential-offload: Diffusers' enable_model_cpu_offload / enable_sequential_cpu_offload;
+- compile: transformer.compile_repeated_blocks() (regional torch.compile, as the seeds recommend);
+  compile-full: transformer.compile() (torch.compile of the whole transformer). The warm-up generation
+  absorbs the compile time.
 A combination the peer cannot run prints {"combo", "engine", "error"} instead of timings.
 Run with tools/.venv/bin/python (bench/compare.sh does).
 """
@@ -53,7 +56,7 @@ class Unsupported(Exception):
 def parse_combo(text: str):
     import torch
 
-    dtype, quant, offload = torch.float32, None, None
+    dtype, quant, offload, compile_mode = torch.float32, None, None, None
     for tok in [t.strip() for t in text.split("+") if t.strip()]:
         if tok in ("fp32", "f32", "float32"):
             dtype = torch.float32
@@ -61,12 +64,14 @@ def parse_combo(text: str):
             dtype = torch.bfloat16
         elif tok in ("fp16", "f16", "float16"):
             dtype = torch.float16
+        elif tok in ("compile", "compile-full"):
+            compile_mode = "regional" if tok == "compile" else "full"
         elif "-offload" in tok and tok.split("-offload")[0] in OFFLOAD:
             mode, _, n = tok.partition("-offload")
             offload = (mode, int(n[1:]) if n.startswith(":") else 1)
         else:
             quant = tok
-    return dtype, quant, offload
+    return dtype, quant, offload, compile_mode
 
 
 def quantize_transformer(transformer, quant: str, dtype):
@@ -122,11 +127,12 @@ def main() -> None:
     dlog.set_verbosity_error()
     if a.threads > 0:
         torch.set_num_threads(a.threads)
-    dtype, quant, offload = parse_combo(a.combo)
+    dtype, quant, offload, compile_mode = parse_combo(a.combo)
     width, height = (int(x) for x in a.size.split("x"))
     engine = f"diffusers {__import__('diffusers').__version__} / torch {torch.__version__}"
     try:
-        result = run(a, dtype=dtype, quant=quant, offload=offload, width=width, height=height)
+        result = run(a, dtype=dtype, quant=quant, offload=offload, compile_mode=compile_mode, width=width,
+                     height=height)
     except Exception as e:  # noqa: BLE001 - any failure of the peer is reported, not fatal to compare.sh
         print(json.dumps({"combo": a.combo, "engine": engine, "error": f"{type(e).__name__}: {e}"[:300]}))
         return
@@ -134,7 +140,7 @@ def main() -> None:
     print(json.dumps(result))
 
 
-def run(a, dtype, quant, offload, width, height):
+def run(a, dtype, quant, offload, compile_mode, width, height):
     import shutil
     import tempfile
 
@@ -167,6 +173,10 @@ def run(a, dtype, quant, offload, width, height):
     tmpdir = tempfile.mkdtemp(prefix="diffusers-offload-")
     if offload:
         apply_offload(pipe, offload, tmpdir)
+    if compile_mode == "regional":
+        pipe.transformer.compile_repeated_blocks()
+    elif compile_mode == "full":
+        pipe.transformer.compile()
     load_s = time.perf_counter() - t0
 
     latencies, steps = [], []
