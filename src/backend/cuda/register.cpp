@@ -8,6 +8,9 @@ void register_kernels() {
   register_cuda_allocator(&device_allocator);
   register_copy_kernels();
   register_binary_kernels();
+  register_elementwise_kernels();
+  register_norm_kernels();
+  register_layout_kernels();
 }
 
 }  // namespace diffq::backend::cuda
