@@ -5,8 +5,7 @@
 // in float32 and the result cast once to the output dtype, as the CPU backend does. matmul's batch
 // dims broadcast: a 2-D right operand folds the batch into M (one GEMM); otherwise both operands are
 // expanded to the common batch shape (a copy) and run as one strided-batched GEMM.
-// Row-major C[M, N] is column-major C^T[N, M]: cuBLASLt computes D(N x M) = op(A) * B with A the
-// weight (linear: stored [N, K], op = T; matmul: b stored [K, N], op = N) and B the activation.
+// The column-major layouts given to cuBLASLt come from gemm_plan.h (checked on the CPU by a test).
 #include <cublasLt.h>
 
 #include <array>
@@ -14,6 +13,7 @@
 #include <cstdint>
 #include <mutex>
 
+#include "backend/cuda/gemm_plan.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/runtime.h"
 #include "diffq/error.h"
@@ -99,7 +99,8 @@ void gemm(const char* ctx, int idx, DType dt, const void* x, const void* w, bool
     cublasLtMatmulDesc_t h;
     ~DescOwner() { cublasLtMatmulDescDestroy(h); }
   } desc_owner{desc};
-  const cublasOperation_t ta = w_nk ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
+  const GemmPlan p = plan_gemm(M, N, K, w_nk, w_batched, batch);
+  const cublasOperation_t ta = p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
   cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
   cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
   if (bias) {
@@ -112,11 +113,9 @@ void gemm(const char* ctx, int idx, DType dt, const void* x, const void* w, bool
     cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt));
   }
   const int32_t nb = int32_t(batch);
-  // A: the weight as stored, column-major: [K, N] ld K (stored [N, K]) or [N, K] ld N (stored [K, N]).
-  const Layout la(t, w_nk ? uint64_t(K) : uint64_t(N), w_nk ? uint64_t(N) : uint64_t(K), w_nk ? K : N,
-                  w_batched ? nb : 1, w_batched ? N * K : 0, ctx, idx);
-  const Layout lb(t, uint64_t(K), uint64_t(M), K, nb, M * K, ctx, idx);
-  const Layout ld(t, uint64_t(N), uint64_t(M), N, nb, M * N, ctx, idx);
+  const Layout la(t, p.a.rows, p.a.cols, p.a.ld, w_batched ? nb : 1, p.a.batch_stride, ctx, idx);
+  const Layout lb(t, p.b.rows, p.b.cols, p.b.ld, nb, p.b.batch_stride, ctx, idx);
+  const Layout ld(t, p.d.rows, p.d.cols, p.d.ld, nb, p.d.batch_stride, ctx, idx);
   cublasLtMatmulPreference_t pref = nullptr;
   check_lt(cublasLtMatmulPreferenceCreate(&pref), ctx, "cublasLtMatmulPreferenceCreate", idx);
   struct PrefOwner {
