@@ -71,9 +71,19 @@ struct Layout {
   ~Layout() { cublasLtMatrixLayoutDestroy(h); }
 };
 
-// Eager copies/casts on the device (ops::execute, so an active trace never records them).
+// Largest power of two (at most 256) dividing the address: cuBLASLt's heuristic assumes 256-byte
+// aligned operands unless told otherwise (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES).
+uint32_t alignment_of(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t al = 256;
+  while (al > 1 && a % al != 0) al >>= 1;
+  return al;
+}
+
+// Eager copies/casts on the device (ops::execute, so an active trace never records them). A view
+// that starts off a 16-byte boundary (a slice) is copied too, so every operand is 16-byte aligned.
 Tensor eager_contiguous(const Tensor& t) {
-  if (t.is_contiguous()) return t;
+  if (t.is_contiguous() && alignment_of(t.data_ptr()) >= 16) return t;
   return ops::execute(ops::OpCall{OpKind::copy, {t}, {}});
 }
 
@@ -124,6 +134,11 @@ void gemm(const char* ctx, int idx, DType dt, const void* x, const void* w, bool
   } pref_owner{pref};
   const uint64_t ws = kWorkspaceBytes;
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+  const uint32_t al_a = alignment_of(w), al_b = alignment_of(x), al_d = alignment_of(d);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a));
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b));
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof(al_d));
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   check_lt(cublasLtMatmulAlgoGetHeuristic(dev.handle, desc, la.h, lb.h, ld.h, ld.h, pref, 1, &result, &found),
