@@ -2,7 +2,7 @@
 // checked twice on the same random inputs: against the f64 reference by the shared harness
 // (run_op_case) and against the CPU backend's own result, both within the case's tolerance (exact for
 // the data-movement ops). Cases of ops without a CUDA kernel, and integer cases of ops whose CUDA
-// kernels are float-only, skip with the reason; OpTableOnCuda.Coverage lists them (it needs no GPU).
+// kernels are float-only (sdpa also takes boolean masks), skip with the reason; OpTableOnCuda.Coverage lists them (it needs no GPU).
 #include <iostream>
 #include <map>
 #include <set>
@@ -31,10 +31,13 @@ std::string unsupported_reason(const ops::OpCall& call) {
   if (!ops::find_kernel(call.kind, DeviceKind::cuda))
     return cat("no CUDA kernel for ", ops::op_name(call.kind), " yet");
   if (call.kind == ops::OpKind::concat) return {};  // bitwise: any dtype
-  for (const Tensor& t : call.inputs)
+  for (size_t i = 0; i < call.inputs.size(); ++i) {
+    const Tensor& t = call.inputs[i];
+    if (call.kind == ops::OpKind::sdpa && i == 3 && t.defined() && t.dtype() == DType::boolean) continue;
     if (t.defined() && !is_float(t.dtype()))
       return cat(ops::op_name(call.kind), " on CUDA takes float32/float16/bfloat16 only; this case has ",
                  dtype_name(t.dtype()));
+  }
   return {};
 }
 
@@ -71,7 +74,7 @@ INSTANTIATE_TEST_SUITE_P(Table, CudaOps, ::testing::ValuesIn(optest::all_op_case
 // on the GPU have CUDA kernels, and their float cases are not skipped. Prints the skipped cases.
 TEST(OpTableOnCuda, Coverage) {
   const std::set<std::string> claimed = {"binary", "scalar", "clamp", "unary", "softmax", "layer_norm",
-                                         "rms_norm", "rope", "concat", "reduce", "linear", "matmul"};
+                                         "rms_norm", "rope", "concat", "reduce", "linear", "matmul", "sdpa"};
   std::map<std::string, std::vector<std::string>> skipped;
   int run = 0;
   for (const optest::OpCase& c : optest::all_op_cases()) {

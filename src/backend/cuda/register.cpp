@@ -11,6 +11,7 @@ void register_kernels() {
   register_elementwise_kernels();
   register_norm_kernels();
   register_layout_kernels();
+  register_attention_kernels();
   register_gemm_kernels();
 }
 
