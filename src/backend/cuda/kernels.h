@@ -17,5 +17,10 @@ Allocator& device_allocator(int index);
 void register_kernels();         // register.cpp: everything below plus the allocator
 void register_copy_kernels();    // copy.cu: copy, cast, to_device
 void register_binary_kernels();  // binary.cu: binary (add, sub, mul, div, maximum, minimum)
+void register_elementwise_kernels();  // elementwise.cu: scalar, clamp, unary
+void register_norm_kernels();    // norm.cu: softmax, layer_norm, rms_norm, rope, reduce
+void register_layout_kernels();  // layout.cu: concat
+void register_attention_kernels();  // attention.cu: sdpa
+void register_gemm_kernels();    // gemm.cpp: linear, matmul (cuBLASLt)
 
 }  // namespace diffq::backend::cuda

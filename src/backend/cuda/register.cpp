@@ -8,6 +8,11 @@ void register_kernels() {
   register_cuda_allocator(&device_allocator);
   register_copy_kernels();
   register_binary_kernels();
+  register_elementwise_kernels();
+  register_norm_kernels();
+  register_layout_kernels();
+  register_attention_kernels();
+  register_gemm_kernels();
 }
 
 }  // namespace diffq::backend::cuda

@@ -10,6 +10,14 @@
 #include "diffq/error.h"
 #include "diffq/tensor.h"
 
+// offset_of is callable from the host too: tests/cuda/test_cuda_indexing.cpp checks the views the
+// kernels walk against the tensors' own element offsets on a machine without a GPU.
+#ifdef __CUDACC__
+#define DIFFQ_HOST_DEVICE __host__ __device__ __forceinline__
+#else
+#define DIFFQ_HOST_DEVICE inline
+#endif
+
 namespace diffq::backend::cuda {
 
 inline constexpr int kMaxDims = 8;
@@ -19,7 +27,7 @@ struct StridedView {
   int64_t shape[kMaxDims] = {};
   int64_t strides[kMaxDims] = {};
 
-  __device__ __forceinline__ int64_t offset_of(int64_t linear) const {
+  DIFFQ_HOST_DEVICE int64_t offset_of(int64_t linear) const {
     int64_t off = 0;
     for (int d = rank - 1; d > 0; --d) {
       const int64_t i = linear % shape[d];

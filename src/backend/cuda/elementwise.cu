@@ -1,0 +1,126 @@
+// scalar, clamp and unary on CUDA: one map kernel over any strided view of a float32/float16/bfloat16
+// input, computed in f32 and rounded once to the output dtype (x's), with the CPU backend's formulas
+// (src/backend/cpu/elementwise.cpp, unary.cpp): the CPU kernels are the scalar reference the tests
+// hold these to (tests/cuda/test_cuda_op_table.cpp). Integer inputs are not supported on CUDA yet.
+#include <cstdint>
+#include <string>
+
+#include "backend/cuda/convert.cuh"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/runtime.h"
+#include "backend/cuda/strided.cuh"
+#include "diffq/error.h"
+
+namespace diffq::backend::cuda {
+
+namespace {
+
+using ops::ScalarFn;
+using ops::UnaryFn;
+
+constexpr int kThreads = 256;
+
+enum class MapKind : int { scalar, clamp, unary };
+
+struct MapOp {
+  MapKind kind;
+  int64_t fn;   // ScalarFn or UnaryFn
+  float s;      // scalar (float(attrs.f0), as the CPU)
+  float lo, hi; // clamp bounds
+};
+
+__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(fminf(-x, 88.0f))); }
+
+__device__ __forceinline__ float apply_unary(UnaryFn fn, float x) {
+  switch (fn) {
+    case UnaryFn::silu: return x * sigmoid(x);
+    case UnaryFn::gelu_tanh: {
+      const float inner = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+      return 0.5f * x * (1.0f + tanhf(inner));
+    }
+    case UnaryFn::gelu_erf: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    case UnaryFn::quick_gelu: return x * sigmoid(1.702f * x);
+    case UnaryFn::exp: return expf(x);
+    case UnaryFn::neg: return -x;
+    case UnaryFn::sqrt: return sqrtf(x);
+    case UnaryFn::rsqrt: return 1.0f / sqrtf(x);
+    case UnaryFn::tanh: return tanhf(x);
+    case UnaryFn::sigmoid: return sigmoid(x);
+    case UnaryFn::sin: return sinf(x);
+    case UnaryFn::cos: return cosf(x);
+    case UnaryFn::abs: return fabsf(x);
+    case UnaryFn::square: return x * x;
+  }
+  return 0.0f;
+}
+
+__device__ __forceinline__ float apply_scalar(ScalarFn fn, float x, float s) {
+  switch (fn) {
+    case ScalarFn::add: return __fadd_rn(x, s);
+    case ScalarFn::mul: return __fmul_rn(x, s);
+    case ScalarFn::rsub: return __fsub_rn(s, x);
+    case ScalarFn::pow:
+      if (s == 2.0f) return __fmul_rn(x, x);
+      if (s == 0.5f) return sqrtf(x);
+      if (s == 1.0f) return x;
+      return powf(x, s);
+  }
+  return 0.0f;
+}
+
+__device__ __forceinline__ float apply(const MapOp& op, float x) {
+  switch (op.kind) {
+    case MapKind::scalar: return apply_scalar(ScalarFn(op.fn), x, op.s);
+    case MapKind::clamp: return x < op.lo ? op.lo : x > op.hi ? op.hi : x;  // NaN stays NaN
+    case MapKind::unary: return apply_unary(UnaryFn(op.fn), x);
+  }
+  return 0.0f;
+}
+
+__global__ void map_kernel(const void* x, StridedView v, DType xt, void* out, DType ot, MapOp op,
+                           int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    store_f32(out, ot, i, apply(op, load_f32(x, xt, v.offset_of(i))));
+}
+
+void launch_map(const OpCall& c, Tensor& out, MapOp op, const char* name) {
+  const Tensor& x = c.inputs[0];
+  for (const Tensor* t : {&x, static_cast<const Tensor*>(&out)})
+    check(is_kernel_float(t->dtype()), name, "cuda: ", t->str(),
+          " is not supported yet (float32, float16, bfloat16 are)");
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  const std::vector<StridedView> v = make_views(out.shape(), {&x}, name);
+  const int idx = out.device().index;
+  DeviceGuard guard(idx);
+  map_kernel<<<grid_for(n, kThreads), kThreads>>>(x.data_ptr(), v[0], x.dtype(), out.data_ptr(),
+                                                  out.dtype(), op, n);
+  check_cuda(cudaGetLastError(), std::string(name) + ": kernel launch", idx);
+}
+
+void scalar(const OpCall& c, Tensor& out) {
+  check(c.attrs.i0 >= int64_t(ScalarFn::add) && c.attrs.i0 <= int64_t(ScalarFn::pow), "scalar",
+        "unknown function ", c.attrs.i0);
+  launch_map(c, out, MapOp{MapKind::scalar, c.attrs.i0, float(c.attrs.f0), 0.f, 0.f}, "scalar");
+}
+
+void clamp(const OpCall& c, Tensor& out) {
+  launch_map(c, out, MapOp{MapKind::clamp, 0, 0.f, float(c.attrs.f0), float(c.attrs.f1)}, "clamp");
+}
+
+void unary(const OpCall& c, Tensor& out) {
+  check(c.attrs.i0 >= int64_t(UnaryFn::silu) && c.attrs.i0 <= int64_t(UnaryFn::square), "unary",
+        "unknown function ", c.attrs.i0);
+  launch_map(c, out, MapOp{MapKind::unary, c.attrs.i0, 0.f, 0.f, 0.f}, "unary");
+}
+
+}  // namespace
+
+void register_elementwise_kernels() {
+  ops::register_kernel(OpKind::scalar, DeviceKind::cuda, scalar);
+  ops::register_kernel(OpKind::clamp, DeviceKind::cuda, clamp);
+  ops::register_kernel(OpKind::unary, DeviceKind::cuda, unary);
+}
+
+}  // namespace diffq::backend::cuda

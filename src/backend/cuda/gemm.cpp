@@ -1,0 +1,235 @@
+// linear and matmul on CUDA through cuBLASLt (host code only). Operands of one float dtype (float32,
+// bfloat16 or float16) go to cuBLASLt as they are (made contiguous first when they are views), with
+// f32 accumulation (CUBLAS_COMPUTE_32F: true fp32 for float32, no TF32) and the bias added by the
+// BIAS epilogue before the single rounding to the output dtype. Mixed dtypes are cast to float32, multiplied
+// in float32 and the result cast once to the output dtype, as the CPU backend does. matmul's batch
+// dims broadcast: a 2-D right operand folds the batch into M (one GEMM); otherwise both operands are
+// expanded to the common batch shape (a copy) and run as one strided-batched GEMM.
+// The column-major layouts given to cuBLASLt come from gemm_plan.h (checked on the CPU by a test).
+#include <cublasLt.h>
+
+#include <array>
+#include <climits>
+#include <cstdint>
+#include <mutex>
+
+#include "backend/cuda/gemm_plan.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/runtime.h"
+#include "diffq/error.h"
+
+namespace diffq::backend::cuda {
+
+namespace {
+
+constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+constexpr int kMaxDevices = 16;
+
+void check_lt(cublasStatus_t st, const char* ctx, const char* what, int idx) {
+  check(st == CUBLAS_STATUS_SUCCESS, ctx, "cuda:", idx, ": ", what, " failed: ", cublasLtGetStatusString(st),
+        " (", cublasLtGetStatusName(st), ")");
+}
+
+// One cuBLASLt handle and workspace per device, created on first use and kept for the process.
+struct LtDevice {
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+};
+
+LtDevice& lt_device(int idx, const char* ctx) {
+  static std::array<LtDevice, kMaxDevices> devices;
+  static std::mutex mu;
+  check(idx >= 0 && idx < kMaxDevices, ctx, "cuda: device index ", idx, " out of range");
+  std::lock_guard<std::mutex> lock(mu);
+  LtDevice& d = devices[size_t(idx)];
+  if (!d.handle) {
+    check_lt(cublasLtCreate(&d.handle), ctx, "cublasLtCreate", idx);
+    check_cuda(cudaMalloc(&d.workspace, kWorkspaceBytes), "cuBLASLt workspace cudaMalloc", idx);
+  }
+  return d;
+}
+
+cudaDataType_t lt_type(DType t) {
+  switch (t) {
+    case DType::bf16: return CUDA_R_16BF;
+    case DType::f16: return CUDA_R_16F;
+    default: return CUDA_R_32F;
+  }
+}
+
+// RAII owners of the cuBLASLt descriptors.
+struct Layout {
+  cublasLtMatrixLayout_t h = nullptr;
+  Layout(cudaDataType_t t, uint64_t rows, uint64_t cols, int64_t ld, int32_t batch, int64_t stride,
+         const char* ctx, int idx) {
+    check_lt(cublasLtMatrixLayoutCreate(&h, t, rows, cols, ld), ctx, "cublasLtMatrixLayoutCreate", idx);
+    if (batch > 1) {
+      cublasLtMatrixLayoutSetAttribute(h, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof(batch));
+      cublasLtMatrixLayoutSetAttribute(h, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride));
+    }
+  }
+  ~Layout() { cublasLtMatrixLayoutDestroy(h); }
+};
+
+// Largest power of two (at most 256) dividing the address: cuBLASLt's heuristic assumes 256-byte
+// aligned operands unless told otherwise (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES).
+uint32_t alignment_of(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t al = 256;
+  while (al > 1 && a % al != 0) al >>= 1;
+  return al;
+}
+
+// Eager copies/casts on the device (ops::execute, so an active trace never records them). A view
+// that starts off a 16-byte boundary (a slice) is copied too, so every operand is 16-byte aligned.
+Tensor eager_contiguous(const Tensor& t) {
+  if (t.is_contiguous() && alignment_of(t.data_ptr()) >= 16) return t;
+  return ops::execute(ops::OpCall{OpKind::copy, {t}, {}});
+}
+
+Tensor eager_cast(const Tensor& t, DType d) {
+  if (t.dtype() == d) return eager_contiguous(t);
+  Attrs a;
+  a.dtype = d;
+  return eager_contiguous(ops::execute(ops::OpCall{OpKind::cast, {t}, a}));
+}
+
+// D[batch][M, N] (row-major, contiguous) = X[batch][M, K] * W^T (w_nk: W stored [N, K]) or X * W
+// (W stored [K, N]), + bias[N]. All operands contiguous, of dtype dt; W has the batch too when
+// w_batched (else batch must be 1).
+void gemm(const char* ctx, int idx, DType dt, const void* x, const void* w, bool w_nk, bool w_batched,
+          const void* bias, void* d, int64_t M, int64_t N, int64_t K, int64_t batch) {
+  LtDevice& dev = lt_device(idx, ctx);
+  check(w_batched || batch == 1, ctx, "cuda: an unbatched weight needs batch 1");
+  check(batch <= INT32_MAX, ctx, "cuda: batch ", batch, " too large for cuBLASLt");
+  const cudaDataType_t t = lt_type(dt);
+  cublasLtMatmulDesc_t desc = nullptr;
+  check_lt(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), ctx, "cublasLtMatmulDescCreate", idx);
+  struct DescOwner {
+    cublasLtMatmulDesc_t h;
+    ~DescOwner() { cublasLtMatmulDescDestroy(h); }
+  } desc_owner{desc};
+  const GemmPlan p = plan_gemm(M, N, K, w_nk, w_batched, batch);
+  const cublasOperation_t ta = p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
+  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
+  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
+  if (bias) {
+    const cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+    check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep)), ctx,
+             "set epilogue BIAS", idx);
+    check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
+             ctx, "set bias pointer", idx);
+    const cudaDataType_t bt = t;
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt));
+  }
+  const int32_t nb = int32_t(batch);
+  const Layout la(t, p.a.rows, p.a.cols, p.a.ld, w_batched ? nb : 1, p.a.batch_stride, ctx, idx);
+  const Layout lb(t, p.b.rows, p.b.cols, p.b.ld, nb, p.b.batch_stride, ctx, idx);
+  const Layout ld(t, p.d.rows, p.d.cols, p.d.ld, nb, p.d.batch_stride, ctx, idx);
+  cublasLtMatmulPreference_t pref = nullptr;
+  check_lt(cublasLtMatmulPreferenceCreate(&pref), ctx, "cublasLtMatmulPreferenceCreate", idx);
+  struct PrefOwner {
+    cublasLtMatmulPreference_t h;
+    ~PrefOwner() { cublasLtMatmulPreferenceDestroy(h); }
+  } pref_owner{pref};
+  const uint64_t ws = kWorkspaceBytes;
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+  const uint32_t al_a = alignment_of(w), al_b = alignment_of(x), al_d = alignment_of(d);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a));
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b));
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof(al_d));
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  check_lt(cublasLtMatmulAlgoGetHeuristic(dev.handle, desc, la.h, lb.h, ld.h, ld.h, pref, 1, &result, &found),
+           ctx, "cublasLtMatmulAlgoGetHeuristic", idx);
+  check(found > 0, ctx, "cuda:", idx, ": cuBLASLt has no algorithm for ", dtype_name(dt), " M=", M, " N=", N,
+        " K=", K, " batch=", batch);
+  const float alpha = 1.0f, beta = 0.0f;
+  DeviceGuard guard(idx);
+  check_lt(cublasLtMatmul(dev.handle, desc, &alpha, w, la.h, x, lb.h, &beta, d, ld.h, d, ld.h, &result.algo,
+                          dev.workspace, kWorkspaceBytes, nullptr),
+           ctx, "cublasLtMatmul", idx);
+}
+
+bool is_gemm_float(DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f16; }
+
+// The common compute dtype of the operands: theirs when they share one, else float32.
+DType compute_dtype(const std::vector<const Tensor*>& ts) {
+  const DType d = ts[0]->dtype();
+  for (const Tensor* t : ts)
+    if (t->defined() && t->dtype() != d) return DType::f32;
+  return d;
+}
+
+// Writes `res` (contiguous, on out's device) into out, casting when the dtypes differ.
+void write_out(const Tensor& res, Tensor& out) {
+  const Tensor r = res.dtype() == out.dtype() ? res : eager_cast(res, out.dtype());
+  check_cuda(cudaMemcpy(out.data_ptr(), r.data_ptr(), out.nbytes(), cudaMemcpyDeviceToDevice),
+             "gemm: result cudaMemcpy", out.device().index);
+}
+
+void linear(const OpCall& c, Tensor& out) {
+  const Tensor &x = c.inputs[0], &w = c.inputs[1];
+  const Tensor b = c.inputs.size() > 2 ? c.inputs[2] : Tensor();
+  for (const Tensor* t : {&x, &w, &b, static_cast<const Tensor*>(&out)})
+    check(!t->defined() || is_gemm_float(t->dtype()), "linear", "cuda: ", t->str(),
+          " is not supported yet (float32, float16, bfloat16 are)");
+  const int64_t K = x.size(-1), N = w.size(0), M = K ? x.numel() / K : out.numel() / std::max<int64_t>(N, 1);
+  if (out.numel() == 0) return;
+  const int idx = out.device().index;
+  const DType dt = compute_dtype({&x, &w, &b});
+  if (K == 0) {  // empty sum: bias (or zeros)
+    check_cuda(cudaMemset(out.data_ptr(), 0, out.nbytes()), "linear: cudaMemset", idx);
+    check(!b.defined(), "linear", "cuda: K = 0 with a bias is not supported");
+    return;
+  }
+  const Tensor xc = eager_cast(x, dt), wc = eager_cast(w, dt);
+  const Tensor bc = b.defined() ? eager_cast(b, dt) : Tensor();
+  const bool direct = dt == out.dtype();
+  const Tensor res = direct ? out : Tensor::empty(out.shape(), dt, out.device());
+  gemm("linear", idx, dt, xc.data_ptr(), wc.data_ptr(), true, false, bc.defined() ? bc.data_ptr() : nullptr,
+       res.data_ptr(), M, N, K, 1);
+  if (!direct) write_out(res, out);
+}
+
+void matmul(const OpCall& c, Tensor& out) {
+  const Tensor &a = c.inputs[0], &b = c.inputs[1];
+  for (const Tensor* t : {&a, &b, static_cast<const Tensor*>(&out)})
+    check(is_gemm_float(t->dtype()), "matmul", "cuda: ", t->str(),
+          " is not supported yet (float32, float16, bfloat16 are)");
+  if (out.numel() == 0) return;
+  const int idx = out.device().index;
+  const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
+  if (K == 0) {
+    check_cuda(cudaMemset(out.data_ptr(), 0, out.nbytes()), "matmul: cudaMemset", idx);
+    return;
+  }
+  const DType dt = compute_dtype({&a, &b});
+  Shape batch(out.shape().begin(), out.shape().end() - 2);
+  const int64_t nbatch = shape_numel(batch);
+  const bool direct = dt == out.dtype();
+  const Tensor res = direct ? out : Tensor::empty(out.shape(), dt, out.device());
+  Shape ash = batch, bsh = batch;
+  ash.insert(ash.end(), {M, K});
+  bsh.insert(bsh.end(), {K, N});
+  const Tensor ac = eager_cast(a.expand(ash), dt);
+  if (b.dim() == 2) {  // one weight for every batch entry: fold the batch into M
+    const Tensor bc = eager_cast(b, dt);
+    gemm("matmul", idx, dt, ac.data_ptr(), bc.data_ptr(), false, false, nullptr, res.data_ptr(), nbatch * M, N,
+         K, 1);
+  } else {
+    const Tensor bc = eager_cast(b.expand(bsh), dt);
+    gemm("matmul", idx, dt, ac.data_ptr(), bc.data_ptr(), false, true, nullptr, res.data_ptr(), M, N, K, nbatch);
+  }
+  if (!direct) write_out(res, out);
+}
+
+}  // namespace
+
+void register_gemm_kernels() {
+  ops::register_kernel(OpKind::linear, DeviceKind::cuda, linear);
+  ops::register_kernel(OpKind::matmul, DeviceKind::cuda, matmul);
+}
+
+}  // namespace diffq::backend::cuda
