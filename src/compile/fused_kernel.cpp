@@ -1,188 +1,16 @@
-// The fused elementwise kernel (Highway, runtime-dispatched like the CPU backend's kernels). The math
-// of each instruction matches the eager CPU kernels (backend/cpu/elementwise.cpp, unary.cpp): f32
-// compute, Highway's Exp/Tanh for the activations, the C library for erf/sin/cos/pow, one rounding
-// per op to its dtype, so a fused graph gives the eager result.
-#include "backend/cpu/hwy_config.h"
-#undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "compile/fused_kernel.cpp"
-#include <hwy/foreach_target.h>  // IWYU pragma: keep
-#include <hwy/highway.h>
-#include <hwy/contrib/math/math-inl.h>
-
+// The fused elementwise kernel. Each instruction runs the eager CPU kernels' own f32 row code
+// (backend/cpu/row_kernels.h: the same Highway functions, runtime-dispatched) on chunks of the output,
+// with one rounding per op to its dtype, so a fused graph gives the eager result.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
+#include "backend/cpu/row_kernels.h"
 #include "backend/cpu/threads.h"
 #include "compile/fused_kernel.h"
 #include "diffq/error.h"
 
-HWY_BEFORE_NAMESPACE();
 namespace diffq::compile {
-namespace HWY_NAMESPACE {
-namespace hn = hwy::HWY_NAMESPACE;
-
-template <class F>
-HWY_INLINE void Map1(const float* x, float* y, int64_t n, F f) {
-  const hn::ScalableTag<float> d;
-  const int64_t N = int64_t(hn::Lanes(d));
-  int64_t i = 0;
-  for (; i + N <= n; i += N) hn::StoreU(f(d, hn::LoadU(d, x + i)), d, y + i);
-  if (i < n) {
-    HWY_ALIGN float buf[hn::MaxLanes(d)] = {};
-    std::memcpy(buf, x + i, size_t(n - i) * sizeof(float));
-    const auto v = f(d, hn::Load(d, buf));
-    hn::Store(v, d, buf);
-    std::memcpy(y + i, buf, size_t(n - i) * sizeof(float));
-  }
-}
-
-template <class F>
-HWY_INLINE void Map2(const float* a, const float* b, float* y, int64_t n, F f) {
-  const hn::ScalableTag<float> d;
-  const int64_t N = int64_t(hn::Lanes(d));
-  int64_t i = 0;
-  for (; i + N <= n; i += N) hn::StoreU(f(d, hn::LoadU(d, a + i), hn::LoadU(d, b + i)), d, y + i);
-  for (; i < n; ++i) {  // tail, one lane at a time through the same vector code
-    const auto v = f(d, hn::Set(d, a[i]), hn::Set(d, b[i]));
-    y[i] = hn::GetLane(v);
-  }
-}
-
-template <class D, class V>
-HWY_INLINE V Sigmoid(D d, V x) {
-  const V one = hn::Set(d, 1.f);
-  return hn::Div(one, hn::Add(one, hn::Exp(d, hn::Min(hn::Neg(x), hn::Set(d, 88.f)))));
-}
-
-void UnaryChunk(int64_t fn, const float* x, float* y, int64_t n) {
-  switch (ops::UnaryFn(fn)) {
-    case ops::UnaryFn::silu: return Map1(x, y, n, [](auto d, auto v) { return hn::Mul(v, Sigmoid(d, v)); });
-    case ops::UnaryFn::gelu_tanh:
-      return Map1(x, y, n, [](auto d, auto v) {
-        const auto k0 = hn::Set(d, 0.7978845608028654f), k1 = hn::Set(d, 0.044715f);
-        const auto inner = hn::Mul(k0, hn::MulAdd(hn::Mul(k1, hn::Mul(v, v)), v, v));
-        const auto half_v = hn::Mul(hn::Set(d, 0.5f), v);
-        return hn::MulAdd(half_v, hn::Tanh(d, inner), half_v);
-      });
-    case ops::UnaryFn::quick_gelu:
-      return Map1(x, y, n, [](auto d, auto v) { return hn::Mul(v, Sigmoid(d, hn::Mul(hn::Set(d, 1.702f), v))); });
-    case ops::UnaryFn::exp:
-      return Map1(x, y, n, [](auto d, auto v) {
-        return hn::IfThenElse(hn::IsNaN(v), v, hn::Exp(d, hn::Min(v, hn::Set(d, 100.f))));
-      });
-    case ops::UnaryFn::neg: return Map1(x, y, n, [](auto, auto v) { return hn::Neg(v); });
-    case ops::UnaryFn::sqrt: return Map1(x, y, n, [](auto, auto v) { return hn::Sqrt(v); });
-    case ops::UnaryFn::rsqrt: return Map1(x, y, n, [](auto d, auto v) { return hn::Div(hn::Set(d, 1.f), hn::Sqrt(v)); });
-    case ops::UnaryFn::tanh: return Map1(x, y, n, [](auto d, auto v) { return hn::Tanh(d, v); });
-    case ops::UnaryFn::sigmoid: return Map1(x, y, n, [](auto d, auto v) { return Sigmoid(d, v); });
-    case ops::UnaryFn::abs: return Map1(x, y, n, [](auto, auto v) { return hn::Abs(v); });
-    case ops::UnaryFn::square: return Map1(x, y, n, [](auto, auto v) { return hn::Mul(v, v); });
-    case ops::UnaryFn::gelu_erf:
-      for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1.f + std::erf(x[i] * 0.70710678118654752f));
-      return;
-    case ops::UnaryFn::sin:
-      for (int64_t i = 0; i < n; ++i) y[i] = std::sin(x[i]);
-      return;
-    case ops::UnaryFn::cos:
-      for (int64_t i = 0; i < n; ++i) y[i] = std::cos(x[i]);
-      return;
-  }
-}
-
-template <class D, class V>
-HWY_INLINE V MaxNaN(D, V a, V b) {
-  return hn::IfThenElse(hn::IsNaN(a), a, hn::IfThenElse(hn::IsNaN(b), b, hn::Max(a, b)));
-}
-template <class D, class V>
-HWY_INLINE V MinNaN(D, V a, V b) {
-  return hn::IfThenElse(hn::IsNaN(a), a, hn::IfThenElse(hn::IsNaN(b), b, hn::Min(a, b)));
-}
-
-void BinaryChunk(int64_t fn, const float* a, const float* b, float* y, int64_t n) {
-  switch (ops::BinaryFn(fn)) {
-    case ops::BinaryFn::add: return Map2(a, b, y, n, [](auto, auto x, auto z) { return hn::Add(x, z); });
-    case ops::BinaryFn::sub: return Map2(a, b, y, n, [](auto, auto x, auto z) { return hn::Sub(x, z); });
-    case ops::BinaryFn::mul: return Map2(a, b, y, n, [](auto, auto x, auto z) { return hn::Mul(x, z); });
-    case ops::BinaryFn::div: return Map2(a, b, y, n, [](auto, auto x, auto z) { return hn::Div(x, z); });
-    case ops::BinaryFn::maximum: return Map2(a, b, y, n, [](auto d, auto x, auto z) { return MaxNaN(d, x, z); });
-    case ops::BinaryFn::minimum: return Map2(a, b, y, n, [](auto d, auto x, auto z) { return MinNaN(d, x, z); });
-  }
-}
-
-// y = x*mul + add, or clamp(x, lo, hi) (NaN stays NaN).
-void AffineClampChunk(const float* x, float* y, int64_t n, float mul, float add, bool clamp, float lo, float hi) {
-  Map1(x, y, n, [&](auto d, auto v) {
-    if (!clamp) return hn::MulAdd(v, hn::Set(d, mul), hn::Set(d, add));
-    const auto c = hn::Min(hn::Max(v, hn::Set(d, lo)), hn::Set(d, hi));
-    return hn::IfThenElse(hn::IsNaN(v), v, c);
-  });
-}
-
-// sum(x) and sum((x - shift)^2), two f32 accumulators per sum, lanes summed in double (as the eager
-// norm kernel, backend/cpu/norm.cpp).
-void SumAndSquaresChunk(const float* x, int64_t n, float shift, double* sum, double* sq) {
-  const hn::ScalableTag<float> d;
-  const int64_t N = int64_t(hn::Lanes(d));
-  const auto vs = hn::Set(d, shift);
-  auto a0 = hn::Zero(d), a1 = hn::Zero(d), q0 = hn::Zero(d), q1 = hn::Zero(d);
-  int64_t i = 0;
-  for (; i + 2 * N <= n; i += 2 * N) {
-    const auto v0 = hn::LoadU(d, x + i), v1 = hn::LoadU(d, x + i + N);
-    a0 = hn::Add(a0, v0);
-    a1 = hn::Add(a1, v1);
-    const auto c0 = hn::Sub(v0, vs), c1 = hn::Sub(v1, vs);
-    q0 = hn::MulAdd(c0, c0, q0);
-    q1 = hn::MulAdd(c1, c1, q1);
-  }
-  HWY_ALIGN float la[hn::MaxLanes(d)], lq[hn::MaxLanes(d)];
-  hn::Store(hn::Add(a0, a1), d, la);
-  hn::Store(hn::Add(q0, q1), d, lq);
-  double s = 0, q = 0;
-  for (int64_t k = 0; k < N; ++k) {
-    s += la[k];
-    q += lq[k];
-  }
-  for (; i < n; ++i) {
-    s += x[i];
-    q += double(x[i] - shift) * double(x[i] - shift);
-  }
-  *sum = s;
-  *sq = q;
-}
-
-// y = (x - mean) * rstd (* w) (+ b)
-void NormalizeChunk(const float* x, float* y, int64_t n, float mean, float rstd, const float* w, const float* b) {
-  const hn::ScalableTag<float> d;
-  const int64_t N = int64_t(hn::Lanes(d));
-  const auto vm = hn::Set(d, mean), vr = hn::Set(d, rstd);
-  int64_t i = 0;
-  for (; i + N <= n; i += N) {
-    auto v = hn::Mul(hn::Sub(hn::LoadU(d, x + i), vm), vr);
-    if (w) v = hn::Mul(v, hn::LoadU(d, w + i));
-    if (b) v = hn::Add(v, hn::LoadU(d, b + i));
-    hn::StoreU(v, d, y + i);
-  }
-  for (; i < n; ++i) {
-    float v = (x[i] - mean) * rstd;
-    if (w) v *= w[i];
-    if (b) v += b[i];
-    y[i] = v;
-  }
-}
-
-}  // namespace HWY_NAMESPACE
-}  // namespace diffq::compile
-HWY_AFTER_NAMESPACE();
-
-#if HWY_ONCE
-namespace diffq::compile {
-
-HWY_EXPORT(UnaryChunk);
-HWY_EXPORT(BinaryChunk);
-HWY_EXPORT(AffineClampChunk);
-HWY_EXPORT(SumAndSquaresChunk);
-HWY_EXPORT(NormalizeChunk);
 
 namespace {
 constexpr int64_t kChunk = 512;
@@ -246,12 +74,12 @@ void exec_instr(const Instr& in, float* regs, int64_t k, int64_t n) {
   const float* a = regs + int64_t(in.a) * kChunk;
   switch (in.op) {
     case Instr::Op::load: return;
-    case Instr::Op::binary: HWY_DYNAMIC_DISPATCH(BinaryChunk)(in.fn, a, regs + int64_t(in.b) * kChunk, y, n); break;
+    case Instr::Op::binary: backend::cpu::binary_row_f32(ops::BinaryFn(in.fn), a, false, regs + int64_t(in.b) * kChunk, false, y, n); break;
     case Instr::Op::scalar:
       switch (ops::ScalarFn(in.fn)) {
-        case ops::ScalarFn::add: HWY_DYNAMIC_DISPATCH(AffineClampChunk)(a, y, n, 1.f, in.s0, false, 0.f, 0.f); break;
-        case ops::ScalarFn::mul: HWY_DYNAMIC_DISPATCH(AffineClampChunk)(a, y, n, in.s0, 0.f, false, 0.f, 0.f); break;
-        case ops::ScalarFn::rsub: HWY_DYNAMIC_DISPATCH(AffineClampChunk)(a, y, n, -1.f, in.s0, false, 0.f, 0.f); break;
+        case ops::ScalarFn::add: backend::cpu::affine_clamp_row_f32(a, y, n, 1.f, in.s0, false, 0.f, 0.f); break;
+        case ops::ScalarFn::mul: backend::cpu::affine_clamp_row_f32(a, y, n, in.s0, 0.f, false, 0.f, 0.f); break;
+        case ops::ScalarFn::rsub: backend::cpu::affine_clamp_row_f32(a, y, n, -1.f, in.s0, false, 0.f, 0.f); break;
         case ops::ScalarFn::pow:
           if (in.s0 == 2.f) for (int64_t i = 0; i < n; ++i) y[i] = a[i] * a[i];
           else if (in.s0 == 0.5f) for (int64_t i = 0; i < n; ++i) y[i] = std::sqrt(a[i]);
@@ -260,8 +88,8 @@ void exec_instr(const Instr& in, float* regs, int64_t k, int64_t n) {
           break;
       }
       break;
-    case Instr::Op::clamp: HWY_DYNAMIC_DISPATCH(AffineClampChunk)(a, y, n, 1.f, 0.f, true, in.s0, in.s1); break;
-    case Instr::Op::unary: HWY_DYNAMIC_DISPATCH(UnaryChunk)(in.fn, a, y, n); break;
+    case Instr::Op::clamp: backend::cpu::affine_clamp_row_f32(a, y, n, 1.f, 0.f, true, in.s0, in.s1); break;
+    case Instr::Op::unary: backend::cpu::unary_row_f32(ops::UnaryFn(in.fn), a, y, n); break;
     case Instr::Op::cast: std::memmove(y, a, size_t(n) * sizeof(float)); break;
   }
   round_chunk(y, n, in.dtype);
@@ -296,12 +124,12 @@ void run_fused_rows(const FusedProgram& p, const std::vector<Tensor>& leaves, Te
       double s = 0, q = 0;
       float mean = 0;
       if (!np.rms) {
-        HWY_DYNAMIC_DISPATCH(SumAndSquaresChunk)(xr.data(), D, 0.f, &s, &q);
+        backend::cpu::sum_and_squares_f32(xr.data(), D, 0.f, &s, &q);
         mean = float(s / double(D));
       }
-      HWY_DYNAMIC_DISPATCH(SumAndSquaresChunk)(xr.data(), D, mean, &s, &q);
+      backend::cpu::sum_and_squares_f32(xr.data(), D, mean, &s, &q);
       const float rstd = float(1.0 / std::sqrt(q / double(D) + np.eps));
-      HWY_DYNAMIC_DISPATCH(NormalizeChunk)(xr.data(), yr.data(), D, mean, rstd, np.w >= 0 ? w.data() : nullptr,
+      backend::cpu::normalize_row_f32(xr.data(), yr.data(), D, mean, rstd, np.w >= 0 ? w.data() : nullptr,
                                            np.b >= 0 ? b.data() : nullptr);
       round_chunk(yr.data(), D, np.dtype);
       for (int64_t c0 = 0; c0 < D; c0 += kChunk) {
@@ -381,4 +209,3 @@ void run_fused(const FusedProgram& p, const std::vector<Tensor>& leaves, Tensor&
 }
 
 }  // namespace diffq::compile
-#endif  // HWY_ONCE

@@ -1,5 +1,6 @@
 // binary (numpy broadcasting), scalar and clamp. Float results are computed in f32 and rounded once
 // to the output dtype (a's dtype); when both inputs are integers the arithmetic is exact in int64.
+#include "backend/cpu/row_kernels.h"
 #include "backend/cpu/hwy_config.h"
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backend/cpu/elementwise.cpp"
@@ -89,6 +90,15 @@ namespace diffq::backend::cpu {
 
 HWY_EXPORT(BinaryF32);
 HWY_EXPORT(AffineClampF32);
+
+void binary_row_f32(ops::BinaryFn fn, const float* a, bool a_bcast, const float* b, bool b_bcast, float* y,
+                    int64_t n) {
+  HWY_DYNAMIC_DISPATCH(BinaryF32)(int64_t(fn), a, a_bcast, b, b_bcast, y, n);
+}
+void affine_clamp_row_f32(const float* x, float* y, int64_t n, float mul, float add, bool clamp, float lo,
+                          float hi) {
+  HWY_DYNAMIC_DISPATCH(AffineClampF32)(x, y, n, mul, add, clamp, lo, hi);
+}
 
 namespace {
 

@@ -1,5 +1,6 @@
 // layer_norm and rms_norm over the last dim, group_norm over (C/groups x spatial) blocks. Statistics
 // in f32 vector lanes (blocks of a group are summed in double), output rounded once to x's dtype.
+#include "backend/cpu/row_kernels.h"
 #include "backend/cpu/hwy_config.h"
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backend/cpu/norm.cpp"
@@ -79,6 +80,14 @@ namespace diffq::backend::cpu {
 HWY_EXPORT(SumAndSquares);
 HWY_EXPORT(NormalizeRow);
 HWY_EXPORT(ScaleShiftRow);
+
+void sum_and_squares_f32(const float* x, int64_t n, float shift, double* sum, double* sq) {
+  HWY_DYNAMIC_DISPATCH(SumAndSquares)(x, n, shift, sum, sq);
+}
+void normalize_row_f32(const float* x, float* y, int64_t n, float mean, float rstd, const float* w,
+                       const float* b) {
+  HWY_DYNAMIC_DISPATCH(NormalizeRow)(x, y, n, mean, rstd, w, b);
+}
 
 namespace {
 

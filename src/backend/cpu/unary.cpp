@@ -1,6 +1,7 @@
 // Unary float functions (activations and math), computed in f32 and rounded once to x's dtype.
 // The activations of the FLUX/Wan/CLIP/T5 paths (silu, gelu_tanh, quick_gelu, exp, sigmoid, tanh)
 // are vectorised with Highway's contrib math; gelu_erf, sin and cos use the C library per element.
+#include "backend/cpu/row_kernels.h"
 #include "backend/cpu/hwy_config.h"
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backend/cpu/unary.cpp"
@@ -76,24 +77,26 @@ namespace diffq::backend::cpu {
 
 HWY_EXPORT(UnaryF32);
 
+void unary_row_f32(ops::UnaryFn fn, const float* x, float* y, int64_t n) {
+  switch (fn) {
+    case ops::UnaryFn::gelu_erf:
+      for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1.f + std::erf(x[i] * 0.70710678118654752f));
+      return;
+    case ops::UnaryFn::sin:
+      for (int64_t i = 0; i < n; ++i) y[i] = std::sin(x[i]);
+      return;
+    case ops::UnaryFn::cos:
+      for (int64_t i = 0; i < n; ++i) y[i] = std::cos(x[i]);
+      return;
+    default: HWY_DYNAMIC_DISPATCH(UnaryF32)(int64_t(fn), x, y, n);
+  }
+}
+
 namespace {
 
 void unary_kernel(const OpCall& c, Tensor& out) {
   const auto fn = ops::UnaryFn(c.attrs.i0);
-  map_f32(c.inputs[0], out, [fn](const float* x, float* y, int64_t n) {
-    switch (fn) {
-      case ops::UnaryFn::gelu_erf:
-        for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1.f + std::erf(x[i] * 0.70710678118654752f));
-        return;
-      case ops::UnaryFn::sin:
-        for (int64_t i = 0; i < n; ++i) y[i] = std::sin(x[i]);
-        return;
-      case ops::UnaryFn::cos:
-        for (int64_t i = 0; i < n; ++i) y[i] = std::cos(x[i]);
-        return;
-      default: HWY_DYNAMIC_DISPATCH(UnaryF32)(int64_t(fn), x, y, n);
-    }
-  });
+  map_f32(c.inputs[0], out, [fn](const float* x, float* y, int64_t n) { unary_row_f32(fn, x, y, n); });
 }
 
 }  // namespace

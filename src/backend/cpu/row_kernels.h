@@ -1,0 +1,26 @@
+// The f32 row kernels of the CPU backend's elementwise, unary and norm ops, callable from outside the
+// backend: the eager kernels and compile's fused kernel (src/compile/fused_kernel.cpp) run this one
+// implementation of each op's math (Highway, runtime-dispatched), so a fused graph computes exactly
+// what eager does.
+#pragma once
+
+#include <cstdint>
+
+#include "ops/op.h"
+
+namespace diffq::backend::cpu {
+
+void unary_row_f32(ops::UnaryFn fn, const float* x, float* y, int64_t n);
+// a_bcast / b_bcast: that operand is one value repeated over the row.
+void binary_row_f32(ops::BinaryFn fn, const float* a, bool a_bcast, const float* b, bool b_bcast, float* y,
+                    int64_t n);
+// y = x * mul + add, then clamp to [lo, hi] when `clamp` (NaN stays NaN).
+void affine_clamp_row_f32(const float* x, float* y, int64_t n, float mul, float add, bool clamp, float lo,
+                          float hi);
+// sum(x) and sum((x - shift)^2).
+void sum_and_squares_f32(const float* x, int64_t n, float shift, double* sum, double* sq);
+// y = (x - mean) * rstd * w + b, w / b optional (nullptr).
+void normalize_row_f32(const float* x, float* y, int64_t n, float mean, float rstd, const float* w,
+                       const float* b);
+
+}  // namespace diffq::backend::cpu
