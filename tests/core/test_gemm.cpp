@@ -9,6 +9,7 @@
 
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/threads.h"
+#include "backend/cpu/tuning.h"
 #include "diffq/dtype.h"
 
 namespace cpu = diffq::backend::cpu;
@@ -145,5 +146,24 @@ TEST(Gemm, ThreadSplitsAreRightAndDeterministic) {
           << t << " threads, m=" << cs.m << " n=" << cs.n << " k=" << cs.k;
     }
   }
+  cpu::set_num_threads(0);
+}
+
+// Every split the autotuner may pick (backend/cpu/tuning.h) computes the same product: rows, columns,
+// longer side, none, and several parts per thread, checked against the f64 reference with 2 threads.
+TEST(Gemm, EveryTunedSplitIsRight) {
+  const Case cases[] = {{false, true, 300, 47, 200}, {true, false, 47, 300, 200}, {false, false, 130, 250, 64}};
+  cpu::set_num_threads(2);
+  for (const auto split : {cpu::GemmSplit::longer_side, cpu::GemmSplit::rows, cpu::GemmSplit::cols,
+                           cpu::GemmSplit::none})
+    for (const int ppt : {1, 3}) {
+      cpu::Tuning t;
+      t.gemm_split = split;
+      t.gemm_parts_per_thread = ppt;
+      cpu::ScopedTuning scope(t);
+      EXPECT_EQ(cpu::current_tuning(), t);
+      for (const auto& cs : cases) check_case(cs, false, 0.5f, 0.25f);
+    }
+  EXPECT_EQ(cpu::current_tuning(), cpu::Tuning{});  // scopes restore the defaults
   cpu::set_num_threads(0);
 }

@@ -16,7 +16,9 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/simd-inl.h"
 #include "backend/cpu/strided.h"
+#include "backend/cpu/tuning.h"
 #include "backend/cpu/threads.h"
+#include "backend/cpu/tuning.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace diffq::backend::cpu {
@@ -79,11 +81,10 @@ HWY_EXPORT(ScaleRow);
 
 namespace {
 
-// Tiles: 128 query rows x up to 2048 keys (one pass over K/V for sequences up to 2048, so no rescaling
-// of O). Measured on the 2-core EPYC (docs/benchmarks.md "FLUX on the CPU"): 128 x 256, 64 x 512,
-// 32/64/256 x 2048 were all within noise of this choice; the gain is from running tiles in parallel.
-constexpr int64_t kBq = 128;   // query rows per block
-constexpr int64_t kBk = 2048;  // keys per block
+// Tiles: current_tuning().attn_bq query rows x attn_bk keys (defaults 128 x 2048: one pass over K/V
+// for sequences up to 2048, so no rescaling of O). Measured on the 2-core EPYC (docs/benchmarks.md
+// "FLUX on the CPU"): 128 x 256, 64 x 512, 32/64/256 x 2048 were all within noise of the default; the
+// gain is from running tiles in parallel.
 
 // One head's [rows, cols] matrix of a [B, H, S, D] tensor as f32 with row stride ld: in place when
 // it is f32 with unit column stride, else gathered into `buf`.
@@ -123,6 +124,8 @@ void sdpa_kernel(const OpCall& c, Tensor& out) {
   const DType ot = out.dtype();
   const int64_t oes = int64_t(dtype_size(ot));
   auto* dst = static_cast<uint8_t*>(out.data_ptr());
+  const Tuning& tune = current_tuning();
+  const int64_t kBq = std::max<int64_t>(1, tune.attn_bq), kBk = std::max<int64_t>(1, tune.attn_bk);
   const int64_t bq_max = std::min(kBq, Sq), bk_max = std::min(kBk, Sk);
   const int64_t q_blocks = (Sq + kBq - 1) / kBq;
 

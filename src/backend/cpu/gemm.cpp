@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "backend/cpu/threads.h"
+#include "backend/cpu/tuning.h"
 
 namespace diffq::backend::cpu {
 
@@ -105,15 +106,20 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
   if (m <= 0 || n <= 0) return;
   blas_single_threaded();
   const int threads = num_threads();
-  if (threads == 1 || in_parallel_region() || double(m) * double(n) * double(k) < kParallelMacs) {
+  const Tuning& tune = current_tuning();
+  if (threads == 1 || in_parallel_region() || tune.gemm_split == GemmSplit::none ||
+      double(m) * double(n) * double(k) < kParallelMacs) {
     blas_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }
-  // One part of C per thread, split along its longer side at multiples of 16. The split is static,
-  // so a given thread count always gives the same bits.
-  const bool split_n = n >= m;
+  // One part of C per thread (times tune.gemm_parts_per_thread), split along its longer side by
+  // default, at multiples of 16. The split is static, so a given thread count and tuning always give
+  // the same bits.
+  const bool split_n = tune.gemm_split == GemmSplit::cols ||
+                       (tune.gemm_split == GemmSplit::longer_side && n >= m);
   const int64_t len = split_n ? n : m;
-  const int64_t parts = std::min<int64_t>(threads, (len + 15) / 16);
+  const int64_t parts =
+      std::min<int64_t>(int64_t(threads) * std::max(1, tune.gemm_parts_per_thread), (len + 15) / 16);
   auto edge = [&](int64_t p) { return p == parts ? len : (len * p / parts) / 16 * 16; };
   parallel_for(parts, 1, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {

@@ -1,0 +1,45 @@
+// Runtime choices of the CPU kernels that change their speed, not what they compute: how sgemm splits
+// C over the thread pool and the attention tile sizes. The defaults are the measured best on the
+// reference machine (docs/benchmarks.md); the autotuner (compile's max-autotune) times candidates on
+// the real shapes and installs its pick around a kernel call with ScopedTuning. The current choice is
+// per calling thread: a kernel reads it once when called, before it fans out over the pool.
+#pragma once
+
+#include <cstdint>
+
+namespace diffq::backend::cpu {
+
+// How sgemm splits C[m, n] into one part per pool thread (parts start at multiples of 16).
+enum class GemmSplit : uint8_t {
+  longer_side,  // split n when n >= m, else m
+  rows,         // split m
+  cols,         // split n
+  none,         // one BLAS call on the calling thread
+};
+
+struct Tuning {
+  GemmSplit gemm_split = GemmSplit::longer_side;
+  int gemm_parts_per_thread = 1;  // parts = threads * this (more, smaller parts balance uneven cores)
+  int64_t attn_bq = 128;          // attention: query rows per tile
+  int64_t attn_bk = 2048;         // attention: keys per tile (online softmax across tiles)
+
+  bool operator==(const Tuning&) const = default;
+};
+
+// The calling thread's current tuning (the defaults unless a ScopedTuning is alive on it).
+const Tuning& current_tuning();
+
+// Installs `t` on the calling thread for its lifetime; nests.
+class ScopedTuning {
+ public:
+  explicit ScopedTuning(const Tuning& t);
+  ~ScopedTuning();
+  ScopedTuning(const ScopedTuning&) = delete;
+  ScopedTuning& operator=(const ScopedTuning&) = delete;
+
+ private:
+  const Tuning* prev_;
+  Tuning mine_;
+};
+
+}  // namespace diffq::backend::cpu

@@ -1,0 +1,79 @@
+// The CPU attention kernel's tile sizes are a tuning choice (backend/cpu/tuning.h, picked by the
+// autotuner): every tiling, including tiles smaller than the sequences and not dividing them, gives
+// softmax(Q K^T / sqrt(D)) V within f32 rounding of an f64 computation, with and without a mask.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "backend/cpu/threads.h"
+#include "backend/cpu/tuning.h"
+#include "ops/ops.h"
+
+using namespace diffq;
+namespace cpu = diffq::backend::cpu;
+
+namespace {
+
+std::vector<float> lcg(size_t n, uint64_t seed) {
+  std::vector<float> v(n);
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 7;
+  for (auto& x : v) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    x = float(int32_t(s >> 32)) * (2.0f / 2147483648.0f);
+  }
+  return v;
+}
+
+// out[b, h, i, :] in f64 for [B, H, S, D] row-major inputs; mask [Sq, Sk] additive (may be empty).
+std::vector<double> naive_sdpa(const std::vector<float>& q, const std::vector<float>& k,
+                               const std::vector<float>& v, const std::vector<float>& mask, int64_t BH,
+                               int64_t Sq, int64_t Sk, int64_t D) {
+  std::vector<double> out(size_t(BH * Sq * D));
+  std::vector<double> s(static_cast<size_t>(Sk));
+  for (int64_t bh = 0; bh < BH; ++bh)
+    for (int64_t i = 0; i < Sq; ++i) {
+      double mx = -INFINITY;
+      for (int64_t j = 0; j < Sk; ++j) {
+        double d = 0;
+        for (int64_t e = 0; e < D; ++e) d += double(q[size_t((bh * Sq + i) * D + e)]) * k[size_t((bh * Sk + j) * D + e)];
+        s[size_t(j)] = d / std::sqrt(double(D)) + (mask.empty() ? 0.0 : mask[size_t(i * Sk + j)]);
+        mx = std::max(mx, s[size_t(j)]);
+      }
+      double l = 0;
+      for (auto& x : s) l += (x = std::exp(x - mx));
+      for (int64_t e = 0; e < D; ++e) {
+        double o = 0;
+        for (int64_t j = 0; j < Sk; ++j) o += s[size_t(j)] * v[size_t((bh * Sk + j) * D + e)];
+        out[size_t((bh * Sq + i) * D + e)] = o / l;
+      }
+    }
+  return out;
+}
+
+TEST(SdpaTiles, EveryTilingMatchesTheF64Result) {
+  const int64_t B = 1, H = 3, Sq = 70, Sk = 301, D = 16;
+  const auto q = lcg(size_t(B * H * Sq * D), 1), k = lcg(size_t(B * H * Sk * D), 2),
+             v = lcg(size_t(B * H * Sk * D), 3), m = lcg(size_t(Sq * Sk), 4);
+  const Tensor tq = Tensor::from_vector(q, {B, H, Sq, D}), tk = Tensor::from_vector(k, {B, H, Sk, D}),
+               tv = Tensor::from_vector(v, {B, H, Sk, D}), tm = Tensor::from_vector(m, {Sq, Sk});
+  cpu::set_num_threads(2);
+  for (const bool masked : {false, true}) {
+    const auto ref = naive_sdpa(q, k, v, masked ? m : std::vector<float>{}, B * H, Sq, Sk, D);
+    for (const auto [bq, bk] : {std::pair<int64_t, int64_t>{128, 2048}, {16, 64}, {7, 33}, {1, 1}, {70, 301}}) {
+      cpu::Tuning t;
+      t.attn_bq = bq;
+      t.attn_bk = bk;
+      cpu::ScopedTuning scope(t);
+      const Tensor o = masked ? ops::sdpa(tq, tk, tv, tm) : ops::sdpa(tq, tk, tv);
+      const auto got = o.to_f32_vector();
+      ASSERT_EQ(got.size(), ref.size());
+      double worst = 0;
+      for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - ref[i]));
+      EXPECT_LT(worst, 2e-6) << "tiles " << bq << " x " << bk << (masked ? " masked" : "");
+    }
+  }
+  cpu::set_num_threads(0);
+}
+
+}  // namespace
