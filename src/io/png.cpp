@@ -1,10 +1,7 @@
 #include "io/png.h"
 
-#include <fcntl.h>
 #include <png.h>
-#include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <csetjmp>
@@ -14,6 +11,7 @@
 #include <iterator>
 
 #include "diffq/error.h"
+#include "io/atomic_file.h"
 
 namespace diffq::io {
 
@@ -137,44 +135,6 @@ bool decode_raw(ReadCursor* cur, std::vector<uint8_t>* pixels, PngText* text, De
   return true;
 }
 
-// Writes bytes to a temporary file next to `path`, fsyncs, renames.
-void write_file_atomic(const std::filesystem::path& path, const std::vector<uint8_t>& bytes) {
-  static std::atomic<unsigned> counter{0};
-  const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : ".";
-  const std::filesystem::path tmp =
-      dir / (".diffq-" + path.filename().string() + "." + std::to_string(::getpid()) + "." +
-             std::to_string(counter++) + ".tmp");
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  check(fd >= 0, kCtx, "cannot write ", path.string(), ": cannot create ", tmp.string(), ": ",
-        std::strerror(errno));
-  auto fail_and_remove = [&](const char* what, int err) {
-    ::close(fd);
-    std::error_code ec;
-    std::filesystem::remove(tmp, ec);
-    fail(kCtx, "cannot write ", path.string(), ": ", what, ": ", std::strerror(err));
-  };
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) fail_and_remove("write failed", n < 0 ? errno : EIO);
-    done += size_t(n);
-  }
-  if (::fsync(fd) != 0) fail_and_remove("fsync failed", errno);
-  if (::close(fd) != 0) {
-    const int err = errno;
-    std::error_code ec;
-    std::filesystem::remove(tmp, ec);
-    fail(kCtx, "cannot write ", path.string(), ": close failed: ", std::strerror(err));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::error_code ec2;
-    std::filesystem::remove(tmp, ec2);
-    fail(kCtx, "cannot write ", path.string(), ": rename failed: ", ec.message());
-  }
-}
 
 }  // namespace
 
@@ -217,7 +177,7 @@ void write_png(const std::filesystem::path& path, const uint8_t* rgb, int64_t wi
   } catch (const Error& e) {
     fail(kCtx, "cannot write ", path.string(), ": ", e.what());
   }
-  write_file_atomic(path, bytes);
+  io::write_file_atomically(path, kCtx, [&](const io::ByteSink& sink) { sink(bytes.data(), bytes.size()); });
 }
 
 void write_png(const std::filesystem::path& path, const Tensor& image, const PngText& text) {
