@@ -27,7 +27,12 @@ void Module::collect(const std::string& prefix,
 std::vector<std::pair<std::string, Parameter*>> Module::named_parameters() const {
   std::vector<std::pair<std::string, Parameter*>> out;
   collect("", out);
-  for (auto& [n, p] : out) p->name = n;  // full dotted names, for error messages
+  // Dotted names for error messages: a name only ever grows into a longer path ending with it, so
+  // asking a submodule (whose paths are suffixes of the root's) never shortens a full name.
+  for (auto& [n, p] : out)
+    if (n.size() > p->name.size() && n.compare(n.size() - p->name.size(), p->name.size(), p->name) == 0 &&
+        (p->name.empty() || n[n.size() - p->name.size() - 1] == '.'))
+      p->name = n;
   return out;
 }
 

@@ -84,6 +84,16 @@ TEST(Module, ParameterNamesAreStateDictKeys) {
   EXPECT_EQ(b.num_parameters(), 4 * (64 + 8) + 8 + (8 * 16 + 16) + (16 * 8 + 8));
 }
 
+// Parameter::name (used in error messages) is the full dotted path from the root; listing a submodule's
+// parameters (offloading and compile do) must not cut it down to the submodule-relative path.
+TEST(Module, SubmoduleListingKeepsFullParameterNames) {
+  TinyBlock b(8, 2);
+  (void)b.named_parameters();
+  EXPECT_EQ(b.fc1.weight.name, "fc1.weight");
+  for (auto& [n, p] : b.fc1.named_parameters()) EXPECT_EQ(p->name, "fc1." + n);
+  EXPECT_EQ(b.fc1.weight.name, "fc1.weight");
+}
+
 TEST(Module, TraceReplayMatchesEager) {
   TinyBlock b(16, 2);
   load_state_dict(b, random_state(b, 1));
