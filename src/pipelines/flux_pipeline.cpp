@@ -1,6 +1,7 @@
 #include "pipelines/flux_pipeline.h"
 
 #include <cstdio>
+#include <map>
 
 #include "core/random.h"
 #include "diffq/error.h"
@@ -16,6 +17,16 @@
 namespace diffq {
 
 namespace {
+
+// "gguf_q4_k x90, gguf_q8_0 x6" for the quantized parameters of m (empty when none), schemes sorted.
+std::string quantized_schemes_summary(const Module& m) {
+  std::map<std::string, int> counts;
+  for (const auto& [name, prm] : m.named_parameters())
+    if (prm->is_quantized()) ++counts[prm->quantized().scheme()];
+  std::string out;
+  for (const auto& [scheme, n] : counts) out += (out.empty() ? "" : ", ") + scheme + " x" + std::to_string(n);
+  return out;
+}
 constexpr const char* kCtx = "flux_pipeline";
 
 bool defined(const Tensor& t) { return t.defined(); }
@@ -83,6 +94,10 @@ std::unique_ptr<FluxPipeline> FluxPipeline::from_pretrained(const std::filesyste
       base = models::flux::FluxTransformerConfig::from_json(f.component("transformer").config);
     lo.source = opt.transformer_file.string();
     p->transformer = models::flux::load_flux_single_file(opt.transformer_file, base, lo);
+    // A pre-quantized single file (GGUF) carries its own schemes: label them for --json/bench.
+    if (!p->quantization.count("transformer"))
+      if (std::string schemes = quantized_schemes_summary(*p->transformer); !schemes.empty())
+        p->quantization["transformer"] = schemes + " (pre-quantized, " + opt.transformer_file.filename().string() + ")";
   } else {
     const auto& tc = f.component("transformer");
     lo.source = tc.dir.string();

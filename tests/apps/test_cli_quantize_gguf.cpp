@@ -53,8 +53,12 @@ TEST_F(CliQuantizeGGUF, WritesTheCheckedFileAndGenerateLoadsIt) {
     EXPECT_TRUE(j["ok"].get<bool>());
     EXPECT_EQ(diffq::testing::sha256_file(dir_ / out), j["sha256"].get<std::string>()) << type;
   }
-  const auto g = run_cli(dir_, kGen + "-m '" + kModel + "' --transformer t-q8_0.gguf -o g.safetensors");
+  const auto g = run_cli(dir_, kGen + "-m '" + kModel + "' --transformer t-q8_0.gguf -o g.safetensors --json");
   ASSERT_EQ(g.status, 0) << g.out;
+  // --json names the transformer's GGUF schemes (the file's quantization, not a pipeline config).
+  const std::string label = nlohmann::json::parse(g.out.substr(g.out.find('{')))["quantization"]["transformer"];
+  EXPECT_NE(label.find("gguf_q8_0 x"), std::string::npos) << label;
+  EXPECT_NE(label.find("pre-quantized, t-q8_0.gguf"), std::string::npos) << label;
   const auto plain = run_cli(dir_, kGen + "-m '" + kModel + "' -o plain.safetensors");
   ASSERT_EQ(plain.status, 0) << plain.out;
   const auto a = latents(dir_ / "g.safetensors"), b = latents(dir_ / "plain.safetensors");
