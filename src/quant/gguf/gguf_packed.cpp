@@ -87,7 +87,7 @@ PackedTensor packed_quantize(const Tensor& dense, GGMLType type, std::string_vie
   const Tensor f = dense.to(Device::cpu()).to(DType::f32).contiguous();
   const int64_t rows = K == 0 ? 0 : f.numel() / K, rb = tr->row_bytes(K);
   Tensor out = Tensor::empty({rows * rb}, DType::u8);
-  for (int64_t r = 0; r < rows; ++r) tr->quantize_ref(f.data<float>() + r * K, out.data<uint8_t>() + r * rb, K);
+  tr->quantize_rows(f.data<float>(), rows, K, out.data<uint8_t>());
   return PackedTensor{uint32_t(type), dense.shape(), std::move(out)};
 }
 

@@ -45,6 +45,9 @@ struct TypeTraits {
   int64_t type_size() const { return info->type_size; }
   // Bytes of `n` elements; throws unless n is a multiple of the block size.
   int64_t row_bytes(int64_t n) const;
+  // quantize_ref on `rows` rows of k elements (src row stride k, dst row stride row_bytes(k)), rows in
+  // parallel over the CPU pool (each row's bytes do not depend on the split).
+  void quantize_rows(const float* src, int64_t rows, int64_t k, uint8_t* dst) const;
 };
 
 std::span<const TypeTraits> supported_types();

@@ -85,7 +85,7 @@ std::shared_ptr<GGUFQuantizedWeight> GGUFQuantizedWeight::quantize(const Tensor&
   Tensor data = Tensor::empty({N * rb}, DType::u8);
   const float* src = wf.data<float>();
   auto* dst = data.data<uint8_t>();
-  for (int64_t n = 0; n < N; ++n) t->quantize_ref(src + n * K, dst + n * rb, K);
+  t->quantize_rows(src, N, K, dst);
   return std::shared_ptr<GGUFQuantizedWeight>(new GGUFQuantizedWeight(*t, std::move(data), N, K, cfg.compute_dtype));
 }
 
