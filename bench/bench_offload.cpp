@@ -28,12 +28,13 @@ using namespace diffq;
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr, "usage: bench_offload none|disk|disk-sync|disk:N|leaf [--double N] [--single N] "
-                         "[--quant int4] [--res R] [--steps K] [--dir D]\n");
+                         "[--quant int4] [--res R] [--steps K] [--dir D] [--drop-cache 1]\n");
     return 2;
   }
   const std::string mode = argv[1];
   int64_t n_double = 16, n_single = 24, res = 256, steps = 4;
   std::string quant, dir = "/tmp/diffq-bench-offload";
+  bool drop_cache = false;  // --drop-cache 1: GroupOffloadOptions::drop_page_cache (reads hit the disk)
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--double") n_double = std::stoll(v);
@@ -42,6 +43,7 @@ int main(int argc, char** argv) {
     else if (k == "--steps") steps = std::stoll(v);
     else if (k == "--quant") quant = v;
     else if (k == "--dir") dir = v;
+    else if (k == "--drop-cache") drop_cache = v == "1";
   }
   try {
     auto b = models::flux::builtin_flux("flux-small");
@@ -64,6 +66,7 @@ int main(int argc, char** argv) {
       offload::GroupOffloadOptions o;
       o.offload_to_disk_path = dir;
       o.config_fingerprint = "bench " + quant;
+      o.drop_page_cache = drop_cache;
       if (mode == "leaf") {
         o.offload_type = offload::OffloadType::leaf_level;
         o.use_stream = true;
@@ -107,9 +110,9 @@ int main(int argc, char** argv) {
     const double median = later[later.size() / 2];
     double checksum = 0;
     for (float v : out.to_f32_vector()) checksum += v;
-    std::printf("mode=%s quant=%s weights_mb=%.1f step1_s=%.3f step_s=%.3f rss_before_mb=%.1f peak_rss_mb=%.1f "
+    std::printf("mode=%s%s quant=%s weights_mb=%.1f step1_s=%.3f step_s=%.3f rss_before_mb=%.1f peak_rss_mb=%.1f "
                 "alloc_peak_mb=%.1f rss_reset=%d checksum=%.6f",
-                mode.c_str(), quant.empty() ? "bf16" : quant.c_str(), weight_bytes / 1048576.0, times[0], median,
+                mode.c_str(), drop_cache ? "+drop-cache" : "", quant.empty() ? "bf16" : quant.c_str(), weight_bytes / 1048576.0, times[0], median,
                 rss_before / 1048576.0, offload::peak_rss_bytes() / 1048576.0,
                 memory_stats(Device::cpu()).peak_bytes / 1048576.0, int(reset), checksum);
     if (e) {

@@ -32,6 +32,7 @@ struct GenerateArgs {
   std::string transformer_file, output_type = "image";
   std::string quant, quant_config, quantize;  // --quant shorthand | --quant-config file; --quantize components
   std::string offload, max_memory, max_host_memory;
+  bool offload_drop_cache = false;
   std::string compile;  // "" | full | regional
   bool stats = false;
   int64_t num_images = 1;
@@ -79,9 +80,11 @@ void run(const GenerateArgs& a) {
   auto pipe = FluxPipeline::from_pretrained(model, dtype, lo);
   timings["load_s"] = seconds_since(t0);
   check(a.offload.empty() || a.max_memory.empty(), "generate", "give --offload or --max-memory, not both");
+  check(!a.offload_drop_cache || !a.offload.empty(), "generate", "--offload-drop-cache needs --offload group[:N]|leaf|disk");
   std::string offload_plan;
   if (!a.offload.empty()) {
-    const auto spec = offload::parse_offload_spec(a.offload);
+    auto spec = offload::parse_offload_spec(a.offload);
+    spec.drop_page_cache = a.offload_drop_cache;
     offload::apply(pipe->offloader, pipe->offload_components(), FluxPipeline::model_cpu_offload_seq, spec);
     offload_plan = spec.str();
   } else if (!a.max_memory.empty()) {
@@ -224,6 +227,9 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--offload", a->offload,
                   "model | sequential | group[:N] | leaf | disk[:path] (on a CPU: weights live on disk, RAM holds "
                   "the running groups)");
+  cmd->add_flag("--offload-drop-cache", a->offload_drop_cache,
+                "drop the offload files' pages from the OS page cache after each read (every onload reads the disk, "
+                "as when RAM cannot cache the model)");
   cmd->add_option("--max-memory", a->max_memory, "memory budget (e.g. 2GiB): picks the offload mode that fits");
   cmd->add_option("--max-host-memory", a->max_host_memory, "host RAM budget for offloaded weights (GPU runs)");
   cmd->add_option("--compile", a->compile,

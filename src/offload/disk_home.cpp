@@ -19,8 +19,17 @@ constexpr const char* kCtx = "offload";
 constexpr const char* kFormat = "diffq-offload-group-v1";
 }  // namespace
 
-DiskHome::DiskHome(std::filesystem::path dir, std::string fingerprint, std::shared_ptr<DiskFileCounters> counters)
-    : dir_(std::move(dir)), fingerprint_(std::move(fingerprint)), counters_(std::move(counters)) {}
+DiskHome::DiskHome(std::filesystem::path dir, std::string fingerprint, std::shared_ptr<DiskFileCounters> counters,
+                   bool drop_page_cache)
+    : dir_(std::move(dir)),
+      fingerprint_(std::move(fingerprint)),
+      counters_(std::move(counters)),
+      drop_page_cache_(drop_page_cache) {}
+
+void DiskHome::drop_cached_pages() const {
+  // Advice only: pages still mapped or dirty stay; the group's clean pages leave the page cache.
+  if (drop_page_cache_ && fd_ >= 0) (void)::posix_fadvise(fd_, 0, 0, POSIX_FADV_DONTNEED);
+}
 
 DiskHome::~DiskHome() {
   if (fd_ >= 0) ::close(fd_);
@@ -108,6 +117,7 @@ void DiskHome::adopt(ParamGroup& g) {
   fd_ = ::open(file_.c_str(), O_RDONLY | O_CLOEXEC);
   check(fd_ >= 0, kCtx, "cannot open ", file_.string(), ": ", std::strerror(errno));
   release(g);
+  drop_cached_pages();  // the write or the staleness check read it all
 }
 
 std::shared_ptr<PoolBuffer> DiskHome::fetch(const ParamGroup& g, BufferPool& pool) {
@@ -126,6 +136,7 @@ std::shared_ptr<PoolBuffer> DiskHome::fetch(const ParamGroup& g, BufferPool& poo
   }
   counters_->bytes_read += int64_t(done);
   ++counters_->reads;
+  drop_cached_pages();
   return buf;
 }
 

@@ -29,7 +29,9 @@ struct DiskFileCounters {
 
 class DiskHome final : public GroupHome {
  public:
-  DiskHome(std::filesystem::path dir, std::string fingerprint, std::shared_ptr<DiskFileCounters> counters);
+  // drop_page_cache: see GroupOffloadOptions::drop_page_cache.
+  DiskHome(std::filesystem::path dir, std::string fingerprint, std::shared_ptr<DiskFileCounters> counters,
+           bool drop_page_cache = false);
   ~DiskHome() override;
 
   void adopt(ParamGroup& g) override;
@@ -57,6 +59,8 @@ class DiskHome final : public GroupHome {
   Hash128 key_;
   std::unique_ptr<io::SafetensorsFile> mapped_;
   int fd_ = -1;
+  bool drop_page_cache_ = false;
+  void drop_cached_pages() const;
 };
 
 }  // namespace diffq::offload

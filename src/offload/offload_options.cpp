@@ -25,6 +25,8 @@ void validate_group_offload_options(const GroupOffloadOptions& o) {
   check(!o.num_blocks_per_group || *o.num_blocks_per_group >= 1, "offload",
         "num_blocks_per_group must be >= 1, got ", o.num_blocks_per_group.value_or(0));
   check(o.offload_device.is_cpu(), "offload", "offload_device must be the CPU, got ", o.offload_device.str());
+  check(!o.drop_page_cache || !o.offload_to_disk_path.empty(), "offload",
+        "drop_page_cache needs a disk home (offload_to_disk_path)");
 }
 
 }  // namespace diffq::offload

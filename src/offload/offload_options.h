@@ -33,6 +33,10 @@ struct GroupOffloadOptions {
   // diffq: mixed into the disk files' content key (the model's config.json, the quantization config),
   // so a file written under another config is never loaded.
   std::string config_fingerprint;
+  // diffq: with a disk home, drop the group files' pages from the OS page cache after each read
+  // (posix_fadvise DONTNEED), so offloaded weights hold no RAM between uses and every onload reads the
+  // device, as on a machine whose RAM cannot cache the model. Slower when RAM is plentiful; same results.
+  bool drop_page_cache = false;
 };
 
 // Throws diffq::Error with Diffusers' message for each invalid combination.

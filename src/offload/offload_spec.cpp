@@ -58,6 +58,9 @@ void apply(PipelineOffloader& po, const NamedModules& components, std::string_vi
   const bool cpu = spec.device.is_cpu();
   const std::filesystem::path dir = spec.disk_path.empty() ? default_offload_dir() : spec.disk_path;
   const bool disk_home = cpu || spec.mode == OffloadMode::disk;
+  check(!spec.drop_page_cache || spec.mode == OffloadMode::none || spec.mode == OffloadMode::group ||
+            spec.mode == OffloadMode::leaf || spec.mode == OffloadMode::disk,
+        kCtx, "dropping the page cache is for group, leaf and disk offloading, not --offload ", spec.str());
   switch (spec.mode) {
     case OffloadMode::none: return;
     case OffloadMode::model: po.enable_model_cpu_offload(components, seq, spec.device, disk_home ? dir : ""); return;
@@ -72,6 +75,7 @@ void apply(PipelineOffloader& po, const NamedModules& components, std::string_vi
         o.num_blocks_per_group = spec.blocks_per_group;
       if (disk_home) o.offload_to_disk_path = dir;
       o.use_stream = spec.prefetch;
+      o.drop_page_cache = spec.drop_page_cache;
       po.enable_group_offload(components, o);
       return;
     }

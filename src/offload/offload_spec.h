@@ -21,6 +21,7 @@ struct OffloadSpec {
   std::filesystem::path disk_path;  // disk[:path]; empty: default_offload_dir() when a disk home is used
   bool prefetch = true;           // group/leaf/disk: prefetch the next group (use_stream)
   Device device = Device::cpu();  // the onload device
+  bool drop_page_cache = false;   // group/leaf/disk with a disk home: GroupOffloadOptions::drop_page_cache
   std::string str() const;        // "group:2", "disk:/tmp/x", ...
 };
 

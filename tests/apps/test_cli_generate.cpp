@@ -106,7 +106,8 @@ TEST_F(CliGenerate, OffloadModesAndMemoryBudgetGiveTheSameLatents) {
   const auto ref = diffq::io::SafetensorsFile::open(dir_ / "ref.safetensors").tensor("latents").to_f32_vector();
   int i = 0;
   for (const std::string mode : {"--offload model", "--offload sequential", "--offload group:1", "--offload leaf",
-                                 "--offload disk:offload-files", "--max-memory 64MiB"}) {
+                                 "--offload disk:offload-files", "--offload disk --offload-drop-cache",
+                                 "--max-memory 64MiB"}) {
     const std::string out = "o" + std::to_string(i++) + ".safetensors";
     const Result r = run_cli(dir_, common + "-o " + out + " --stats " + mode);
     ASSERT_EQ(r.status, 0) << mode << ": " << r.out;
@@ -131,7 +132,9 @@ TEST_F(CliGenerate, BadInputIsAClearErrorAndWritesNothing) {
                        Bad{"-m does-not-exist", "does-not-exist"},
                        Bad{"--dtype int8", "int8"},
                        Bad{"--output-type latent", ".safetensors"},
-                       Bad{"--transformer missing.safetensors", "missing.safetensors"}}) {
+                       Bad{"--transformer missing.safetensors", "missing.safetensors"},
+                       Bad{"--offload-drop-cache", "--offload-drop-cache needs --offload"},
+                       Bad{"--offload model --offload-drop-cache", "not --offload model"}}) {
     const Result r = run_cli(dir_, "generate -p 'x' --steps 1 -o out.png " + b.args);
     EXPECT_NE(r.status, 0) << b.args;
     EXPECT_NE(r.out.find(b.needle), std::string::npos) << b.args << ": " << r.out;
