@@ -3,7 +3,7 @@
 # two interleaved rounds, bracketed by the FMA peak check (the VM's 2 vCPUs are not always 2 cores).
 # Builds nothing: expects build/bin/bench_offload and build-bench/bin/bench_fma_peak (or BENCH_BUILD).
 # Usage: bench/run_offload_bench.sh [BUILD_DIR] [--drop-cache]
-#   --drop-cache: only the disk modes, bf16 and int4, with the group files dropped from the page cache
+#   --drop-cache: no offloading (reference) and the disk modes, bf16 and int4, with the group files dropped from the page cache
 #   after every read (GroupOffloadOptions::drop_page_cache: each step reads the model from the disk).
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -16,7 +16,7 @@ for arg in "$@"; do
   esac
 done
 modes=("none" "disk" "disk-sync" "none --quant int4" "disk --quant int4" "disk-sync --quant int4")
-(( drop )) && modes=("disk --drop-cache 1" "disk --quant int4 --drop-cache 1" "disk-sync --drop-cache 1"
+(( drop )) && modes=("none" "disk --drop-cache 1" "disk --quant int4 --drop-cache 1" "disk-sync --drop-cache 1"
                      "disk-sync --quant int4 --drop-cache 1")
 fma() { "${BENCH_BUILD:-$build}/bin/bench_fma_peak" --benchmark_min_time=0.3 2>&1 |
           grep -o "threads:2.*GFLOP/s=[0-9.]*" | sed "s/process_time.*GFLOP/ GFLOP/"; }
