@@ -1,10 +1,15 @@
 // Compiled vs eager transformer step on a builtin FLUX config (random weights, f32, CPU): step time,
-// activation peak (allocator peak minus the weights), and compile time of full vs regional compile.
+// activation peak (allocator peak minus the weights), and compile time of full vs regional compile;
+// then max-autotune (full compile): its first run with a fresh cache file (compile + tuning), a second
+// compiled module reusing the file (nothing timed), regional max-autotune on the same file, and an A/B
+// of the default and the tuned full compile, one step each in turn (the machine may be shared).
 // A micro benchmark: one process, a few steps; run it on a quiet machine for numbers.
-//   bench_compile [config=flux-small] [image_side=256] [text_tokens=64] [steps=3]
+//   bench_compile [config=flux-small] [image_side=256] [text_tokens=64] [steps=3] [autotune_cache=a fresh temp file]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <unistd.h>
 #include <string>
 
 #include "compile/compiled_module.h"
@@ -107,5 +112,52 @@ int main(int argc, char** argv) {
               "compile %.2fx full's)\n",
               regional.step_s, regional.activation_peak / 1048576.0, regional_compile, eager.step_s / regional.step_s,
               double(regional.activation_peak) / double(eager.activation_peak), regional_compile / full_compile);
+
+  const std::string cache = argc > 5 ? std::string(argv[5])
+                                     : (std::filesystem::temp_directory_path() /
+                                        ("diffq_bench_autotune_" + std::to_string(getpid()) + ".json"))
+                                           .string();
+  if (argc <= 5) std::filesystem::remove(cache);
+  compile::CompileOptions at;
+  at.mode = compile::CompileMode::max_autotune;
+  at.autotune_cache = cache;
+  auto autotuned = [&](const char* label, bool regional_compile_) {
+    if (regional_compile_) m.compile_repeated_blocks(at);
+    else m.compile(at);
+    const Result r = measure(m, in, steps, weights);
+    double comp = 0;
+    compile::AutotuneStats a;
+    for (const auto* cm : m.compiled_modules()) {
+      const auto st = cm->stats();
+      comp += st.compile_seconds;
+      a.nodes += st.autotune.nodes, a.tuned += st.autotune.tuned, a.candidates += st.autotune.candidates;
+      a.cache_hits += st.autotune.cache_hits, a.non_default += st.autotune.non_default, a.seconds += st.autotune.seconds;
+    }
+    std::printf("%s step %.3f s  first run %.3f s (compile %.3f s, tuning %.3f s: %lld nodes, %lld timed with %lld "
+                "candidates, %lld from the cache, %lld not default)  (%.2fx eager, %.2fx full)\n",
+                label, r.step_s, r.first_s, comp, a.seconds, (long long)a.nodes, (long long)a.tuned,
+                (long long)a.candidates, (long long)a.cache_hits, (long long)a.non_default, eager.step_s / r.step_s,
+                full.step_s / r.step_s);
+    return r;
+  };
+  std::printf("max-autotune, cache %s\n", cache.c_str());
+  autotuned("tune-full  (fresh cache) ", false);
+  autotuned("tune-full  (cache reused)", false);
+  autotuned("tune-regional (reused)   ", true);
+  // A/B under the same load: one step of the default full compile, then one of the tuned full compile
+  // (the cache reused), alternating; the first call after each compile is not timed.
+  double t_default = 0, t_tuned = 0;
+  for (int r = 0; r < steps; ++r)
+    for (bool tuned : {false, true}) {
+      if (tuned) m.compile(at);
+      else m.compile(compile::CompileOptions{});
+      m(in.hidden, in.encoder, in.pooled, in.timestep, in.guidance, in.txt_ids, in.img_ids);
+      const auto t0 = clock_type::now();
+      m(in.hidden, in.encoder, in.pooled, in.timestep, in.guidance, in.txt_ids, in.img_ids);
+      (tuned ? t_tuned : t_default) += seconds(t0);
+    }
+  std::printf("A/B alternating, %d rounds: full step %.3f s, tuned full step %.3f s (%.3fx)\n", steps,
+              t_default / steps, t_tuned / steps, t_default / t_tuned);
+  if (argc <= 5) std::filesystem::remove(cache);
   return 0;
 }

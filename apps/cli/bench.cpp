@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "compile_report.h"
 #include "compile/compile_options.h"
 #include "core/random.h"
 #include "diffq/error.h"
@@ -57,6 +58,7 @@ struct Combo {
   std::string quant;    // a --quant shorthand, applied to the transformer
   std::string offload;  // an --offload value (model, sequential, group[:N], leaf, disk), empty: none
   std::string compile;  // "" | regional ("compile": Diffusers' compile_repeated_blocks) | full
+  bool autotune = false;  // "autotune": the compile's mode is max-autotune
 };
 
 // "<mode>-offload[:N]" -> the --offload value "<mode>[:N]"; empty when `tok` is not an offload token.
@@ -84,6 +86,9 @@ Combo parse_combo(const std::string& text) {
     } else if (tok == "compile" || tok == "compile-full") {
       check(c.compile.empty(), "bench", "combination '", text, "' compiles twice");
       c.compile = tok == "compile" ? "regional" : "full";
+    } else if (tok == "autotune") {
+      check(!c.autotune, "bench", "combination '", text, "' has autotune twice");
+      c.autotune = true;
     } else if (const std::string off = offload_token(tok); !off.empty()) {
       check(c.offload.empty(), "bench", "combination '", text, "' has two offload modes");
       check(off.rfind("disk:", 0) != 0, "bench", "combination '", text,
@@ -93,10 +98,12 @@ Combo parse_combo(const std::string& text) {
     } else {
       fail("bench", "combination '", text, "': '", tok,
            "' is not available in diffq bench yet (available: fp32, bf16, fp16, the --quant schemes, "
-           "compile (regional), compile-full, and model-offload, sequential-offload, group-offload[:N], "
+           "compile (regional), compile-full, autotune (with a compile), and model-offload, sequential-offload, group-offload[:N], "
            "leaf-offload, disk-offload)");
     }
   }
+  check(!c.autotune || !c.compile.empty(), "bench", "combination '", text,
+        "': autotune tunes a compiled transformer (add compile or compile-full)");
   return c;
 }
 
@@ -158,9 +165,9 @@ nlohmann::json run_worker(const BenchArgs& a) {
     offload::apply(pipe->offloader, pipe->offload_components(), FluxPipeline::model_cpu_offload_seq,
                    offload::parse_offload_spec(combo.offload));
   if (combo.compile == "full")  // after offloading, so its hooks are seen by the capture (as generate)
-    pipe->transformer->compile(compile::CompileOptions{});
+    pipe->transformer->compile(cli_compile_options(combo.autotune));
   else if (combo.compile == "regional")
-    pipe->transformer->compile_repeated_blocks(compile::CompileOptions{});
+    pipe->transformer->compile_repeated_blocks(cli_compile_options(combo.autotune));
   const double load_s = std::chrono::duration<double>(clock::now() - t0).count();
   // Peak RSS of the generations alone (after loading, and after offloading sent the weights home),
   // next to the whole process' peak: a builtin model is initialised dense in RAM before any offload.
@@ -196,6 +203,9 @@ nlohmann::json run_worker(const BenchArgs& a) {
           {"dtype", std::string(dtype_name(combo.dtype))},
           {"offload", combo.offload.empty() ? nlohmann::json(nullptr) : nlohmann::json(combo.offload)},
           {"compile", combo.compile.empty() ? nlohmann::json(nullptr) : nlohmann::json(combo.compile)},
+          {"autotune", combo.autotune},
+          // compile and tuning happen in the first generation (the warm-up unless --warmup 0)
+          {"compile_stats", compile_report(*pipe->transformer, combo.autotune)},
           {"size", a.size},
           {"steps", a.steps},
           {"threads", num_threads()},

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "commands.h"
+#include "compile_report.h"
 #include "diffq/error.h"
 #include "diffq/memory.h"
 #include "diffq/runtime.h"
@@ -34,6 +35,7 @@ struct GenerateArgs {
   std::string offload, max_memory, max_host_memory;
   bool offload_drop_cache = false;
   std::string compile;  // "" | full | regional
+  bool autotune = false;  // with compile: max-autotune
   bool stats = false;
   int64_t num_images = 1;
   double true_cfg = 1.0, guidance = 3.5;
@@ -72,6 +74,7 @@ void run(const GenerateArgs& a) {
   if (a.output_type == "latent")
     check(std::filesystem::path(a.output).extension() == ".safetensors", "generate",
           "--output-type latent writes safetensors: give -o a .safetensors name, not '", a.output, "'");
+  check(!a.autotune || !a.compile.empty(), "generate", "--autotune tunes a compiled transformer: give --compile full|regional too");
   nlohmann::json timings;
   auto t0 = clock::now();
   FluxPipelineLoadOptions lo;
@@ -97,8 +100,8 @@ void run(const GenerateArgs& a) {
     offload_plan = plan.str();
   }
   if (!a.compile.empty()) {  // after offloading, so its hooks are seen by the capture
-    if (a.compile == "full") pipe->transformer->compile(compile::CompileOptions{});
-    else pipe->transformer->compile_repeated_blocks(compile::CompileOptions{});
+    if (a.compile == "full") pipe->transformer->compile(cli_compile_options(a.autotune));
+    else pipe->transformer->compile_repeated_blocks(cli_compile_options(a.autotune));
   }
   if (!pipe->quantization.empty() && !a.json)
     for (const auto& [c, q] : pipe->quantization) std::fprintf(stderr, "quantized %s: %s\n", c.c_str(), q.c_str());
@@ -184,10 +187,13 @@ void run(const GenerateArgs& a) {
                         {"peak_cpu_bytes", memory_stats(Device::cpu()).peak_bytes},
                         {"peak_rss_bytes", offload::peak_rss_bytes()},
                         {"quantization", pipe->quantization},
-                        {"offload", offload_plan}, {"compile", a.compile}};
+                        {"offload", offload_plan}, {"compile", a.compile},
+                        {"autotune", a.autotune}, {"compile_stats", compile_report(*pipe->transformer, a.autotune)}};
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     for (const auto& p : outputs) std::fprintf(stderr, "wrote %s\n", p.c_str());
+    if (!a.compile.empty())
+      std::fprintf(stderr, "%s\n", compile_report_line(compile_report(*pipe->transformer, a.autotune)).c_str());
   }
   if (a.stats)
     std::fprintf(stderr, "stats: peak allocator (cpu) %s, peak RSS %s\n",
@@ -235,6 +241,9 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--compile", a->compile,
                   "compile the transformer: full (one graph) or regional (one graph per kind of repeated block)")
       ->check(CLI::IsMember({"full", "regional"}));
+  cmd->add_flag("--autotune", a->autotune,
+                "with --compile: max-autotune (time kernel variants on the real shapes once; the winners are kept in "
+                "DIFFQ_AUTOTUNE_CACHE, else $XDG_CACHE_HOME/diffq/autotune.json, else ~/.cache/diffq/autotune.json)");
   cmd->add_flag("--stats", a->stats, "print the allocator's peak and the process's peak RSS");
   cmd->add_option("--transformer", a->transformer_file,
                   "single-file FLUX transformer (.safetensors in BFL/ComfyUI or Diffusers naming, or a BFL-named "

@@ -21,6 +21,14 @@ struct CompileOptions {
   bool plan = true;     // static memory planning (one arena per run, liveness-based reuse)
   bool inplace = true;  // planner: an elementwise node writes over an input that dies there
 
+  // mode == max_autotune (compile/autotune.h). The cache file: empty = DIFFQ_AUTOTUNE_CACHE, else
+  // $XDG_CACHE_HOME/diffq/autotune.json, else ~/.cache/diffq/autotune.json.
+  std::string autotune_cache;
+  std::string autotune_processor;   // the cache's processor key; empty = this machine's (tests set others)
+  int autotune_reps = 5;            // timed rounds per candidate (the median decides)
+  int autotune_max_candidates = 0;  // 0 = every candidate; else the first N of each node (fast tests)
+  double autotune_margin = 0.03;    // a candidate replaces the defaults only when this much faster
+
   // A short stable description ("dce,cse,fuse,fuse_norm,plan,inplace") used in cache keys and messages.
   std::string passes_str() const;
 };

@@ -1,6 +1,8 @@
 // The executor: runs a compiled graph's nodes in order on real buffers (arena views when planned).
 #include "compiled_graph.h"
 
+#include <optional>
+
 #include "compile/fused_kernel.h"
 #include "compile/passes.h"
 #include "diffq/error.h"
@@ -44,7 +46,7 @@ CompiledGraph compile_graph(Graph g, const CompileOptions& o) {
 }
 
 std::vector<Tensor> CompiledGraph::run(const std::vector<Tensor>& inputs, const std::vector<Tensor>& params,
-                                       Module* root) const {
+                                       Module* root, const OpHook& before_op) const {
   const Graph& g = graph;
   check(inputs.size() == g.inputs.size(), "compile", "graph expects ", g.inputs.size(), " inputs, got ",
         inputs.size());
@@ -104,6 +106,9 @@ std::vector<Tensor> CompiledGraph::run(const std::vector<Tensor>& inputs, const 
         ops::OpCall call{n.op, {}, n.attrs};
         call.inputs.reserve(n.inputs.size());
         for (const Ref& r : n.inputs) call.inputs.push_back(resolve(r));
+        if (before_op) before_op(i, call);
+        std::optional<backend::cpu::ScopedTuning> tuned;
+        if (i < tuning.size() && tuning[i] != backend::cpu::Tuning{}) tuned.emplace(tuning[i]);
         if (kernels[i] == nullptr) {
           out = ops::execute(call);  // to_device: the backend picks the side
         } else if (out.numel() > 0) {

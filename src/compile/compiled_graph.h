@@ -1,8 +1,10 @@
 // A graph after the passes, with its memory plan: what the executor runs on real inputs.
 #pragma once
 
+#include <functional>
 #include <vector>
 
+#include "backend/cpu/tuning.h"
 #include "compile/compile_options.h"
 #include "compile/graph.h"
 #include "compile/plan_memory.h"
@@ -20,10 +22,16 @@ struct CompiledGraph {
   MemoryPlan plan;
   PassStats stats;
   std::vector<ops::KernelFn> kernels;  // per op node
+  // Per node: the kernel tuning installed around it (max-autotune, autotune.h); defaults when empty.
+  std::vector<backend::cpu::Tuning> tuning;
+
+  // Called before each op node's kernel runs, with its call on real inputs (the autotuner times here).
+  using OpHook = std::function<void(size_t node, const ops::OpCall& call)>;
 
   // inputs: one per graph input (absent ones undefined); params: the root module's dense parameters in
   // named_parameters() order (quantized ones undefined); root: the module opaque nodes resolve against.
-  std::vector<Tensor> run(const std::vector<Tensor>& inputs, const std::vector<Tensor>& params, Module* root) const;
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs, const std::vector<Tensor>& params, Module* root,
+                          const OpHook& before_op = nullptr) const;
 };
 
 // Runs the enabled passes (o) over g and plans its memory.

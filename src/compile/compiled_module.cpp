@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <sstream>
 
 #include "diffq/error.h"
@@ -51,21 +52,33 @@ CompileStats CompiledModule::stats() const {
   return stats_;
 }
 
+TuningTable CompiledModule::autotune_choices() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return tuner_ ? tuner_->choices() : TuningTable{};
+}
+
+std::string CompiledModule::autotune_cache_file() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return tuner_ ? tuner_->cache_file().string() : std::string();
+}
+
 std::vector<Tensor> CompiledModule::run(Module& m, const std::vector<Tensor>& inputs) {
   const std::string sig = signature(m, inputs);
   std::shared_ptr<const CompiledGraph> g;
   bool eager = false;
+  std::optional<std::vector<Tensor>> tuned_out;  // max-autotune: the first run is the tuning run
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = cache_.find(sig);
     if (it == cache_.end()) {
       const auto t0 = std::chrono::steady_clock::now();
       Entry e;
+      std::optional<CompiledGraph> cg;
       try {
-        e.graph = std::make_shared<const CompiledGraph>(compile_graph(capture(m, fwd_, inputs), opt_));
-        stats_.last_passes = e.graph->stats;
-        stats_.last_arena_bytes = e.graph->plan.arena_bytes;
-        stats_.last_unplanned_bytes = e.graph->plan.unplanned_bytes;
+        cg = compile_graph(capture(m, fwd_, inputs), opt_);
+        stats_.last_passes = cg->stats;
+        stats_.last_arena_bytes = cg->plan.arena_bytes;
+        stats_.last_unplanned_bytes = cg->plan.unplanned_bytes;
       } catch (const Error& err) {
         if (opt_.fullgraph) throw;
         e.reason = err.what();
@@ -73,6 +86,11 @@ std::vector<Tensor> CompiledModule::run(Module& m, const std::vector<Tensor>& in
                      m.type_name().c_str(), err.what());
       }
       stats_.compile_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (cg && opt_.mode == CompileMode::max_autotune) {  // errors (a bad cache file) are not a fallback
+        if (!tuner_) tuner_ = std::make_unique<Autotuner>(opt_);
+        tuned_out = tuner_->tune_and_run(*cg, inputs, dense_parameters(m), &m, stats_.autotune);
+      }
+      if (cg) e.graph = std::make_shared<const CompiledGraph>(std::move(*cg));
       ++stats_.captures;
       it = cache_.emplace(sig, std::move(e)).first;
     } else if (it->second.graph) {
@@ -86,6 +104,7 @@ std::vector<Tensor> CompiledModule::run(Module& m, const std::vector<Tensor>& in
     }
   }
   if (eager) return fwd_(m, inputs);
+  if (tuned_out) return std::move(*tuned_out);
   return g->run(inputs, dense_parameters(m), &m);
 }
 

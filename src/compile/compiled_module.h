@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 
+#include "compile/autotune.h"
 #include "compile/capture.h"
 #include "compile/compiled_graph.h"
 
@@ -25,6 +26,7 @@ struct CompileStats {
   PassStats last_passes;            // of the most recently compiled signature
   int64_t last_arena_bytes = 0;     // its planned arena
   int64_t last_unplanned_bytes = 0; // what its planned buffers would take without reuse
+  AutotuneStats autotune;           // max-autotune, all signatures (tuning time is not in compile_seconds)
 };
 
 class CompiledModule {
@@ -39,6 +41,9 @@ class CompiledModule {
   // The compiled graph of the signature of (m, inputs); nullptr when not compiled (tests, dumps).
   std::shared_ptr<const CompiledGraph> graph_for(Module& m, const std::vector<Tensor>& inputs) const;
   static std::string signature(Module& m, const std::vector<Tensor>& inputs);
+  // max-autotune: every choice known (node key -> tuning) and the cache file; empty before the first run.
+  TuningTable autotune_choices() const;
+  std::string autotune_cache_file() const;
 
  private:
   struct Entry {
@@ -50,6 +55,7 @@ class CompiledModule {
   mutable std::mutex mu_;
   std::map<std::string, Entry> cache_;
   CompileStats stats_;
+  std::unique_ptr<Autotuner> tuner_;  // max-autotune: made on the first compile
 };
 
 // The dense parameters of `m` in named_parameters() order (quantized or unloaded ones undefined).

@@ -2,7 +2,9 @@
 // dtype + quantization + offload combinations, the JSON fields the table is built from, and a clear
 // error for a combination it does not know.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -50,6 +52,36 @@ TEST(CliBench, DtypeQuantAndOffloadCombinationsEachReportTheirRun) {
     if (!row.at("generate_peak_rss_bytes").is_null())
       EXPECT_LE(row.at("generate_peak_rss_bytes").get<int64_t>(), row.at("peak_rss_bytes").get<int64_t>());
   }
+}
+
+// "compile+autotune": each worker reports its tuning; the second worker finds every choice in the
+// cache file the first wrote (DIFFQ_AUTOTUNE_CACHE) and times nothing.
+TEST(CliBench, AutotuneCombinationReusesTheCacheInTheNextWorker) {
+  const auto dir = fs::temp_directory_path() / ("diffq-bench-autotune-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  setenv("DIFFQ_AUTOTUNE_CACHE", (dir / "autotune.json").c_str(), 1);
+  const auto r = run_cli(dir, "bench -m '" + kModel +
+                                  "' --combos 'fp32+compile+autotune; fp32+compile+autotune; fp32+compile' "
+                                  "--steps 1 --size 32x32 --repeat 1 --warmup 1 --json");
+  unsetenv("DIFFQ_AUTOTUNE_CACHE");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto j = json_of(r.out);
+  ASSERT_TRUE(j.is_array() && j.size() == 3u) << r.out;
+  EXPECT_EQ(j[0].at("autotune"), true);
+  EXPECT_EQ(j[2].at("autotune"), false);
+  EXPECT_TRUE(j[2].at("compile_stats").at("autotune").is_null());
+  const auto& first = j[0].at("compile_stats").at("autotune");
+  const auto& second = j[1].at("compile_stats").at("autotune");
+  EXPECT_GT(first.at("candidates").get<int64_t>(), 0) << first.dump();
+  EXPECT_EQ(second.at("candidates").get<int64_t>(), 0) << second.dump();
+  EXPECT_EQ(second.at("cache_hits"), first.at("nodes")) << second.dump();
+  EXPECT_TRUE(fs::exists(dir / "autotune.json"));
+  fs::remove_all(dir);
+
+  const auto bad = run_cli(fs::temp_directory_path(), "bench -m '" + kModel + "' --combos 'fp32+autotune' --steps 1");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.out.find("autotune tunes a compiled transformer"), std::string::npos) << bad.out;
 }
 
 TEST(CliBench, UnknownCombinationIsAClearErrorBeforeAnythingRuns) {

@@ -169,6 +169,46 @@ TEST_F(CliGenerate, CompiledTransformerGivesTheEagerLatents) {
   EXPECT_NE(bad.status, 0);
 }
 
+// --compile ... --autotune: the first run times candidates and writes the cache file named by
+// DIFFQ_AUTOTUNE_CACHE; a second process finds every node there and times nothing; both give the
+// eager latents. --autotune without --compile is an error.
+TEST_F(CliGenerate, AutotuneWritesTheCacheAndASecondRunReusesIt) {
+  const fs::path cache = dir_ / "tune" / "autotune.json";
+  setenv("DIFFQ_AUTOTUNE_CACHE", cache.c_str(), 1);
+  const std::string base = "generate -p 'a cat' --steps 2 --width 32 --height 32 --seed 3 --output-type latent ";
+  const Result eager = run_cli(dir_, base + "-o eager.safetensors");
+  ASSERT_EQ(eager.status, 0) << eager.out;
+  const auto want = diffq::io::SafetensorsFile::open(dir_ / "eager.safetensors").tensor("latents").to_f32_vector();
+  nlohmann::json stats[2];
+  for (int run = 0; run < 2; ++run) {
+    const std::string out = "tuned" + std::to_string(run) + ".safetensors";
+    const Result r = run_cli(dir_, base + "--compile regional --autotune --json -o " + out);
+    ASSERT_EQ(r.status, 0) << r.out;
+    const auto j = nlohmann::json::parse(r.out.substr(r.out.find("{\n")));
+    EXPECT_EQ(j.at("autotune"), true);
+    stats[run] = j.at("compile_stats").at("autotune");
+    EXPECT_EQ(stats[run].at("cache_file"), cache.string());
+    const auto got = diffq::io::SafetensorsFile::open(dir_ / out).tensor("latents").to_f32_vector();
+    ASSERT_EQ(got.size(), want.size());
+    double num = 0, den = 1e-30;
+    for (size_t i = 0; i < got.size(); ++i) {
+      num = std::max(num, double(std::fabs(got[i] - want[i])));
+      den = std::max(den, double(std::fabs(want[i])));
+    }
+    EXPECT_LE(num / den, 1e-5) << run;
+  }
+  unsetenv("DIFFQ_AUTOTUNE_CACHE");
+  EXPECT_TRUE(fs::exists(cache));
+  EXPECT_GT(stats[0].at("candidates").get<int64_t>(), 0) << stats[0].dump();  // 512 T5 tokens: attention tiles
+  EXPECT_EQ(stats[1].at("candidates").get<int64_t>(), 0) << stats[1].dump();
+  EXPECT_EQ(stats[1].at("cache_hits"), stats[0].at("nodes")) << stats[1].dump();
+
+  const Result bad = run_cli(dir_, base + "--autotune -o x.safetensors");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.out.find("--autotune tunes a compiled transformer"), std::string::npos) << bad.out;
+  EXPECT_FALSE(fs::exists(dir_ / "x.safetensors"));
+}
+
 namespace {
 
 TEST_F(CliGenerate, OpProfileIsPrintedOnlyWhenAskedFor) {

@@ -1,0 +1,175 @@
+#include "compile/autotune_cache.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "backend/cpu/hwy_config.h"
+#include <hwy/targets.h>
+
+#include "diffq/error.h"
+#include "diffq/runtime.h"
+
+namespace diffq::compile {
+
+using backend::cpu::GemmSplit;
+using backend::cpu::Tuning;
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kFormat = "diffq-autotune";
+constexpr int kVersion = 1;
+
+std::string cpu_model_name() {
+  std::ifstream f("/proc/cpuinfo");
+  for (std::string line; std::getline(f, line);) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    const auto b = line.find_first_not_of(" \t", colon + 1);
+    if (b != std::string::npos) return line.substr(b);
+  }
+  return "unknown CPU";
+}
+
+std::string simd_target() {
+  const auto targets = hwy::SupportedAndGeneratedTargets();  // best first
+  return targets.empty() ? "none" : hwy::TargetName(targets.front());
+}
+
+// The whole file, validated; an empty document when the file does not exist.
+json read_file(const std::filesystem::path& file) {
+  std::error_code ec;
+  if (!std::filesystem::exists(file, ec))
+    return json{{"format", kFormat}, {"version", kVersion}, {"processors", json::object()}};
+  std::ifstream in(file, std::ios::binary);
+  check(bool(in), "autotune", "cannot read the autotune cache ", file.string());
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::exception& e) {
+    fail("autotune", "the autotune cache ", file.string(), " is not valid JSON: ", e.what(),
+         " (delete the file to re-tune)");
+  }
+  const std::string where = "the autotune cache " + file.string();
+  check(j.is_object(), "autotune", where, " must hold a JSON object");
+  check(j.value("format", std::string()) == kFormat, "autotune", where, ": \"format\" must be \"", kFormat, "\"");
+  check(j.contains("version") && j["version"].is_number_integer() && j["version"].get<int>() == kVersion,
+        "autotune", where, ": unsupported \"version\" (expected ", kVersion, ")");
+  check(j.contains("processors") && j["processors"].is_object(), "autotune", where,
+        ": \"processors\" must be an object");
+  for (const auto& [proc, entries] : j["processors"].items()) {
+    check(entries.is_object(), "autotune", where, ": processor \"", proc, "\" must map node keys to tunings");
+    for (const auto& [key, t] : entries.items())
+      tuning_from_json(t, where + ", processor \"" + proc + "\", node \"" + key + "\"");
+  }
+  return j;
+}
+
+}  // namespace
+
+std::string_view gemm_split_name(GemmSplit s) {
+  switch (s) {
+    case GemmSplit::longer_side: return "longer_side";
+    case GemmSplit::rows: return "rows";
+    case GemmSplit::cols: return "cols";
+    case GemmSplit::none: return "none";
+  }
+  return "?";
+}
+
+json tuning_to_json(const Tuning& t) {
+  return json{{"gemm_split", std::string(gemm_split_name(t.gemm_split))},
+              {"gemm_parts_per_thread", t.gemm_parts_per_thread},
+              {"attn_bq", t.attn_bq},
+              {"attn_bk", t.attn_bk}};
+}
+
+Tuning tuning_from_json(const json& j, const std::string& where) {
+  check(j.is_object(), "autotune", where, ": a tuning must be an object");
+  Tuning t;
+  auto positive = [&](const std::string& field, const json& v) -> int64_t {
+    check(v.is_number_integer() && v.get<int64_t>() > 0, "autotune", where, ": \"", field,
+          "\" must be a positive integer, got ", v.dump());
+    return v.get<int64_t>();
+  };
+  for (const auto& [field, v] : j.items()) {
+    if (field == "gemm_split") {
+      const std::string s = v.is_string() ? v.get<std::string>() : v.dump();
+      if (s == "longer_side") t.gemm_split = GemmSplit::longer_side;
+      else if (s == "rows") t.gemm_split = GemmSplit::rows;
+      else if (s == "cols") t.gemm_split = GemmSplit::cols;
+      else if (s == "none") t.gemm_split = GemmSplit::none;
+      else fail("autotune", where, ": unknown gemm_split '", s, "' (expected longer_side, rows, cols or none)");
+    } else if (field == "gemm_parts_per_thread") {
+      const int64_t p = positive(field, v);
+      check(p <= 64, "autotune", where, ": \"gemm_parts_per_thread\" must be at most 64, got ", p);
+      t.gemm_parts_per_thread = int(p);
+    } else if (field == "attn_bq") {
+      t.attn_bq = positive(field, v);
+    } else if (field == "attn_bk") {
+      t.attn_bk = positive(field, v);
+    } else {
+      fail("autotune", where, ": unknown field '", field,
+           "' (expected gemm_split, gemm_parts_per_thread, attn_bq, attn_bk)");
+    }
+  }
+  return t;
+}
+
+std::string processor_key() {
+  return cpu_model_name() + " | " + simd_target() + " | " + std::to_string(num_threads()) + " threads";
+}
+
+std::filesystem::path autotune_cache_path(const std::string& configured) {
+  if (!configured.empty()) return configured;
+  if (const char* v = std::getenv("DIFFQ_AUTOTUNE_CACHE"); v && *v) return v;
+  if (const char* v = std::getenv("XDG_CACHE_HOME"); v && *v) return std::filesystem::path(v) / "diffq" / "autotune.json";
+  if (const char* v = std::getenv("HOME"); v && *v) return std::filesystem::path(v) / ".cache" / "diffq" / "autotune.json";
+  fail("autotune", "no place for the autotune cache: set DIFFQ_AUTOTUNE_CACHE (or XDG_CACHE_HOME or HOME)");
+}
+
+TuningTable load_autotune_cache(const std::filesystem::path& file, const std::string& processor) {
+  const json j = read_file(file);
+  TuningTable out;
+  const json& procs = j["processors"];
+  if (auto it = procs.find(processor); it != procs.end())
+    for (const auto& [key, t] : it->items()) out[key] = tuning_from_json(t, file.string());
+  return out;
+}
+
+void save_autotune_cache(const std::filesystem::path& file, const std::string& processor, const TuningTable& entries) {
+  json j = read_file(file);  // merge: what other runs and processors wrote meanwhile is kept
+  json& mine = j["processors"][processor];
+  if (!mine.is_object()) mine = json::object();
+  for (const auto& [key, t] : entries) mine[key] = tuning_to_json(t);
+
+  std::error_code ec;
+  if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path(), ec);
+  check(!ec, "autotune", "cannot create the folder of the autotune cache ", file.string(), ": ", ec.message());
+  std::filesystem::path tmp = file;
+  tmp += ".tmp." + std::to_string(getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    check(bool(out), "autotune", "cannot write ", tmp.string());
+    out << j.dump(1) << '\n';
+    out.flush();
+    if (!out) {
+      out.close();
+      std::filesystem::remove(tmp, ec);
+      fail("autotune", "cannot write ", tmp.string());
+    }
+  }
+  std::filesystem::rename(tmp, file, ec);
+  if (ec) {
+    std::error_code ec2;
+    std::filesystem::remove(tmp, ec2);
+    fail("autotune", "cannot replace the autotune cache ", file.string(), ": ", ec.message());
+  }
+}
+
+}  // namespace diffq::compile
