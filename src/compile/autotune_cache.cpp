@@ -1,6 +1,5 @@
 #include "compile/autotune_cache.h"
 
-#include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -11,6 +10,7 @@
 #include <hwy/targets.h>
 
 #include "diffq/error.h"
+#include "io/atomic_file.h"
 #include "diffq/runtime.h"
 
 namespace diffq::compile {
@@ -151,25 +151,8 @@ void save_autotune_cache(const std::filesystem::path& file, const std::string& p
   std::error_code ec;
   if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path(), ec);
   check(!ec, "autotune", "cannot create the folder of the autotune cache ", file.string(), ": ", ec.message());
-  std::filesystem::path tmp = file;
-  tmp += ".tmp." + std::to_string(getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    check(bool(out), "autotune", "cannot write ", tmp.string());
-    out << j.dump(1) << '\n';
-    out.flush();
-    if (!out) {
-      out.close();
-      std::filesystem::remove(tmp, ec);
-      fail("autotune", "cannot write ", tmp.string());
-    }
-  }
-  std::filesystem::rename(tmp, file, ec);
-  if (ec) {
-    std::error_code ec2;
-    std::filesystem::remove(tmp, ec2);
-    fail("autotune", "cannot replace the autotune cache ", file.string(), ": ", ec.message());
-  }
+  const std::string text = j.dump(1) + "\n";
+  io::write_file_atomically(file, "autotune", [&](const io::ByteSink& sink) { sink(text.data(), text.size()); });
 }
 
 }  // namespace diffq::compile
