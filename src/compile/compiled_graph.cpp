@@ -24,6 +24,7 @@ CompiledGraph compile_graph(Graph g, const CompileOptions& o) {
   }
   if (o.fuse) c.stats.fused_ops = fuse_elementwise(g);
   if (o.fuse && o.fuse_norm) c.stats.fused_norms = fuse_norm_prologue(g);
+  if (o.fuse_epilogue) c.stats.fused_epilogues = fuse_gemm_epilogue(g);
   c.plan = plan_memory(g, o.plan, o.inplace);
   c.stats.final_nodes = int64_t(g.nodes.size());
   c.stats.fused_nodes = g.count(Node::Kind::fused);

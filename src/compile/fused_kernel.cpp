@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "backend/cpu/linear.h"
 #include "backend/cpu/row_kernels.h"
 #include "backend/cpu/threads.h"
 #include "compile/fused_kernel.h"
@@ -150,12 +151,77 @@ void run_fused_rows(const FusedProgram& p, const std::vector<Tensor>& leaves, Te
   });
 }
 
+// With a GEMM prologue: the linear runs part by part (backend/cpu/linear.h); right after each part of
+// its output is computed, the program runs on the same rows x cols of the output, row by row, reading
+// the part (rounded to the linear's dtype) for the GEMM leaf. When both the linear and the node are f32
+// the part is computed straight into the output and the program overwrites it (each chunk is loaded
+// before it is stored; the planner never lets this node overwrite another input); otherwise a
+// per-thread scratch tile holds it.
+void run_fused_gemm(const FusedProgram& p, const std::vector<Tensor>& leaves, Tensor& out) {
+  const GemmPrologue& gp = *p.gemm;
+  const Shape& shape = out.shape();
+  const int64_t D = shape.back(), rank = int64_t(shape.size());
+  std::vector<Shape> st(leaves.size());
+  for (const Instr& in : p.code)
+    if (in.op == Instr::Op::load && in.a != gp.leaf && st[size_t(in.a)].empty())
+      st[size_t(in.a)] = leaves[size_t(in.a)].expand(shape).strides();
+  const bool direct = out.dtype() == DType::f32 && gp.dtype == DType::f32;
+  float* const out_f32 = direct ? out.data<float>() : nullptr;
+  const size_t nreg = p.code.size();
+  backend::cpu::GemmParts parts;
+  parts.begin = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t* ld) -> float* {
+    if (direct) {
+      *ld = D;
+      return out_f32 + r0 * D + c0;
+    }
+    thread_local std::vector<float> tile;
+    tile.resize(size_t((r1 - r0) * (c1 - c0)));
+    *ld = c1 - c0;
+    return tile.data();
+  };
+  parts.end = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1, const float* part, int64_t ld) {
+    std::vector<float> regs(nreg * size_t(kChunk));
+    std::vector<int64_t> base(leaves.size(), 0);
+    for (int64_t r = r0; r < r1; ++r) {
+      for (size_t l = 0; l < leaves.size(); ++l)
+        if (!st[l].empty()) base[l] = leaves[l].offset();
+      int64_t rem = r;
+      for (int64_t d = rank - 2; d >= 0; --d) {
+        const int64_t i = rem % shape[size_t(d)];
+        rem /= shape[size_t(d)];
+        for (size_t l = 0; l < leaves.size(); ++l)
+          if (!st[l].empty()) base[l] += i * st[l][size_t(d)];
+      }
+      for (int64_t c = c0; c < c1; c += kChunk) {
+        const int64_t n = std::min(kChunk, c1 - c);
+        for (size_t k = 0; k < nreg; ++k) {
+          const Instr& in = p.code[k];
+          float* dst = regs.data() + int64_t(k) * kChunk;
+          if (in.op != Instr::Op::load) {
+            exec_instr(in, regs.data(), int64_t(k), n);
+          } else if (in.a == gp.leaf) {
+            std::memcpy(dst, part + (r - r0) * ld + (c - c0), size_t(n) * sizeof(float));
+            round_chunk(dst, n, gp.dtype);
+          } else {
+            const int64_t s1 = st[size_t(in.a)].back();
+            load_chunk(leaves[size_t(in.a)], base[size_t(in.a)] + c * s1, s1, dst, n);
+          }
+        }
+        store_chunk(regs.data() + int64_t(nreg - 1) * kChunk, out, r * D + c, n);
+      }
+    }
+  };
+  const Tensor bias = gp.b >= 0 ? leaves[size_t(gp.b)] : Tensor();
+  backend::cpu::linear_parts(leaves[size_t(gp.x)], leaves[size_t(gp.w)], bias, parts);
+}
+
 }  // namespace
 
 void run_fused(const FusedProgram& p, const std::vector<Tensor>& leaves, Tensor& out) {
   check(out.is_contiguous(), "compile", "fused output must be contiguous");
   if (out.numel() == 0) return;
   if (p.norm) return run_fused_rows(p, leaves, out);
+  if (p.gemm) return run_fused_gemm(p, leaves, out);
   // Broadcast strides of every operand over out's shape, then merge dims that are contiguous for all.
   Shape shape = out.shape();
   std::vector<Shape> st;

@@ -69,9 +69,21 @@ struct NormPrologue {
   DType dtype = DType::f32;  // the norm's output dtype (its rounding)
 };
 
+// A linear (x @ w^T + b) computed inside the fused node that reads its output (pattern fusion: GEMM
+// epilogue, e.g. bias + GELU, gate * x + residual): the GEMM runs part by part and the program runs on
+// each part of the output right after it is computed; the load of leaf `leaf` reads the part (the
+// linear's f32 result rounded to `dtype`, as the linear op rounds its output). The linear's output
+// buffer is never allocated. `leaf` itself is an undefined input of the node.
+struct GemmPrologue {
+  int32_t leaf = -1;
+  int32_t x = -1, w = -1, b = -1;  // leaves holding the linear's inputs (b: -1 when absent)
+  DType dtype = DType::f32;        // the linear's output dtype
+};
+
 struct FusedProgram {
   std::vector<Instr> code;  // the result is the last register
   std::optional<NormPrologue> norm;
+  std::optional<GemmPrologue> gemm;  // never together with norm
   std::string str() const;  // "load0 load1 mul(0,1) silu(2)"
 };
 

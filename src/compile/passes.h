@@ -19,6 +19,12 @@ int64_t fuse_elementwise(Graph& g);
 // number of norms folded.
 int64_t fuse_norm_prologue(Graph& g);
 
+// fuse_epilogue.cpp (pattern fusion): a CPU linear whose output is read once, whole, by a fused node or
+// a float elementwise op of the same shape becomes that node's GEMM prologue: the GEMM runs part by
+// part and the elementwise program (bias + GELU, gate * x + residual) runs on each part right after it
+// (GemmPrologue). Returns the number of linears folded.
+int64_t fuse_gemm_epilogue(Graph& g);
+
 // Whether a node is a float elementwise op the fuser (and the in-place planner) understands.
 bool is_fusable_elementwise(const Graph& g, const Node& n);
 
