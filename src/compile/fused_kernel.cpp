@@ -215,7 +215,48 @@ void run_fused_gemm(const FusedProgram& p, const std::vector<Tensor>& leaves, Te
   backend::cpu::linear_parts(leaves[size_t(gp.x)], leaves[size_t(gp.w)], bias, parts);
 }
 
+// [rows, D] of a 2-D leaf (cos / sin tables) as contiguous f32.
+std::vector<float> f32_table(const Tensor& t) {
+  const int64_t rows = t.size(0), D = t.size(1);
+  std::vector<float> v(size_t(rows * D));
+  for (int64_t r = 0; r < rows; ++r) load_chunk(t, t.offset() + r * t.strides()[0], t.strides()[1], v.data() + r * D, D);
+  return v;
+}
+
 }  // namespace
+
+void run_norm_rope(const NormRope& p, const std::vector<Tensor>& leaves, Tensor& out) {
+  check(out.is_contiguous() && out.dim() == 4, "compile", "norm_rope output must be contiguous [B, S, H, D]");
+  const int64_t S = out.size(1), H = out.size(2), D = out.size(3), rows = out.numel() / std::max<int64_t>(D, 1);
+  if (rows == 0 || D == 0) return;
+  const std::vector<float> cs = f32_table(leaves[size_t(p.cos)]), sn = f32_table(leaves[size_t(p.sin)]);
+  std::vector<std::vector<float>> w(p.segments.size());
+  for (size_t k = 0; k < p.segments.size(); ++k)
+    if (p.segments[k].w >= 0) {
+      const Tensor& wt = leaves[size_t(p.segments[k].w)];
+      w[k].resize(static_cast<size_t>(D));
+      load_chunk(wt, wt.offset(), wt.strides()[0], w[k].data(), D);
+    }
+  backend::cpu::parallel_for(rows, std::max<int64_t>(1, 8192 / D), [&](int64_t r0, int64_t r1) {
+    std::vector<float> xr(static_cast<size_t>(D)), yr(static_cast<size_t>(D)), zr(static_cast<size_t>(D));
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t h = r % H, s = (r / H) % S, b = r / (H * S);
+      size_t k = 0;
+      while (k + 1 < p.segments.size() && s >= p.segments[k + 1].s0) ++k;
+      const NormRope::Segment& seg = p.segments[k];
+      const Tensor& x = leaves[size_t(seg.x)];
+      const Shape& st = x.strides();
+      load_chunk(x, x.offset() + b * st[0] + (s - seg.s0) * st[1] + h * st[2], st[3], xr.data(), D);
+      double sum = 0, q = 0;
+      backend::cpu::sum_and_squares_f32(xr.data(), D, 0.f, &sum, &q);
+      const float rstd = float(1.0 / std::sqrt(q / double(D) + seg.eps));
+      backend::cpu::normalize_row_f32(xr.data(), yr.data(), D, 0.f, rstd, seg.w >= 0 ? w[k].data() : nullptr, nullptr);
+      round_chunk(yr.data(), D, p.norm_dtype);
+      backend::cpu::rope_row_f32(yr.data(), cs.data() + s * D, sn.data() + s * D, zr.data(), D);
+      store_chunk(zr.data(), out, r * D, D);
+    }
+  });
+}
 
 void run_fused(const FusedProgram& p, const std::vector<Tensor>& leaves, Tensor& out) {
   check(out.is_contiguous(), "compile", "fused output must be contiguous");

@@ -145,4 +145,34 @@ void run_fused_reference(const FusedProgram& p, const std::vector<Tensor>& leave
   }
 }
 
+void run_norm_rope_reference(const NormRope& p, const std::vector<Tensor>& leaves, Tensor& out) {
+  check(out.is_contiguous() && out.dim() == 4, "compile", "norm_rope output must be contiguous [B, S, H, D]");
+  const int64_t B = out.size(0), S = out.size(1), H = out.size(2), D = out.size(3);
+  const auto cs = leaves[size_t(p.cos)].contiguous().to_f64_vector();
+  const auto sn = leaves[size_t(p.sin)].contiguous().to_f64_vector();
+  std::vector<double> y(static_cast<size_t>(D));
+  for (const NormRope::Segment& seg : p.segments) {
+    const auto xv = leaves[size_t(seg.x)].contiguous().to_f64_vector();  // [B, len, H, D]
+    std::vector<double> w(static_cast<size_t>(D), 1.0);
+    if (seg.w >= 0) w = leaves[size_t(seg.w)].contiguous().to_f64_vector();
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t i = 0; i < seg.len; ++i)
+        for (int64_t h = 0; h < H; ++h) {
+          const double* row = xv.data() + ((b * seg.len + i) * H + h) * D;
+          double q = 0;
+          for (int64_t d = 0; d < D; ++d) q += row[d] * row[d];
+          const double rstd = 1.0 / std::sqrt(q / double(D) + seg.eps);
+          for (int64_t d = 0; d < D; ++d) y[size_t(d)] = round_to(float(row[d] * rstd * w[size_t(d)]), p.norm_dtype);
+          const int64_t s = seg.s0 + i, o = ((b * S + s) * H + h) * D;
+          for (int64_t d = 0; d < D; d += 2) {
+            const double c0 = cs[size_t(s * D + d)], c1 = cs[size_t(s * D + d + 1)];
+            const double s0 = sn[size_t(s * D + d)], s1 = sn[size_t(s * D + d + 1)];
+            const double a = y[size_t(d)], bb = y[size_t(d + 1)];
+            store_from_double(out.data_ptr(), out.dtype(), o + d, double(round_to(float(a * c0 - bb * s0), out.dtype())));
+            store_from_double(out.data_ptr(), out.dtype(), o + d + 1, double(round_to(float(bb * c1 + a * s1), out.dtype())));
+          }
+        }
+  }
+}
+
 }  // namespace diffq::compile

@@ -41,11 +41,20 @@ std::string FusedProgram::str() const {
   return s;
 }
 
+std::string NormRope::str() const {
+  std::string s;
+  for (const Segment& g : segments)
+    s += (s.empty() ? "" : " ") + std::string("rms_norm(x") + std::to_string(g.x) + ",w" + std::to_string(g.w) + ")@" +
+         std::to_string(g.s0);
+  return s + " rope(c" + std::to_string(cos) + ",s" + std::to_string(sin) + ")";
+}
+
 std::string Node::label() const {
   switch (kind) {
     case Kind::op: return std::string(ops::op_name(op));
     case Kind::fused: return "fused[" + program->str() + "]";
     case Kind::opaque: return "opaque(" + module_path + ")";
+    case Kind::norm_rope: return "norm_rope[" + norm_rope->str() + "]";
   }
   return "?";
 }

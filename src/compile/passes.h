@@ -25,6 +25,11 @@ int64_t fuse_norm_prologue(Graph& g);
 // (GemmPrologue). Returns the number of linears folded.
 int64_t fuse_gemm_epilogue(Graph& g);
 
+// fuse_rope.cpp (pattern fusion): rope(rms_norm(x)) and rope(concat_dim1(rms_norm(a), rms_norm(b), ...)),
+// each intermediate read once, become one norm_rope node computing both per row (FLUX's q / k in the
+// single and the joint blocks). CPU graphs. Returns the number of rope ops matched.
+int64_t fuse_norm_rope(Graph& g);
+
 // Whether a node is a float elementwise op the fuser (and the in-place planner) understands.
 bool is_fusable_elementwise(const Graph& g, const Node& n);
 
