@@ -26,6 +26,8 @@ CompiledGraph compile_graph(Graph g, const CompileOptions& o) {
   }
   if (o.fuse) c.stats.fused_ops = fuse_elementwise(g);
   if (o.fuse && o.fuse_norm) c.stats.fused_norms = fuse_norm_prologue(g);
+  if (o.fuse_epilogue) c.stats.fused_epilogues = fuse_gemm_epilogue(g);
+  if (o.fuse_rope) c.stats.fused_ropes = fuse_norm_rope(g);
   c.plan = plan_memory(g, o.plan, o.inplace);
   c.stats.final_nodes = int64_t(g.nodes.size());
   c.stats.fused_nodes = g.count(Node::Kind::fused);
@@ -102,6 +104,10 @@ std::vector<Tensor> CompiledGraph::run(const std::vector<Tensor>& inputs, const 
         leaves.reserve(n.inputs.size());
         for (const Ref& r : n.inputs) leaves.push_back(resolve(r));
         run_fused(*n.program, leaves, out);
+      } else if (n.kind == Node::Kind::norm_rope) {
+        std::vector<Tensor> leaves;
+        for (const Ref& r : n.inputs) leaves.push_back(resolve(r));
+        run_norm_rope(*n.norm_rope, leaves, out);
       } else {
         ops::OpCall call{n.op, {}, n.attrs};
         call.inputs.reserve(n.inputs.size());

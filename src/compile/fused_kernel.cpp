@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "backend/cpu/linear.h"
 #include "backend/cpu/row_kernels.h"
 #include "backend/cpu/threads.h"
 #include "compile/fused_kernel.h"
@@ -150,12 +151,118 @@ void run_fused_rows(const FusedProgram& p, const std::vector<Tensor>& leaves, Te
   });
 }
 
+// With a GEMM prologue: the linear runs part by part (backend/cpu/linear.h); right after each part of
+// its output is computed, the program runs on the same rows x cols of the output, row by row, reading
+// the part (rounded to the linear's dtype) for the GEMM leaf. When both the linear and the node are f32
+// the part is computed straight into the output and the program overwrites it (each chunk is loaded
+// before it is stored; the planner never lets this node overwrite another input); otherwise a
+// per-thread scratch tile holds it.
+void run_fused_gemm(const FusedProgram& p, const std::vector<Tensor>& leaves, Tensor& out) {
+  const GemmPrologue& gp = *p.gemm;
+  const Shape& shape = out.shape();
+  const int64_t D = shape.back(), rank = int64_t(shape.size());
+  std::vector<Shape> st(leaves.size());
+  for (const Instr& in : p.code)
+    if (in.op == Instr::Op::load && in.a != gp.leaf && st[size_t(in.a)].empty())
+      st[size_t(in.a)] = leaves[size_t(in.a)].expand(shape).strides();
+  const bool direct = out.dtype() == DType::f32 && gp.dtype == DType::f32;
+  float* const out_f32 = direct ? out.data<float>() : nullptr;
+  const size_t nreg = p.code.size();
+  backend::cpu::GemmParts parts;
+  parts.begin = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t* ld) -> float* {
+    if (direct) {
+      *ld = D;
+      return out_f32 + r0 * D + c0;
+    }
+    thread_local std::vector<float> tile;
+    tile.resize(size_t((r1 - r0) * (c1 - c0)));
+    *ld = c1 - c0;
+    return tile.data();
+  };
+  parts.end = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1, const float* part, int64_t ld) {
+    std::vector<float> regs(nreg * size_t(kChunk));
+    std::vector<int64_t> base(leaves.size(), 0);
+    for (int64_t r = r0; r < r1; ++r) {
+      for (size_t l = 0; l < leaves.size(); ++l)
+        if (!st[l].empty()) base[l] = leaves[l].offset();
+      int64_t rem = r;
+      for (int64_t d = rank - 2; d >= 0; --d) {
+        const int64_t i = rem % shape[size_t(d)];
+        rem /= shape[size_t(d)];
+        for (size_t l = 0; l < leaves.size(); ++l)
+          if (!st[l].empty()) base[l] += i * st[l][size_t(d)];
+      }
+      for (int64_t c = c0; c < c1; c += kChunk) {
+        const int64_t n = std::min(kChunk, c1 - c);
+        for (size_t k = 0; k < nreg; ++k) {
+          const Instr& in = p.code[k];
+          float* dst = regs.data() + int64_t(k) * kChunk;
+          if (in.op != Instr::Op::load) {
+            exec_instr(in, regs.data(), int64_t(k), n);
+          } else if (in.a == gp.leaf) {
+            std::memcpy(dst, part + (r - r0) * ld + (c - c0), size_t(n) * sizeof(float));
+            round_chunk(dst, n, gp.dtype);
+          } else {
+            const int64_t s1 = st[size_t(in.a)].back();
+            load_chunk(leaves[size_t(in.a)], base[size_t(in.a)] + c * s1, s1, dst, n);
+          }
+        }
+        store_chunk(regs.data() + int64_t(nreg - 1) * kChunk, out, r * D + c, n);
+      }
+    }
+  };
+  const Tensor bias = gp.b >= 0 ? leaves[size_t(gp.b)] : Tensor();
+  backend::cpu::linear_parts(leaves[size_t(gp.x)], leaves[size_t(gp.w)], bias, parts);
+}
+
+// [rows, D] of a 2-D leaf (cos / sin tables) as contiguous f32.
+std::vector<float> f32_table(const Tensor& t) {
+  const int64_t rows = t.size(0), D = t.size(1);
+  std::vector<float> v(size_t(rows * D));
+  for (int64_t r = 0; r < rows; ++r) load_chunk(t, t.offset() + r * t.strides()[0], t.strides()[1], v.data() + r * D, D);
+  return v;
+}
+
 }  // namespace
+
+void run_norm_rope(const NormRope& p, const std::vector<Tensor>& leaves, Tensor& out) {
+  check(out.is_contiguous() && out.dim() == 4, "compile", "norm_rope output must be contiguous [B, S, H, D]");
+  const int64_t S = out.size(1), H = out.size(2), D = out.size(3), rows = out.numel() / std::max<int64_t>(D, 1);
+  if (rows == 0 || D == 0) return;
+  const std::vector<float> cs = f32_table(leaves[size_t(p.cos)]), sn = f32_table(leaves[size_t(p.sin)]);
+  std::vector<std::vector<float>> w(p.segments.size());
+  for (size_t k = 0; k < p.segments.size(); ++k)
+    if (p.segments[k].w >= 0) {
+      const Tensor& wt = leaves[size_t(p.segments[k].w)];
+      w[k].resize(static_cast<size_t>(D));
+      load_chunk(wt, wt.offset(), wt.strides()[0], w[k].data(), D);
+    }
+  backend::cpu::parallel_for(rows, std::max<int64_t>(1, 8192 / D), [&](int64_t r0, int64_t r1) {
+    std::vector<float> xr(static_cast<size_t>(D)), yr(static_cast<size_t>(D)), zr(static_cast<size_t>(D));
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t h = r % H, s = (r / H) % S, b = r / (H * S);
+      size_t k = 0;
+      while (k + 1 < p.segments.size() && s >= p.segments[k + 1].s0) ++k;
+      const NormRope::Segment& seg = p.segments[k];
+      const Tensor& x = leaves[size_t(seg.x)];
+      const Shape& st = x.strides();
+      load_chunk(x, x.offset() + b * st[0] + (s - seg.s0) * st[1] + h * st[2], st[3], xr.data(), D);
+      double sum = 0, q = 0;
+      backend::cpu::sum_and_squares_f32(xr.data(), D, 0.f, &sum, &q);
+      const float rstd = float(1.0 / std::sqrt(q / double(D) + seg.eps));
+      backend::cpu::normalize_row_f32(xr.data(), yr.data(), D, 0.f, rstd, seg.w >= 0 ? w[k].data() : nullptr, nullptr);
+      round_chunk(yr.data(), D, p.norm_dtype);
+      backend::cpu::rope_row_f32(yr.data(), cs.data() + s * D, sn.data() + s * D, zr.data(), D);
+      store_chunk(zr.data(), out, r * D, D);
+    }
+  });
+}
 
 void run_fused(const FusedProgram& p, const std::vector<Tensor>& leaves, Tensor& out) {
   check(out.is_contiguous(), "compile", "fused output must be contiguous");
   if (out.numel() == 0) return;
   if (p.norm) return run_fused_rows(p, leaves, out);
+  if (p.gemm) return run_fused_gemm(p, leaves, out);
   // Broadcast strides of every operand over out's shape, then merge dims that are contiguous for all.
   Shape shape = out.shape();
   std::vector<Shape> st;

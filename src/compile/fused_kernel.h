@@ -15,4 +15,9 @@ void run_fused(const FusedProgram& p, const std::vector<Tensor>& leaves, Tensor&
 // Scalar reference: element by element, the C library's math, same roundings (tests).
 void run_fused_reference(const FusedProgram& p, const std::vector<Tensor>& leaves, Tensor& out);
 
+// RMSNorm + RoPE (NormRope): out[B, S, H, D] contiguous; leaves as the node's inputs.
+void run_norm_rope(const NormRope& p, const std::vector<Tensor>& leaves, Tensor& out);
+// Scalar reference: f64 statistics and rotation, the same roundings (tests).
+void run_norm_rope_reference(const NormRope& p, const std::vector<Tensor>& leaves, Tensor& out);
+
 }  // namespace diffq::compile

@@ -82,14 +82,35 @@ Tensor reference_norm(const NormPrologue& np, const std::vector<Tensor>& leaves,
   return Tensor::from_vector(y, shape);
 }
 
+// The GEMM prologue's output (x @ w^T + b, f64 accumulation) as a tensor of out's shape, rounded to f32
+// and then to its dtype.
+Tensor reference_linear(const GemmPrologue& gp, const std::vector<Tensor>& leaves, const Shape& shape) {
+  const Tensor& w = leaves[size_t(gp.w)];
+  const int64_t N = w.size(0), K = w.size(1), M = shape_numel(shape) / N;
+  const auto xv = leaves[size_t(gp.x)].contiguous().to_f64_vector();
+  const auto wv = w.contiguous().to_f64_vector();
+  std::vector<double> b(size_t(N), 0.0);
+  if (gp.b >= 0) b = leaves[size_t(gp.b)].expand({N}).contiguous().to_f64_vector();
+  std::vector<float> y(size_t(M * N));
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double acc = b[size_t(n)];
+      for (int64_t k = 0; k < K; ++k) acc += xv[size_t(m * K + k)] * wv[size_t(n * K + k)];
+      y[size_t(m * N + n)] = round_to(float(acc), gp.dtype);
+    }
+  return Tensor::from_vector(y, shape);
+}
+
 void run_fused_reference(const FusedProgram& p, const std::vector<Tensor>& leaves_in, Tensor& out) {
   check(out.is_contiguous(), "compile", "fused output must be contiguous");
   std::vector<Tensor> leaves = leaves_in;
   if (p.norm) leaves[size_t(p.norm->leaf)] = reference_norm(*p.norm, leaves_in, out.shape());
+  if (p.gemm) leaves[size_t(p.gemm->leaf)] = reference_linear(*p.gemm, leaves_in, out.shape());
   const Shape& S = out.shape();
   const int64_t rank = int64_t(S.size()), total = out.numel();
-  std::vector<Shape> strides;
-  for (const Tensor& t : leaves) strides.push_back(t.expand(S).strides());
+  std::vector<Shape> strides(leaves.size());  // of the leaves the program loads (not a prologue's inputs)
+  for (const Instr& in : p.code)
+    if (in.op == Instr::Op::load) strides[size_t(in.a)] = leaves[size_t(in.a)].expand(S).strides();
   std::vector<float> reg(p.code.size());
   std::vector<int64_t> idx(size_t(rank), 0);
   for (int64_t e = 0; e < total; ++e) {
@@ -121,6 +142,36 @@ void run_fused_reference(const FusedProgram& p, const std::vector<Tensor>& leave
       if (++idx[size_t(d)] < S[size_t(d)]) break;
       idx[size_t(d)] = 0;
     }
+  }
+}
+
+void run_norm_rope_reference(const NormRope& p, const std::vector<Tensor>& leaves, Tensor& out) {
+  check(out.is_contiguous() && out.dim() == 4, "compile", "norm_rope output must be contiguous [B, S, H, D]");
+  const int64_t B = out.size(0), S = out.size(1), H = out.size(2), D = out.size(3);
+  const auto cs = leaves[size_t(p.cos)].contiguous().to_f64_vector();
+  const auto sn = leaves[size_t(p.sin)].contiguous().to_f64_vector();
+  std::vector<double> y(static_cast<size_t>(D));
+  for (const NormRope::Segment& seg : p.segments) {
+    const auto xv = leaves[size_t(seg.x)].contiguous().to_f64_vector();  // [B, len, H, D]
+    std::vector<double> w(static_cast<size_t>(D), 1.0);
+    if (seg.w >= 0) w = leaves[size_t(seg.w)].contiguous().to_f64_vector();
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t i = 0; i < seg.len; ++i)
+        for (int64_t h = 0; h < H; ++h) {
+          const double* row = xv.data() + ((b * seg.len + i) * H + h) * D;
+          double q = 0;
+          for (int64_t d = 0; d < D; ++d) q += row[d] * row[d];
+          const double rstd = 1.0 / std::sqrt(q / double(D) + seg.eps);
+          for (int64_t d = 0; d < D; ++d) y[size_t(d)] = round_to(float(row[d] * rstd * w[size_t(d)]), p.norm_dtype);
+          const int64_t s = seg.s0 + i, o = ((b * S + s) * H + h) * D;
+          for (int64_t d = 0; d < D; d += 2) {
+            const double c0 = cs[size_t(s * D + d)], c1 = cs[size_t(s * D + d + 1)];
+            const double s0 = sn[size_t(s * D + d)], s1 = sn[size_t(s * D + d + 1)];
+            const double a = y[size_t(d)], bb = y[size_t(d + 1)];
+            store_from_double(out.data_ptr(), out.dtype(), o + d, double(round_to(float(a * c0 - bb * s0), out.dtype())));
+            store_from_double(out.data_ptr(), out.dtype(), o + d + 1, double(round_to(float(bb * c1 + a * s1), out.dtype())));
+          }
+        }
   }
 }
 

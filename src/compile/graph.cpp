@@ -34,8 +34,19 @@ std::string FusedProgram::str() const {
     s = std::string(norm->rms ? "rms_norm" : "layer_norm") + "(x" + std::to_string(norm->x) + ",w" +
         std::to_string(norm->w) + ",b" + std::to_string(norm->b) + ",eps" + std::to_string(norm->eps) + ")->leaf" +
         std::to_string(norm->leaf) + ";";
+  if (gemm)
+    s += "linear(x" + std::to_string(gemm->x) + ",w" + std::to_string(gemm->w) + ",b" + std::to_string(gemm->b) +
+         ")->leaf" + std::to_string(gemm->leaf) + ";";
   for (const Instr& i : code) s += (s.empty() || s.back() == ';' ? "" : " ") + instr_str(i);
   return s;
+}
+
+std::string NormRope::str() const {
+  std::string s;
+  for (const Segment& g : segments)
+    s += (s.empty() ? "" : " ") + std::string("rms_norm(x") + std::to_string(g.x) + ",w" + std::to_string(g.w) + ")@" +
+         std::to_string(g.s0);
+  return s + " rope(c" + std::to_string(cos) + ",s" + std::to_string(sin) + ")";
 }
 
 std::string Node::label() const {
@@ -43,6 +54,7 @@ std::string Node::label() const {
     case Kind::op: return std::string(ops::op_name(op));
     case Kind::fused: return "fused[" + program->str() + "]";
     case Kind::opaque: return "opaque(" + module_path + ")";
+    case Kind::norm_rope: return "norm_rope[" + norm_rope->str() + "]";
   }
   return "?";
 }

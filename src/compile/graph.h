@@ -69,26 +69,54 @@ struct NormPrologue {
   DType dtype = DType::f32;  // the norm's output dtype (its rounding)
 };
 
+// A linear (x @ w^T + b) computed inside the fused node that reads its output (pattern fusion: GEMM
+// epilogue, e.g. bias + GELU, gate * x + residual): the GEMM runs part by part and the program runs on
+// each part of the output right after it is computed; the load of leaf `leaf` reads the part (the
+// linear's f32 result rounded to `dtype`, as the linear op rounds its output). The linear's output
+// buffer is never allocated. `leaf` itself is an undefined input of the node.
+struct GemmPrologue {
+  int32_t leaf = -1;
+  int32_t x = -1, w = -1, b = -1;  // leaves holding the linear's inputs (b: -1 when absent)
+  DType dtype = DType::f32;        // the linear's output dtype
+};
+
 struct FusedProgram {
   std::vector<Instr> code;  // the result is the last register
   std::optional<NormPrologue> norm;
+  std::optional<GemmPrologue> gemm;  // never together with norm
   std::string str() const;  // "load0 load1 mul(0,1) silu(2)"
+};
+
+// RMSNorm over the head dim then RoPE, as one node (pattern fusion on FLUX's q / k): rope(x) where x is
+// one rms_norm or a concat along the sequence (dim 1) of rms_norms, out = [B, S, H, D]. Each segment
+// is one norm: sequence positions [s0, s0 + len) of the output come from its input x[B, len, H, D].
+struct NormRope {
+  struct Segment {
+    int64_t s0 = 0, len = 0;
+    int32_t x = -1, w = -1;  // leaves (w: -1 when the norm has no weight)
+    double eps = 0;
+  };
+  std::vector<Segment> segments;
+  int32_t cos = -1, sin = -1;  // leaves: [S, D] tables
+  DType norm_dtype = DType::f32;  // the norms' (and concat's) output dtype: the rounding before RoPE
+  std::string str() const;
 };
 
 // Calls the real submodule at `path` (relative to the root module) on one real input.
 using OpaqueFn = std::function<Tensor(Module& m, const Tensor& x)>;
 
 struct Node {
-  enum class Kind : uint8_t { op, fused, opaque };
+  enum class Kind : uint8_t { op, fused, opaque, norm_rope };
   Kind kind = Kind::op;
   ops::OpKind op = ops::OpKind::copy;
   ops::Attrs attrs;
   std::vector<Ref> inputs;  // fused: the leaves
   BufferMeta out;
   std::shared_ptr<const FusedProgram> program;  // fused
+  std::shared_ptr<const NormRope> norm_rope;    // norm_rope
   std::string module_path;                      // opaque
   OpaqueFn opaque;                              // opaque
-  std::string label() const;                    // op name, "fused[...]" or "opaque(path)"
+  std::string label() const;                    // op name, "fused[...]", "opaque(path)" or "norm_rope[...]"
 };
 
 struct Graph {

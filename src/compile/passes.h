@@ -19,6 +19,17 @@ int64_t fuse_elementwise(Graph& g);
 // number of norms folded.
 int64_t fuse_norm_prologue(Graph& g);
 
+// fuse_epilogue.cpp (pattern fusion): a CPU linear whose output is read once, whole, by a fused node or
+// a float elementwise op of the same shape becomes that node's GEMM prologue: the GEMM runs part by
+// part and the elementwise program (bias + GELU, gate * x + residual) runs on each part right after it
+// (GemmPrologue). Returns the number of linears folded.
+int64_t fuse_gemm_epilogue(Graph& g);
+
+// fuse_rope.cpp (pattern fusion): rope(rms_norm(x)) and rope(concat_dim1(rms_norm(a), rms_norm(b), ...)),
+// each intermediate read once, become one norm_rope node computing both per row (FLUX's q / k in the
+// single and the joint blocks). CPU graphs. Returns the number of rope ops matched.
+int64_t fuse_norm_rope(Graph& g);
+
 // Whether a node is a float elementwise op the fuser (and the in-place planner) understands.
 bool is_fusable_elementwise(const Graph& g, const Node& n);
 

@@ -16,7 +16,9 @@ bool can_overwrite(const Graph& g, size_t i, int32_t v) {
   const Node& n = g.nodes[i];
   const Node& in = g.nodes[size_t(v)];
   if (in.out.shape != n.out.shape || in.out.dtype != n.out.dtype || in.out.device != n.out.device) return false;
-  const bool elementwise = n.kind == Node::Kind::fused || (n.kind == Node::Kind::op && n.op == ops::OpKind::binary);
+  // A GEMM-prologue node writes its output before it has read all of its inputs: never in place.
+  const bool elementwise = (n.kind == Node::Kind::fused && !n.program->gemm) ||
+                           (n.kind == Node::Kind::op && n.op == ops::OpKind::binary);
   if (!elementwise) return false;
   for (const Ref& r : n.inputs)
     if (r.src == Ref::Src::value && r.index == v && !r.is_whole(in.out.shape)) return false;

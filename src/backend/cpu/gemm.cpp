@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <memory>
 
 #include "backend/cpu/threads.h"
@@ -86,6 +87,9 @@ struct Scratch {
   }
 };
 
+// The widened operand blocks of gemm_bf16 / gemm_bf16_parts on this thread.
+thread_local Scratch widened_a, widened_b;
+
 // The block [i0, i0 + rows) of op(X)'s `rows` dimension (M for A, N for B), widened. X is stored
 // untransposed-for-this-purpose when `rows_are_rows` (block = rows of X, each k long) and otherwise
 // as k rows of which the block is a column range. Returns the leading dimension of the widened block.
@@ -101,20 +105,22 @@ int64_t widen_block(const uint16_t* x, int64_t ldx, bool rows_are_rows, int64_t 
 
 }  // namespace
 
-void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (m <= 0 || n <= 0) return;
-  blas_single_threaded();
+namespace {
+
+// The parts sgemm splits C[m, n] into, each given to f(r0, r1, c0, c1) on the pool thread that owns
+// it (one part on the calling thread when the GEMM is small, single-threaded or nested in a pool
+// task). One part of C per thread (times tune.gemm_parts_per_thread), split along its longer side by
+// default, at multiples of 16. The split is static, so a given thread count and tuning always give
+// the same bits.
+void for_each_part(int64_t m, int64_t n, int64_t k,
+                   const std::function<void(int64_t, int64_t, int64_t, int64_t)>& f) {
   const int threads = num_threads();
   const Tuning& tune = current_tuning();
   if (threads == 1 || in_parallel_region() || tune.gemm_split == GemmSplit::none ||
       double(m) * double(n) * double(k) < kParallelMacs) {
-    blas_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    f(0, m, 0, n);
     return;
   }
-  // One part of C per thread (times tune.gemm_parts_per_thread), split along its longer side by
-  // default, at multiples of 16. The split is static, so a given thread count and tuning always give
-  // the same bits.
   const bool split_n = tune.gemm_split == GemmSplit::cols ||
                        (tune.gemm_split == GemmSplit::longer_side && n >= m);
   const int64_t len = split_n ? n : m;
@@ -126,25 +132,55 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
       const int64_t x0 = edge(p), x1 = edge(p + 1);
       if (x1 <= x0) continue;
       if (split_n)
-        blas_sgemm(trans_a, trans_b, m, x1 - x0, k, alpha, a, lda, trans_b ? b + x0 * ldb : b + x0, ldb,
-                   beta, c + x0, ldc);
+        f(0, m, x0, x1);
       else
-        blas_sgemm(trans_a, trans_b, x1 - x0, n, k, alpha, trans_a ? a + x0 : a + x0 * lda, lda, b, ldb,
-                   beta, c + x0 * ldc, ldc);
+        f(x0, x1, 0, n);
     }
   });
 }
 
-void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-               const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
-               int64_t ldc) {
+// op(A)[r0:r1, :] and op(B)[:, c0:c1] as BLAS operands.
+const float* a_rows_at(const float* a, bool trans_a, int64_t lda, int64_t r0) {
+  return trans_a ? a + r0 : a + r0 * lda;
+}
+const float* b_cols_at(const float* b, bool trans_b, int64_t ldb, int64_t c0) {
+  return trans_b ? b + c0 * ldb : b + c0;
+}
+
+}  // namespace
+
+void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m <= 0 || n <= 0) return;
-  if (k <= 0) {  // C = beta * C
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
-    return;
-  }
-  thread_local Scratch sa, sb;
+  blas_single_threaded();
+  for_each_part(m, n, k, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    blas_sgemm(trans_a, trans_b, r1 - r0, c1 - c0, k, alpha, a_rows_at(a, trans_a, lda, r0), lda,
+               b_cols_at(b, trans_b, ldb, c0), ldb, beta, c + r0 * ldc + c0, ldc);
+  });
+}
+
+void sgemm_parts(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                 int64_t lda, const float* b, int64_t ldb, float beta, const GemmParts& parts) {
+  if (m <= 0 || n <= 0) return;
+  blas_single_threaded();
+  for_each_part(m, n, k, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    int64_t ld = 0;
+    float* c = parts.begin(r0, r1, c0, c1, &ld);
+    blas_sgemm(trans_a, trans_b, r1 - r0, c1 - c0, k, alpha, a_rows_at(a, trans_a, lda, r0), lda,
+               b_cols_at(b, trans_b, ldb, c0), ldb, beta, c, ld);
+    parts.end(r0, r1, c0, c1, c, ld);
+  });
+}
+
+namespace {
+
+// gemm_bf16's blocks: op(A) and op(B) widened block by block into per-thread scratch, each block pair
+// multiplied by gemm(trans_a, trans_b, rows, cols, alpha, widened A, lda_w, widened B, ldb_w, i0, j0).
+template <class Gemm>
+void bf16_blocks(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
+                 const uint16_t* b, int64_t ldb, const Gemm& gemm) {
+  Scratch& sa = widened_a;
+  Scratch& sb = widened_b;
   const int64_t mb = block_rows(m, k), nb = block_rows(n, k);
   const int64_t m_blocks = (m + mb - 1) / mb, n_blocks = (n + nb - 1) / nb;
   // Op(A) rows are A's rows unless trans_a; op(B)^T rows (= C columns) are B's rows when trans_b.
@@ -161,8 +197,52 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
       const int64_t j0 = jb * nb, nr = std::min(nb, n - j0);
       if (a_done != ib) lda_w = widen_block(a, lda, a_rows, i0, mr, k, aw), a_done = ib;
       if (b_done != jb) ldb_w = widen_block(b, ldb, b_rows, j0, nr, k, bw), b_done = jb;
-      sgemm(trans_a, trans_b, mr, nr, k, alpha, aw, lda_w, bw, ldb_w, beta, c + i0 * ldc + j0, ldc);
+      gemm(mr, nr, aw, lda_w, bw, ldb_w, i0, j0);
     }
+}
+
+}  // namespace
+
+void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+               const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
+               int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {  // C = beta * C
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+    return;
+  }
+  bf16_blocks(trans_a, trans_b, m, n, k, a, lda, b, ldb,
+              [&](int64_t mr, int64_t nr, const float* aw, int64_t lda_w, const float* bw, int64_t ldb_w,
+                  int64_t i0, int64_t j0) {
+                sgemm(trans_a, trans_b, mr, nr, k, alpha, aw, lda_w, bw, ldb_w, beta, c + i0 * ldc + j0, ldc);
+              });
+}
+
+void gemm_bf16_parts(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                     const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
+                     const GemmParts& parts) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {  // C = beta * C, as one part
+    int64_t ld = 0;
+    float* c = parts.begin(0, m, 0, n, &ld);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) c[i * ld + j] = beta == 0.0f ? 0.0f : beta * c[i * ld + j];
+    parts.end(0, m, 0, n, c, ld);
+    return;
+  }
+  bf16_blocks(trans_a, trans_b, m, n, k, a, lda, b, ldb,
+              [&](int64_t mr, int64_t nr, const float* aw, int64_t lda_w, const float* bw, int64_t ldb_w,
+                  int64_t i0, int64_t j0) {
+                GemmParts shifted;
+                shifted.begin = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t* ld) {
+                  return parts.begin(i0 + r0, i0 + r1, j0 + c0, j0 + c1, ld);
+                };
+                shifted.end = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1, const float* p, int64_t ld) {
+                  parts.end(i0 + r0, i0 + r1, j0 + c0, j0 + c1, p, ld);
+                };
+                sgemm_parts(trans_a, trans_b, mr, nr, k, alpha, aw, lda_w, bw, ldb_w, beta, shifted);
+              });
 }
 
 void sgemm_reference(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,

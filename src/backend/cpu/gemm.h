@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 namespace diffq::backend::cpu {
 
@@ -17,6 +18,21 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
 void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
                int64_t ldc);
+
+// A GEMM whose C is produced part by part (the same parts sgemm / gemm_bf16 split C into, so the
+// same BLAS calls and the same bits): before part [r0, r1) x [c0, c1) of C is computed, `begin` says
+// where it goes (a pointer to its element (r0, c0) and its row stride in *ld; it may be C itself or a
+// scratch tile, already holding beta's C values when beta != 0); right after, on the same thread, while
+// it is in cache, `end` consumes it (compile's GEMM epilogue: bias, GELU, gate * x + residual).
+struct GemmParts {
+  std::function<float*(int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t* ld)> begin;
+  std::function<void(int64_t r0, int64_t r1, int64_t c0, int64_t c1, const float* part, int64_t ld)> end;
+};
+void sgemm_parts(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                 int64_t lda, const float* b, int64_t ldb, float beta, const GemmParts& parts);
+void gemm_bf16_parts(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                     const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
+                     const GemmParts& parts);
 
 // Scalar references (f64 accumulation) used by tests as the oracle.
 void sgemm_reference(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,

@@ -3,10 +3,12 @@
 // anything else is first gathered into contiguous f32. Accumulation is f32; the result is rounded
 // once to the output dtype.
 #include <cstring>
+#include <optional>
 
 #include "backend/cpu/common.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/linear.h"
 #include "backend/cpu/strided.h"
 #include "backend/cpu/threads.h"
 
@@ -84,6 +86,34 @@ void fill_rows(float* c, int64_t m, int64_t n, const Tensor& bias, bool gemm_fol
   });
 }
 
+// linear's operands as GEMM operands: x as the [M, K] matrix (rows merged), w as [N, K].
+struct LinearOperands {
+  bool bf16 = false;
+  Tensor x, w;
+  Layout lx, lw;
+};
+
+LinearOperands linear_operands(const Tensor& x_in, const Tensor& w, int64_t M) {
+  const int64_t K = w.size(1), N = w.size(0);
+  const bool bf16 = x_in.dtype() == DType::bf16 && w.dtype() == DType::bf16;
+  Tensor x = x_in;
+  if (x.dim() == 1) x = x.unsqueeze(0);
+  if (!rows_mergeable(x)) {
+    Tensor xc = Tensor::empty(x.shape(), DType::f32);
+    gather_f32(x, xc.data<float>());
+    x = xc;
+  }
+  Tensor x2(x.storage(), {M, K}, {merged_row_stride(x), x.strides().back()}, x.offset(), x.dtype());
+  const Tensor xa = gemm_ready(x2, bf16), wa = gemm_ready(w, bf16);
+  LinearOperands o;
+  o.bf16 = bf16 && xa.dtype() == DType::bf16 && wa.dtype() == DType::bf16;
+  o.x = o.bf16 || xa.dtype() == DType::f32 ? xa : gemm_ready(xa, false);
+  o.w = o.bf16 || wa.dtype() == DType::f32 ? wa : gemm_ready(wa, false);
+  o.lx = gemm_layout(M, K, o.x.strides()[0], o.x.strides()[1]);
+  o.lw = gemm_layout(N, K, o.w.strides()[0], o.w.strides()[1]);
+  return o;
+}
+
 void linear_kernel(const OpCall& c, Tensor& out) {
   const Tensor& w = c.inputs[1];
   const Tensor bias = c.inputs.size() > 2 ? c.inputs[2] : Tensor();
@@ -91,23 +121,8 @@ void linear_kernel(const OpCall& c, Tensor& out) {
   F32Output y(out);
   fill_rows(y.data(), M, N, bias, K > 0);
   if (K > 0 && M > 0) {
-    const bool bf16 = c.inputs[0].dtype() == DType::bf16 && w.dtype() == DType::bf16;
-    Tensor x = c.inputs[0];
-    if (x.dim() == 1) x = x.unsqueeze(0);
-    if (!rows_mergeable(x)) {
-      Tensor xc = Tensor::empty(x.shape(), DType::f32);
-      gather_f32(x, xc.data<float>());
-      x = xc;
-    }
-    // x as the [M, K] matrix (rows merged), w as [N, K].
-    Tensor x2(x.storage(), {M, K}, {merged_row_stride(x), x.strides().back()}, x.offset(), x.dtype());
-    const Tensor xa = gemm_ready(x2, bf16), wa = gemm_ready(w, bf16);
-    const bool use_bf16 = bf16 && xa.dtype() == DType::bf16 && wa.dtype() == DType::bf16;
-    const Tensor xf = use_bf16 || xa.dtype() == DType::f32 ? xa : gemm_ready(xa, false);
-    const Tensor wf = use_bf16 || wa.dtype() == DType::f32 ? wa : gemm_ready(wa, false);
-    const Layout lx = gemm_layout(M, K, xf.strides()[0], xf.strides()[1]);
-    const Layout lw = gemm_layout(N, K, wf.strides()[0], wf.strides()[1]);
-    run_gemm(use_bf16, xf, 0, lx, wf, 0, lw, true, M, N, K, bias.defined() ? 1.f : 0.f, y.data(), N);
+    const LinearOperands o = linear_operands(c.inputs[0], w, M);
+    run_gemm(o.bf16, o.x, 0, o.lx, o.w, 0, o.lw, true, M, N, K, bias.defined() ? 1.f : 0.f, y.data(), N);
   }
   y.commit();
 }
@@ -149,6 +164,39 @@ void matmul_kernel(const OpCall& c, Tensor& out) {
 }
 
 }  // namespace
+
+void linear_parts(const Tensor& x, const Tensor& w, const Tensor& bias, const GemmParts& parts) {
+  const int64_t K = w.size(1), N = w.size(0), M = x.numel() / std::max<int64_t>(K, 1);
+  if (M == 0 || N == 0) return;
+  std::optional<F32Input> b;
+  if (bias.defined()) b.emplace(bias);
+  GemmParts with_bias;
+  with_bias.begin = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t* ld) {
+    float* p = parts.begin(r0, r1, c0, c1, ld);
+    for (int64_t r = r0; r < r1; ++r) {
+      float* row = p + (r - r0) * *ld;
+      if (b) std::memcpy(row, b->data() + c0, size_t(c1 - c0) * sizeof(float));
+      else if (K == 0) std::memset(row, 0, size_t(c1 - c0) * sizeof(float));
+    }
+    return p;
+  };
+  with_bias.end = parts.end;
+  if (K == 0) {  // y = bias (or zeros), as the kernel
+    int64_t ld = 0;
+    float* p = with_bias.begin(0, M, 0, N, &ld);
+    parts.end(0, M, 0, N, p, ld);
+    return;
+  }
+  const LinearOperands o = linear_operands(x, w, M);
+  // As run_gemm for linear: op(A) = x, op(B) = w^T.
+  const bool ta = o.lx.colmajor, tb = !o.lw.colmajor;
+  const float beta = b ? 1.f : 0.f;
+  if (o.bf16)
+    gemm_bf16_parts(ta, tb, M, N, K, 1.f, o.x.data<uint16_t>(), o.lx.ld, o.w.data<uint16_t>(), o.lw.ld, beta,
+                    with_bias);
+  else
+    sgemm_parts(ta, tb, M, N, K, 1.f, o.x.data<float>(), o.lx.ld, o.w.data<float>(), o.lw.ld, beta, with_bias);
+}
 
 void register_linear_kernels() {
   ops::register_kernel(OpKind::linear, DeviceKind::cpu, linear_kernel);

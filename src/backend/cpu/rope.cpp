@@ -8,6 +8,7 @@
 
 #include "backend/cpu/common.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/row_kernels.h"
 #include "backend/cpu/simd-inl.h"
 #include "backend/cpu/strided.h"
 #include "backend/cpu/threads.h"
@@ -52,6 +53,10 @@ HWY_AFTER_NAMESPACE();
 namespace diffq::backend::cpu {
 
 HWY_EXPORT(RopeRow);
+
+void rope_row_f32(const float* x, const float* cs, const float* sn, float* y, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(RopeRow)(x, cs, sn, y, n);
+}
 
 namespace {
 

@@ -23,4 +23,8 @@ void sum_and_squares_f32(const float* x, int64_t n, float shift, double* sum, do
 void normalize_row_f32(const float* x, float* y, int64_t n, float mean, float rstd, const float* w,
                        const float* b);
 
+// Rotary embedding of one row on interleaved pairs (the rope op): y[2k] = x[2k] cs[2k] - x[2k+1] sn[2k],
+// y[2k+1] = x[2k+1] cs[2k+1] + x[2k] sn[2k+1]; n even.
+void rope_row_f32(const float* x, const float* cs, const float* sn, float* y, int64_t n);
+
 }  // namespace diffq::backend::cpu
