@@ -46,7 +46,7 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* ctx) {
   for (size_t i = 0; i < n; ++i) {
     const int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
     const int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
-    check(da == db || da == 1 || db == 1, ctx, "shapes ", shape_str(a), " and ", shape_str(b),
+    if (!(da == db || da == 1 || db == 1)) fail(ctx, "shapes ", shape_str(a), " and ", shape_str(b),
           " cannot be broadcast");
     out[i] = da == 1 ? db : da;
   }
@@ -115,9 +115,10 @@ Tensor::Tensor(std::shared_ptr<Storage> storage, Shape shape, Shape strides, int
       strides_(std::move(strides)),
       offset_(offset),
       dtype_(dtype) {
-  check(shape_.size() == strides_.size(), "tensor", "shape ", shape_str(shape_), " and strides ",
+  if (!(shape_.size() == strides_.size())) fail("tensor", "shape ", shape_str(shape_), " and strides ",
         shape_str(strides_), " differ in rank");
-  for (int64_t d : shape_) check(d >= 0, "tensor", "negative dimension in shape ", shape_str(shape_));
+  for (int64_t d : shape_)
+    if (d < 0) fail("tensor", "negative dimension in shape ", shape_str(shape_));
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device d) {
@@ -140,7 +141,7 @@ Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device d) {
 }
 
 Tensor Tensor::from_vector(const std::vector<float>& values, const Shape& shape, DType dtype) {
-  check(int64_t(values.size()) == shape_numel(shape), "tensor", "from_vector: ", values.size(),
+  if (!(int64_t(values.size()) == shape_numel(shape))) fail("tensor", "from_vector: ", values.size(),
         " values for shape ", shape_str(shape));
   Tensor t = empty(shape, dtype);
   for (size_t i = 0; i < values.size(); ++i) store_from_double(t.data_ptr(), dtype, i, values[i]);
@@ -175,7 +176,7 @@ std::string Tensor::str() const {
 
 void* Tensor::data_ptr() const {
   check(defined(), "tensor", "data_ptr() of an undefined tensor");
-  check(!is_symbolic(), "tensor", "data_ptr() of a symbolic (traced) tensor ", str());
+  if (is_symbolic()) fail("tensor", "data_ptr() of a symbolic (traced) tensor ", str());
   return static_cast<uint8_t*>(storage_->data()) + offset_ * int64_t(dtype_size(dtype_));
 }
 
@@ -187,19 +188,19 @@ Shape infer_minus_one(const Shape& shape, int64_t numel, const char* ctx) {
   int64_t known = 1, neg = -1;
   for (size_t i = 0; i < out.size(); ++i) {
     if (out[i] == -1) {
-      check(neg < 0, ctx, "only one dimension can be -1 in ", shape_str(shape));
+      if (!(neg < 0)) fail(ctx, "only one dimension can be -1 in ", shape_str(shape));
       neg = int64_t(i);
     } else {
-      check(out[i] >= 0, ctx, "invalid dimension in ", shape_str(shape));
+      if (!(out[i] >= 0)) fail(ctx, "invalid dimension in ", shape_str(shape));
       known *= out[i];
     }
   }
   if (neg >= 0) {
-    check(known != 0 && numel % known == 0, ctx, "cannot infer -1 in ", shape_str(shape), " for ",
+    if (!(known != 0 && numel % known == 0)) fail(ctx, "cannot infer -1 in ", shape_str(shape), " for ",
           numel, " elements");
     out[neg] = numel / known;
   }
-  check(shape_numel(out) == numel, ctx, "shape ", shape_str(shape), " is invalid for ", numel,
+  if (!(shape_numel(out) == numel)) fail(ctx, "shape ", shape_str(shape), " is invalid for ", numel,
         " elements");
   return out;
 }
@@ -238,7 +239,7 @@ bool view_strides(const Shape& shape, const Shape& strides, const Shape& new_sha
 Tensor Tensor::view(const Shape& shape) const {
   const Shape ns = infer_minus_one(shape, numel(), "view");
   Shape st;
-  check(view_strides(shape_, strides_, ns, st), "view", "cannot view ", str(), " as ", shape_str(ns),
+  if (!(view_strides(shape_, strides_, ns, st))) fail("view", "cannot view ", str(), " as ", shape_str(ns),
         " without a copy (use reshape)");
   return Tensor(storage_, ns, st, offset_, dtype_);
 }
@@ -263,7 +264,7 @@ Tensor Tensor::flatten(int64_t start, int64_t end) const {
 }
 
 Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
-  check(int64_t(dims.size()) == dim(), "permute", "got ", dims.size(), " dims for ", str());
+  if (!(int64_t(dims.size()) == dim())) fail("permute", "got ", dims.size(), " dims for ", str());
   Shape ns(dims.size()), st(dims.size());
   std::vector<bool> seen(dims.size(), false);
   for (size_t i = 0; i < dims.size(); ++i) {
@@ -300,7 +301,7 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
 Tensor Tensor::select(int64_t d, int64_t index) const {
   d = wrap_dim(d, dim(), "select");
   if (index < 0) index += shape_[d];
-  check(index >= 0 && index < shape_[d], "select", "index ", index, " out of range for dim ", d,
+  if (!(index >= 0 && index < shape_[d])) fail("select", "index ", index, " out of range for dim ", d,
         " of ", str());
   Shape ns = shape_, st = strides_;
   ns.erase(ns.begin() + d);
@@ -327,7 +328,7 @@ Tensor Tensor::squeeze(int64_t d) const {
 }
 
 Tensor Tensor::expand(const Shape& shape) const {
-  check(shape.size() >= shape_.size(), "expand", "cannot expand ", str(), " to ", shape_str(shape));
+  if (!(shape.size() >= shape_.size())) fail("expand", "cannot expand ", str(), " to ", shape_str(shape));
   const size_t lead = shape.size() - shape_.size();
   Shape st(shape.size(), 0), ns = shape;
   for (size_t i = 0; i < shape.size(); ++i) {
@@ -337,7 +338,7 @@ Tensor Tensor::expand(const Shape& shape) const {
     if (cur == ns[i]) {
       st[i] = strides_[i - lead];
     } else {
-      check(cur == 1, "expand", "cannot expand ", str(), " to ", shape_str(shape));
+      if (!(cur == 1)) fail("expand", "cannot expand ", str(), " to ", shape_str(shape));
       st[i] = 0;
     }
   }
@@ -357,7 +358,7 @@ std::vector<Tensor> Tensor::split(const std::vector<int64_t>& sizes, int64_t d) 
   d = wrap_dim(d, dim(), "split");
   int64_t total = 0;
   for (int64_t s : sizes) total += s;
-  check(total == shape_[d], "split", "sizes sum to ", total, " but dim ", d, " of ", str(), " has ",
+  if (!(total == shape_[d])) fail("split", "sizes sum to ", total, " but dim ", d, " of ", str(), " has ",
         shape_[d]);
   std::vector<Tensor> out;
   int64_t s = 0;
@@ -378,7 +379,7 @@ Tensor Tensor::to(Device device) const {
 }
 
 std::vector<double> Tensor::to_f64_vector() const {
-  check(!is_symbolic(), "tensor", "cannot read values of symbolic ", str());
+  if (is_symbolic()) fail("tensor", "cannot read values of symbolic ", str());
   Tensor t = device().is_cpu() ? *this : to(Device::cpu());
   std::vector<double> out(size_t(t.numel()));
   const void* base = t.storage_->data();
@@ -402,7 +403,7 @@ std::vector<float> Tensor::to_f32_vector() const {
 }
 
 double Tensor::item() const {
-  check(numel() == 1, "tensor", "item() needs exactly one element, ", str(), " has ", numel());
+  if (!(numel() == 1)) fail("tensor", "item() needs exactly one element, ", str(), " has ", numel());
   return to_f64_vector()[0];
 }
 
