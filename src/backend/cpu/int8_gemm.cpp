@@ -28,8 +28,7 @@ namespace diffq::backend::cpu::int8_gemm_detail {
 constexpr int64_t kMR = kInt8StripRows;  // rows of the register tile (one packed A strip)
 constexpr int64_t kNR = 16;              // columns of the register tile (one B panel)
 constexpr int64_t kTile = kMR * kNR;     // int32 words of a tile buffer (row stride kNR)
-constexpr int64_t kMcStrips = 16;        // A strips per M block (96 rows, 96 KiB at full depth: L2)
-constexpr int64_t kNcPanels = 16;        // B panels per N block (256 columns)
+constexpr int64_t kNcPanels = 16;        // B panels per N block (256 columns: 256 KiB at full depth, L2)
 constexpr int64_t kKc = 512;             // depth of a block (even: blocks start on a k-pair)
 
 // B block [cols rows of B (= output columns), kc] -> per 16-column panel, per k-pair p: 16 int16 pairs
@@ -345,21 +344,19 @@ void run_part(int64_t m, int64_t n, int64_t k, const int16_t* ap, const int8_t* 
       const int64_t kc = std::min(kKc, k - k0), pairs = (kc + 1) / 2;
       const bool first = k0 == 0, last = k0 + kc >= k;
       pack_b(b + j0 * ldb + k0, ldb, nc, kc, bbuf.data());
-      for (int64_t sb = s0; sb < s1; sb += kMcStrips) {
-        const int64_t sb1 = std::min(sb + kMcStrips, s1);
+      // The A strip slice stays in L1 across the block's panels; the panels stream from L2.
+      for (int64_t s = s0; s < s1; ++s) {
+        const int16_t* as = ap + s * se + k0 * kMR;  // k0 / 2 pairs of 2 * kMR int16
         for (int64_t q = 0; q < np; ++q) {
           const int16_t* bp = bbuf.data() + q * pairs * 2 * kNR;
           const int64_t jq = j0 + q * kNR, nr = std::min(kNR, n - jq);
-          for (int64_t s = sb; s < sb1; ++s) {
-            const int16_t* as = ap + s * se + k0 * kMR;  // k0 / 2 pairs of 2 * kMR int16
-            int32_t* part = k > kKc ? cbuf.data() + ((s - s0) * np + q) * kTile : nullptr;
-            const int32_t* cin = first ? nullptr : part;
-            if (!last) {
-              tile(as, bp, pairs, cin, part);
-            } else {
-              tile(as, bp, pairs, cin, scratch);
-              epilogue(scratch, s * kMR, std::min(kMR, m - s * kMR), jq, nr, ep, c, ldc);
-            }
+          int32_t* part = k > kKc ? cbuf.data() + ((s - s0) * np + q) * kTile : nullptr;
+          const int32_t* cin = first ? nullptr : part;
+          if (!last) {
+            tile(as, bp, pairs, cin, part);
+          } else {
+            tile(as, bp, pairs, cin, scratch);
+            epilogue(scratch, s * kMR, std::min(kMR, m - s * kMR), jq, nr, ep, c, ldc);
           }
         }
       }
@@ -382,6 +379,11 @@ void gemm_s8s8_packed(int64_t m, int64_t n, int64_t k, const int16_t* a_packed, 
     }
     return;
   }
+  // run_part holds dispatched function pointers across thousands of tile calls. Taken before Highway has
+  // chosen a target they would be its first-call trampoline, which re-detects the CPU (CPUID, a VM exit
+  // under virtualisation) on every call: choose the target first.
+  hwy::ChosenTarget& chosen = hwy::GetChosenTarget();
+  if (!chosen.IsInitialized()) chosen.Update(hwy::SupportedTargets());
   const int64_t strips = (m + kMR - 1) / kMR, panels = (n + kNR - 1) / kNR;
   // Threads split the columns (each widens only its own B panels); rows too when columns run short.
   int64_t threads = in_parallel_region() ? 1 : num_threads();

@@ -8,10 +8,10 @@
 // Layout and loops. A is packed once per call into strips of 6 rows (per k-pair, the 6 rows' int16
 // pairs; activation quantization writes this form directly). Each thread owns a range of 16-column B
 // panels; per (256-column, 512-deep) block it widens its B block once into panels (a vectorised
-// int8 -> int16 transpose), then runs a 6 x 16 register tile over every A strip, the B panel staying in
-// L1 and a 96-row A block in L2. Partial int32 sums over K blocks live in a per-thread tile buffer; the
-// last K block hands each finished tile to the epilogue (int32 store, or the int8 linear's
-// scale / bias / cast), so no M x N int32 matrix is written.
+// int8 -> int16 transpose; 256 KiB, L2-resident), then runs a 6 x 16 register tile for every A strip
+// against every panel of the block, the strip's slice staying in L1. Partial int32 sums over K blocks
+// live in a per-thread tile buffer; the last K block hands each finished tile to the epilogue (int32
+// store, or the int8 linear's scale / bias / cast), so no M x N int32 matrix is written.
 #pragma once
 
 #include <cstddef>
