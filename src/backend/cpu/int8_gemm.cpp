@@ -29,7 +29,14 @@ constexpr int64_t kMR = kInt8StripRows;  // rows of the register tile (one packe
 constexpr int64_t kNR = 16;              // columns of the register tile (one B panel)
 constexpr int64_t kTile = kMR * kNR;     // int32 words of a tile buffer (row stride kNR)
 constexpr int64_t kNcPanels = 16;        // B panels per N block (256 columns: 256 KiB at full depth, L2)
-constexpr int64_t kKc = 512;             // depth of a block (even: blocks start on a k-pair)
+constexpr int64_t kKc = 512;             // most depth of a block: A slice 6 KiB + B panel 16 KiB in L1
+
+// K split into equal blocks of at most kKc, each even (blocks start on a k-pair): 768 -> 2 x 384 rather
+// than 512 + a short 256 whose tile calls would be half overhead.
+inline int64_t k_block(int64_t k) {
+  const int64_t blocks = (k + kKc - 1) / kKc;
+  return ((k + blocks - 1) / blocks + 1) / 2 * 2;
+}
 
 // B block [cols rows of B (= output columns), kc] -> per 16-column panel, per k-pair p: 16 int16 pairs
 // (b[n, 2p], b[n, 2p+1]); columns past `cols` and the odd tail of k are zero. Pairs [p0, pairs) only.
@@ -335,13 +342,14 @@ void run_part(int64_t m, int64_t n, int64_t k, const int16_t* ap, const int8_t* 
   thread_local std::vector<int16_t> bbuf;
   thread_local std::vector<int32_t> cbuf;
   const int64_t se = int8_packed_strip_elems(k), strips = s1 - s0;
-  bbuf.resize(size_t(kNcPanels * kNR * kKc));
-  if (k > kKc) cbuf.resize(std::max(cbuf.size(), size_t(strips * kNcPanels * kTile)));
+  const int64_t kb = k_block(k);
+  bbuf.resize(size_t(kNcPanels * kNR * kb));
+  if (k > kb) cbuf.resize(std::max(cbuf.size(), size_t(strips * kNcPanels * kTile)));
   alignas(64) int32_t scratch[kTile];
   for (int64_t qb = q0; qb < q1; qb += kNcPanels) {
     const int64_t np = std::min(kNcPanels, q1 - qb), j0 = qb * kNR, nc = std::min(np * kNR, n - j0);
-    for (int64_t k0 = 0; k0 < k; k0 += kKc) {
-      const int64_t kc = std::min(kKc, k - k0), pairs = (kc + 1) / 2;
+    for (int64_t k0 = 0; k0 < k; k0 += kb) {
+      const int64_t kc = std::min(kb, k - k0), pairs = (kc + 1) / 2;
       const bool first = k0 == 0, last = k0 + kc >= k;
       pack_b(b + j0 * ldb + k0, ldb, nc, kc, bbuf.data());
       // The A strip slice stays in L1 across the block's panels; the panels stream from L2.
@@ -350,7 +358,7 @@ void run_part(int64_t m, int64_t n, int64_t k, const int16_t* ap, const int8_t* 
         for (int64_t q = 0; q < np; ++q) {
           const int16_t* bp = bbuf.data() + q * pairs * 2 * kNR;
           const int64_t jq = j0 + q * kNR, nr = std::min(kNR, n - jq);
-          int32_t* part = k > kKc ? cbuf.data() + ((s - s0) * np + q) * kTile : nullptr;
+          int32_t* part = k > kb ? cbuf.data() + ((s - s0) * np + q) * kTile : nullptr;
           const int32_t* cin = first ? nullptr : part;
           if (!last) {
             tile(as, bp, pairs, cin, part);
