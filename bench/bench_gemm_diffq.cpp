@@ -1,6 +1,12 @@
 // diffq's own GEMM entry points (src/backend/cpu/gemm.h) exactly as the engine calls them, with the
 // diffq thread count set to the benchmark's. bf16 timings include whatever gemm_bf16 does internally.
+// The int8 GEMMs (src/backend/cpu/int8_gemm.h) run on int8_shapes(); their "GFLOP/s" counter is GOP/s
+// (2*M*N*K integer ops / s) and pct_2x_fma_peak relates it to twice the FMA peak (vpmaddwd's ceiling)
+// of FMA_PEAK_GFLOPS_PER_CORE (default 89, this Zen 3's bench_fma_peak figure per core) x threads.
+#include <cstdlib>
+
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/int8_gemm.h"
 #include "backend/cpu/threads.h"
 #include "gemm_bench_common.h"
 
@@ -32,11 +38,66 @@ void diffq_gemm_bf16(benchmark::State& state, const Shape& s, int threads) {
   cpu::set_num_threads(0);
 }
 
+std::vector<int8_t> random_s8(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> dist(-128, 127);
+  std::vector<int8_t> v(n);
+  for (auto& x : v) x = int8_t(dist(rng));
+  return v;
+}
+
+void set_int8_peak(benchmark::State& state, const Shape& s, int threads) {
+  const char* env = std::getenv("FMA_PEAK_GFLOPS_PER_CORE");
+  const double peak = (env && *env ? std::atof(env) : 89.0) * threads * 2.0;
+  const double gop = 2.0 * double(s.m) * double(s.n) * double(s.k) * 1e-9;
+  state.counters["pct_2x_fma_peak"] = benchmark::Counter(gop * 100.0 / peak, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// The plain API: packs A every call, writes int32 C.
+void diffq_gemm_s8s8s32(benchmark::State& state, const Shape& s, int threads) {
+  cpu::set_num_threads(threads);
+  const auto a = random_s8(size_t(s.m * s.k), 1), b = random_s8(size_t(s.n * s.k), 2);
+  std::vector<int32_t> c(size_t(s.m * s.n));
+  for (auto _ : state) {
+    cpu::gemm_s8s8s32(s.m, s.n, s.k, a.data(), s.k, b.data(), s.k, c.data(), s.n);
+    benchmark::DoNotOptimize(c.data());
+  }
+  set_int8_peak(state, s, threads);
+  cpu::set_num_threads(0);
+}
+
+// As the int8 linear runs it: A already packed (the quantizer writes that form), per-row / per-column
+// scales, bias and the bf16 output fused into the tile stores.
+void diffq_gemm_s8_packed_bf16out(benchmark::State& state, const Shape& s, int threads) {
+  cpu::set_num_threads(threads);
+  const auto a = random_s8(size_t(s.m * s.k), 1), b = random_s8(size_t(s.n * s.k), 2);
+  std::vector<int16_t> ap(cpu::int8_packed_a_elems(s.m, s.k));
+  cpu::pack_a_s8(s.m, s.k, a.data(), s.k, ap.data());
+  const auto xs = random_f32(size_t(s.m), 3), ws = random_f32(size_t(s.n), 4), bias = random_f32(size_t(s.n), 5);
+  std::vector<uint16_t> y(size_t(s.m * s.n));
+  cpu::Int8Epilogue ep;
+  ep.row_scale = xs.data();
+  ep.col_scale = ws.data();
+  ep.bias = bias.data();
+  ep.out = diffq::DType::bf16;
+  ep.y = y.data();
+  ep.ldy = s.n;
+  for (auto _ : state) {
+    cpu::gemm_s8s8_packed(s.m, s.n, s.k, ap.data(), b.data(), s.k, nullptr, 0, &ep);
+    benchmark::DoNotOptimize(y.data());
+  }
+  set_int8_peak(state, s, threads);
+  cpu::set_num_threads(0);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   register_gemm("diffq_sgemm_f32", diffq_sgemm);
   register_gemm("diffq_gemm_bf16", diffq_gemm_bf16);
+  register_gemm("diffq_gemm_bf16_flux_small", diffq_gemm_bf16, int8_shapes());
+  register_gemm("diffq_gemm_s8s8s32", diffq_gemm_s8s8s32, int8_shapes());
+  register_gemm("diffq_gemm_s8_packed_bf16out", diffq_gemm_s8_packed_bf16out, int8_shapes());
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

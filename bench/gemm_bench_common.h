@@ -30,6 +30,14 @@ inline std::vector<Shape> shapes() {
   return {{1152, 768, 768}, {1152, 3072, 768}, {1152, 768, 3072}, {4096, 512, 512}, {64, 3072, 3072}};
 }
 
+// The int8 benchmarks' shapes: the FLUX-small linears at 512x512 (1024 image + 128 text tokens, width
+// 768): joint M=1152, image-only M=1024, text-only M=128; N/K of 768, 2304 (qkv), 3072 (MLP), and the
+// single blocks' fused 5376 x 768 and 768 x 3840.
+inline std::vector<Shape> int8_shapes() {
+  return {{1152, 768, 768},  {1152, 2304, 768}, {1152, 3072, 768},  {1152, 768, 3072}, {1024, 3072, 768},
+          {1024, 768, 3072}, {128, 2304, 768},  {128, 3072, 768},   {1152, 5376, 768}, {1152, 768, 3840}};
+}
+
 // GEMM_BENCH_THREADS="1,2" (default) selects the thread counts.
 inline std::vector<int> thread_counts() {
   std::vector<int> out;
@@ -78,9 +86,9 @@ inline void set_counters(benchmark::State& state, const Shape& s) {
 // <name>/M:../N:../K:../threads:..
 using BenchFn = std::function<void(benchmark::State&, const Shape&, int)>;
 
-inline void register_gemm(const std::string& name, BenchFn fn) {
+inline void register_gemm(const std::string& name, BenchFn fn, const std::vector<Shape>& list = shapes()) {
   for (const int t : thread_counts())
-    for (const Shape& s : shapes()) {
+    for (const Shape& s : list) {
       benchmark::RegisterBenchmark(name.c_str(),
                                    [fn, s, t](benchmark::State& st) {
                                      fn(st, s, t);

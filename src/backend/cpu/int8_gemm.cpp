@@ -1,5 +1,13 @@
-// int8 x int8 -> int32 GEMM: packing (int8 -> int16 pairs), a 6 x 16 vpmaddwd register tile under
-// Highway runtime dispatch, the (M, N) macro-tile thread split, and the scalar reference.
+// int8 x int8 -> int32 GEMM: A and B packing (int8 -> int16 pairs), a 6 x 16 vpmaddwd register tile
+// and the fused epilogue under Highway runtime dispatch, the thread split and blocking, the scalar
+// references. Contraction into fused multiply-adds is off for this file: the epilogue must form
+// round(c * sx) * sw + bias with exactly the reference's separate roundings.
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 #include "backend/cpu/hwy_config.h"
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backend/cpu/int8_gemm.cpp"
@@ -17,39 +25,26 @@
 #define DIFFQ_INT8_GEMM_ONCE
 namespace diffq::backend::cpu::int8_gemm_detail {
 
-constexpr int64_t kMR = 6;     // rows of the register tile
-constexpr int64_t kNR = 16;    // columns of the register tile (one B panel)
-constexpr int64_t kMc = 96;    // rows of a packed A block (16 register tiles)
-constexpr int64_t kNc = 256;   // columns of a packed B block (16 panels)
-constexpr int64_t kKc = 512;   // depth of a block (256 int16 pairs)
+constexpr int64_t kMR = kInt8StripRows;  // rows of the register tile (one packed A strip)
+constexpr int64_t kNR = 16;              // columns of the register tile (one B panel)
+constexpr int64_t kTile = kMR * kNR;     // int32 words of a tile buffer (row stride kNR)
+constexpr int64_t kNcPanels = 16;        // B panels per N block (256 columns: 256 KiB at full depth, L2)
+constexpr int64_t kKc = 512;             // most depth of a block: A slice 6 KiB + B panel 16 KiB in L1
 
-// A block [mc rows, kc] -> per 6-row strip, per k-pair p: 6 int32 words, each the int16 pair
-// (a[r, 2p], a[r, 2p+1]); rows past m and the odd tail of k are zero.
-inline void pack_a(const int8_t* a, int64_t lda, int64_t rows, int64_t kc, int16_t* dst) {
-  const int64_t pairs = (kc + 1) / 2;
-  for (int64_t s = 0; s < rows; s += kMR) {
-    for (int64_t p = 0; p < pairs; ++p) {
-      for (int64_t r = 0; r < kMR; ++r) {
-        const int64_t row = s + r;
-        int16_t lo = 0, hi = 0;
-        if (row < rows) {
-          const int8_t* ar = a + row * lda;
-          lo = ar[2 * p];
-          hi = (2 * p + 1 < kc) ? ar[2 * p + 1] : int16_t(0);
-        }
-        *dst++ = lo;
-        *dst++ = hi;
-      }
-    }
-  }
+// K split into equal blocks of at most kKc, each even (blocks start on a k-pair): 768 -> 2 x 384 rather
+// than 512 + a short 256 whose tile calls would be half overhead.
+inline int64_t k_block(int64_t k) {
+  const int64_t blocks = (k + kKc - 1) / kKc;
+  return ((k + blocks - 1) / blocks + 1) / 2 * 2;
 }
 
-// B block [nc rows of B (= output columns), kc] -> per 16-column panel, per k-pair p: 16 int16 pairs
-// (b[n, 2p], b[n, 2p+1]) for n in the panel; columns past nc and the odd tail of k are zero.
-inline void pack_b(const int8_t* b, int64_t ldb, int64_t cols, int64_t kc, int16_t* dst) {
+// B block [cols rows of B (= output columns), kc] -> per 16-column panel, per k-pair p: 16 int16 pairs
+// (b[n, 2p], b[n, 2p+1]); columns past `cols` and the odd tail of k are zero. Pairs [p0, pairs) only.
+inline void pack_b_scalar(const int8_t* b, int64_t ldb, int64_t cols, int64_t kc, int64_t p0, int16_t* dst) {
   const int64_t pairs = (kc + 1) / 2;
   for (int64_t j0 = 0; j0 < cols; j0 += kNR) {
-    for (int64_t p = 0; p < pairs; ++p) {
+    int16_t* panel = dst + (j0 / kNR) * pairs * 2 * kNR;
+    for (int64_t p = p0; p < pairs; ++p)
       for (int64_t j = 0; j < kNR; ++j) {
         const int64_t col = j0 + j;
         int16_t lo = 0, hi = 0;
@@ -58,14 +53,39 @@ inline void pack_b(const int8_t* b, int64_t ldb, int64_t cols, int64_t kc, int16
           lo = br[2 * p];
           hi = (2 * p + 1 < kc) ? br[2 * p + 1] : int16_t(0);
         }
-        *dst++ = lo;
-        *dst++ = hi;
+        panel[p * 2 * kNR + 2 * j] = lo;
+        panel[p * 2 * kNR + 2 * j + 1] = hi;
+      }
+  }
+}
+
+inline float round_out(DType dt, float v) {
+  switch (dt) {
+    case DType::bf16: return bf16_to_f32(f32_to_bf16(v));
+    case DType::f16: return f16_to_f32(f32_to_f16(v));
+    default: return v;
+  }
+}
+
+// The epilogue of rows [i0, i0 + mr) x columns [j0, j0 + nr) from an int32 tile (row stride ldt),
+// element by element (the reference, and the vector path's edges).
+inline void epilogue_scalar(int64_t i0, int64_t mr, int64_t j0, int64_t nr, const int32_t* t, int64_t ldt,
+                            const Int8Epilogue& ep) {
+  for (int64_t r = 0; r < mr; ++r) {
+    const int64_t i = i0 + r;
+    const float sx = ep.row_scale[ep.per_tensor ? 0 : i];
+    for (int64_t j = 0; j < nr; ++j) {
+      float v = round_out(ep.out, float(t[r * ldt + j]) * sx) * ep.col_scale[j0 + j];
+      if (ep.bias) v += ep.bias[j0 + j];
+      const size_t at = size_t(i * ep.ldy + j0 + j);
+      switch (ep.out) {
+        case DType::bf16: static_cast<uint16_t*>(ep.y)[at] = f32_to_bf16(v); break;
+        case DType::f16: static_cast<uint16_t*>(ep.y)[at] = f32_to_f16(v); break;
+        default: static_cast<float*>(ep.y)[at] = v; break;
       }
     }
   }
 }
-
-inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
 }  // namespace diffq::backend::cpu::int8_gemm_detail
 #endif
@@ -74,18 +94,19 @@ HWY_BEFORE_NAMESPACE();
 namespace diffq::backend::cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+using namespace int8_gemm_detail;
 
-// acc(6 x 16 int32 tile at c, row stride ldc) (+)= packed A strip x packed B panel over `pairs`.
-// accumulate=false overwrites. Full tiles only; the caller handles edges through a scratch tile.
-void Int8Tile(const int16_t* ap, const int16_t* bp, int64_t pairs, int32_t* c, int64_t ldc, bool accumulate) {
+// out (6 x 16 int32, row stride 16) = [cin +] packed A strip x packed B panel over `pairs` k-pairs.
+// cin may be null (no partial sums yet) or equal to out.
+void Int8Tile(const int16_t* ap, const int16_t* bp, int64_t pairs, const int32_t* cin, int32_t* out) {
 #if HWY_TARGET == HWY_SCALAR
   // No int16 pairs in one-lane vectors: plain loops over the same packed layout.
   for (int r = 0; r < 6; ++r)
     for (int j = 0; j < 16; ++j) {
-      int32_t s = 0;
+      int32_t s = cin ? cin[r * 16 + j] : 0;
       for (int64_t p = 0; p < pairs; ++p)
         s += int32_t(ap[12 * p + 2 * r]) * bp[32 * p + 2 * j] + int32_t(ap[12 * p + 2 * r + 1]) * bp[32 * p + 2 * j + 1];
-      c[r * ldc + j] = (accumulate ? c[r * ldc + j] : 0) + s;
+      out[r * 16 + j] = s;
     }
 #else
   const hn::CappedTag<int32_t, 8> d32;
@@ -111,18 +132,16 @@ void Int8Tile(const int16_t* ap, const int16_t* bp, int64_t pairs, int32_t* c, i
       DIFFQ_I8_ROW(0) DIFFQ_I8_ROW(1) DIFFQ_I8_ROW(2) DIFFQ_I8_ROW(3) DIFFQ_I8_ROW(4) DIFFQ_I8_ROW(5)
 #undef DIFFQ_I8_ROW
     }
-    const V32 out[12] = {hn::RearrangeToOddPlusEven(c00, u00), hn::RearrangeToOddPlusEven(c01, u01),
+    const V32 res[12] = {hn::RearrangeToOddPlusEven(c00, u00), hn::RearrangeToOddPlusEven(c01, u01),
                          hn::RearrangeToOddPlusEven(c10, u10), hn::RearrangeToOddPlusEven(c11, u11),
                          hn::RearrangeToOddPlusEven(c20, u20), hn::RearrangeToOddPlusEven(c21, u21),
                          hn::RearrangeToOddPlusEven(c30, u30), hn::RearrangeToOddPlusEven(c31, u31),
                          hn::RearrangeToOddPlusEven(c40, u40), hn::RearrangeToOddPlusEven(c41, u41),
                          hn::RearrangeToOddPlusEven(c50, u50), hn::RearrangeToOddPlusEven(c51, u51)};
-    for (int r = 0; r < 6; ++r)
-      for (int v = 0; v < 2; ++v) {
-        int32_t* dst = c + r * ldc + 8 * v;
-        const V32 sum = accumulate ? hn::Add(out[2 * r + v], hn::LoadU(d32, dst)) : out[2 * r + v];
-        hn::StoreU(sum, d32, dst);
-      }
+    for (int i = 0; i < 12; ++i) {
+      const V32 sum = cin ? hn::Add(res[i], hn::LoadU(d32, cin + 8 * i)) : res[i];
+      hn::StoreU(sum, d32, out + 8 * i);
+    }
   } else {
     constexpr size_t kV = 16 / kL;  // vectors per 16-column panel row
     static_assert(kV * kL == 16, "lane count must divide 16");
@@ -143,13 +162,120 @@ void Int8Tile(const int16_t* ap, const int16_t* bp, int64_t pairs, int32_t* c, i
     for (int r = 0; r < 6; ++r) {
       for (size_t v = 0; v < kV; ++v) {
         V32 sum = hn::RearrangeToOddPlusEven(s0[r][v], s1[r][v]);
-        int32_t* dst = c + r * ldc + kL * v;
-        if (accumulate) sum = hn::Add(sum, hn::LoadU(d32, dst));
-        hn::StoreU(sum, d32, dst);
+        if (cin) sum = hn::Add(sum, hn::LoadU(d32, cin + r * 16 + kL * v));
+        hn::StoreU(sum, d32, out + r * 16 + kL * v);
       }
     }
   }
 #endif
+}
+
+#if HWY_TARGET != HWY_SCALAR
+// In-register transpose of an 8 x 8 int32 matrix (8-lane vectors with 128-bit blocks).
+template <class D, class V>
+HWY_INLINE void Transpose8x8(D d, V (&r)[8]) {
+  const hn::Repartition<int64_t, D> d64;
+  auto lo64 = [&](V a, V b) { return hn::BitCast(d, hn::InterleaveLower(d64, hn::BitCast(d64, a), hn::BitCast(d64, b))); };
+  auto hi64 = [&](V a, V b) { return hn::BitCast(d, hn::InterleaveUpper(d64, hn::BitCast(d64, a), hn::BitCast(d64, b))); };
+  const V t0 = hn::InterleaveLower(d, r[0], r[1]), t1 = hn::InterleaveUpper(d, r[0], r[1]);
+  const V t2 = hn::InterleaveLower(d, r[2], r[3]), t3 = hn::InterleaveUpper(d, r[2], r[3]);
+  const V t4 = hn::InterleaveLower(d, r[4], r[5]), t5 = hn::InterleaveUpper(d, r[4], r[5]);
+  const V t6 = hn::InterleaveLower(d, r[6], r[7]), t7 = hn::InterleaveUpper(d, r[6], r[7]);
+  const V u0 = lo64(t0, t2), u1 = hi64(t0, t2), u2 = lo64(t1, t3), u3 = hi64(t1, t3);
+  const V u4 = lo64(t4, t6), u5 = hi64(t4, t6), u6 = lo64(t5, t7), u7 = hi64(t5, t7);
+  r[0] = hn::ConcatLowerLower(d, u4, u0);
+  r[1] = hn::ConcatLowerLower(d, u5, u1);
+  r[2] = hn::ConcatLowerLower(d, u6, u2);
+  r[3] = hn::ConcatLowerLower(d, u7, u3);
+  r[4] = hn::ConcatUpperUpper(d, u4, u0);
+  r[5] = hn::ConcatUpperUpper(d, u5, u1);
+  r[6] = hn::ConcatUpperUpper(d, u6, u2);
+  r[7] = hn::ConcatUpperUpper(d, u7, u3);
+}
+#endif
+
+// pack_b_scalar's layout, the full 16-deep chunks by vectors: per panel, 16 B rows of 16 int8 widened to
+// int16 (8 pairs each) and transposed as two 8 x 8 int32 blocks (rows 0-7 and 8-15 of each pair).
+void Int8PackB(const int8_t* b, int64_t ldb, int64_t cols, int64_t kc, int16_t* dst) {
+  int64_t done_pairs = 0;
+#if HWY_TARGET != HWY_SCALAR
+  const hn::CappedTag<int32_t, 8> d32;
+  if constexpr (hn::MaxLanes(d32) == 8) {
+    const hn::Repartition<int16_t, decltype(d32)> d16;
+    const hn::Rebind<int8_t, decltype(d16)> d8;
+    using V = hn::Vec<decltype(d32)>;
+    static const int8_t kZeros[16] = {};
+    const int64_t pairs = (kc + 1) / 2, chunks = kc / 16;
+    for (int64_t j0 = 0; j0 < cols; j0 += kNR) {
+      const int8_t* rows[16];
+      for (int64_t j = 0; j < kNR; ++j) rows[j] = j0 + j < cols ? b + (j0 + j) * ldb : nullptr;
+      int16_t* panel = dst + (j0 / kNR) * pairs * 2 * kNR;
+      for (int64_t ch = 0; ch < chunks; ++ch) {
+        V lo[8], hi[8];
+        for (int j = 0; j < 8; ++j) {
+          const int8_t* r0 = rows[j] ? rows[j] + 16 * ch : kZeros;
+          const int8_t* r1 = rows[j + 8] ? rows[j + 8] + 16 * ch : kZeros;
+          lo[j] = hn::BitCast(d32, hn::PromoteTo(d16, hn::LoadU(d8, r0)));
+          hi[j] = hn::BitCast(d32, hn::PromoteTo(d16, hn::LoadU(d8, r1)));
+        }
+        Transpose8x8(d32, lo);
+        Transpose8x8(d32, hi);
+        int16_t* out = panel + ch * 8 * 2 * kNR;
+        for (int q = 0; q < 8; ++q) {
+          hn::StoreU(hn::BitCast(d16, lo[q]), d16, out + q * 2 * kNR);
+          hn::StoreU(hn::BitCast(d16, hi[q]), d16, out + q * 2 * kNR + 16);
+        }
+      }
+    }
+    done_pairs = chunks * 8;
+  }
+#endif
+  pack_b_scalar(b, ldb, cols, kc, done_pairs, dst);
+}
+
+// The epilogue of one finished tile (row stride kNR) at rows [i0, i0 + mr), columns [j0, j0 + nr):
+// int32 copy to c without ep, else ep's scale / bias / cast (f32 and bf16 by vectors on full tiles).
+void Int8TileEpilogue(const int32_t* tile, int64_t i0, int64_t mr, int64_t j0, int64_t nr, const Int8Epilogue* ep,
+                  int32_t* c, int64_t ldc) {
+  if (!ep) {
+    for (int64_t r = 0; r < mr; ++r) std::memcpy(c + (i0 + r) * ldc + j0, tile + r * kNR, size_t(nr) * 4);
+    return;
+  }
+#if HWY_TARGET != HWY_SCALAR
+  const hn::CappedTag<float, 8> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const hn::Rebind<uint16_t, decltype(df)> du16;
+  constexpr int64_t kL = int64_t(hn::MaxLanes(df));
+  if (nr == kNR && (ep->out == DType::f32 || ep->out == DType::bf16)) {
+    const bool bf = ep->out == DType::bf16;
+    const auto bias = hn::Set(du, 0x7fffu), one = hn::Set(du, 1u), qnan = hn::Set(du, 0x7fc00000u);
+    const auto hi_mask = hn::Set(du, 0xffff0000u);
+    // f32_to_bf16's bits as a u32 (the bf16 in the upper half), NaN -> the canonical quiet NaN
+    auto bf_bits = [&](hn::Vec<decltype(df)> v) {
+      const auto u = hn::BitCast(du, v);
+      const auto r = hn::And(hn::Add(hn::Add(u, bias), hn::And(hn::ShiftRight<16>(u), one)), hi_mask);
+      return hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), qnan, r);
+    };
+    for (int64_t r = 0; r < mr; ++r) {
+      const int64_t i = i0 + r;
+      const auto sx = hn::Set(df, ep->row_scale[ep->per_tensor ? 0 : i]);
+      for (int64_t v0 = 0; v0 < kNR; v0 += kL) {
+        auto f = hn::Mul(hn::ConvertTo(df, hn::LoadU(di, tile + r * kNR + v0)), sx);
+        if (bf) f = hn::BitCast(df, bf_bits(f));
+        f = hn::Mul(f, hn::LoadU(df, ep->col_scale + j0 + v0));
+        if (ep->bias) f = hn::Add(f, hn::LoadU(df, ep->bias + j0 + v0));
+        const size_t at = size_t(i * ep->ldy + j0 + v0);
+        if (bf)
+          hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, hn::ShiftRight<16>(bf_bits(f)))), du16, static_cast<uint16_t*>(ep->y) + at);
+        else
+          hn::StoreU(f, df, static_cast<float*>(ep->y) + at);
+      }
+    }
+    return;
+  }
+#endif
+  epilogue_scalar(i0, mr, j0, nr, tile, kNR, *ep);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -160,6 +286,8 @@ HWY_AFTER_NAMESPACE();
 namespace diffq::backend::cpu {
 
 HWY_EXPORT(Int8Tile);
+HWY_EXPORT(Int8PackB);
+HWY_EXPORT(Int8TileEpilogue);
 
 using namespace int8_gemm_detail;
 
@@ -173,47 +301,118 @@ void gemm_s8s8s32_reference(int64_t m, int64_t n, int64_t k, const int8_t* a, in
     }
 }
 
-void gemm_s8s8s32(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const int8_t* b,
-                  int64_t ldb, int32_t* c, int64_t ldc) {
-  if (m <= 0 || n <= 0) return;
-  if (k <= 0) {
-    for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0);
-    return;
+void int8_epilogue_reference(int64_t m, int64_t n, const int32_t* c, int64_t ldc, const Int8Epilogue& ep) {
+  epilogue_scalar(0, m, 0, n, c, ldc, ep);
+}
+
+void pack_a_row_s16(const int16_t* row, int64_t k, int16_t* strip, int64_t r) {
+  const int64_t full = k / 2;
+  for (int64_t p = 0; p < full; ++p) std::memcpy(strip + p * 2 * kMR + 2 * r, row + 2 * p, 4);
+  if (k % 2) {
+    const int16_t last[2] = {row[k - 1], 0};
+    std::memcpy(strip + full * 2 * kMR + 2 * r, last, 4);
   }
+}
+
+void pack_a_s8(int64_t m, int64_t k, const int8_t* a, int64_t lda, int16_t* dst) {
+  const int64_t strips = (m + kMR - 1) / kMR, se = int8_packed_strip_elems(k);
+  parallel_for(strips, 16, [&](int64_t s0, int64_t s1) {
+    thread_local std::vector<int16_t> row;
+    row.assign(size_t(k), 0);
+    for (int64_t s = s0; s < s1; ++s)
+      for (int64_t r = 0; r < kMR; ++r) {
+        const int64_t i = s * kMR + r;
+        if (i < m)
+          for (int64_t p = 0; p < k; ++p) row[size_t(p)] = a[i * lda + p];
+        else
+          std::fill(row.begin(), row.end(), int16_t(0));
+        pack_a_row_s16(row.data(), k, dst + s * se, r);
+      }
+  });
+}
+
+namespace {
+
+// One thread's share: A strips [s0, s1) x B panels [q0, q1), all of K.
+void run_part(int64_t m, int64_t n, int64_t k, const int16_t* ap, const int8_t* b, int64_t ldb, int32_t* c,
+              int64_t ldc, const Int8Epilogue* ep, int64_t s0, int64_t s1, int64_t q0, int64_t q1) {
   const auto tile = HWY_DYNAMIC_DISPATCH(Int8Tile);
-  const int64_t mt = (m + kMc - 1) / kMc, nt = (n + kNc - 1) / kNc;
-  parallel_for(mt * nt, 1, [&](int64_t t0, int64_t t1) {
-    thread_local std::vector<int16_t> apack, bpack;
-    apack.resize(size_t(kMc * round_up(kKc, 2)));
-    bpack.resize(size_t(kNc * round_up(kKc, 2)));
-    int32_t scratch[kMR * kNR];
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t i0 = (t / nt) * kMc, j0 = (t % nt) * kNc;
-      const int64_t mc = std::min(kMc, m - i0), nc = std::min(kNc, n - j0);
-      for (int64_t k0 = 0; k0 < k; k0 += kKc) {
-        const int64_t kc = std::min(kKc, k - k0), pairs = (kc + 1) / 2;
-        pack_a(a + i0 * lda + k0, lda, mc, kc, apack.data());
-        pack_b(b + j0 * ldb + k0, ldb, nc, kc, bpack.data());
-        const bool acc = k0 > 0;
-        for (int64_t jj = 0; jj < nc; jj += kNR) {
-          const int16_t* bp = bpack.data() + (jj / kNR) * pairs * 2 * kNR;
-          const int64_t nr = std::min(kNR, nc - jj);
-          for (int64_t ii = 0; ii < mc; ii += kMR) {
-            const int16_t* ap = apack.data() + (ii / kMR) * pairs * 2 * kMR;
-            const int64_t mr = std::min(kMR, mc - ii);
-            int32_t* cp = c + (i0 + ii) * ldc + j0 + jj;
-            if (mr == kMR && nr == kNR) {
-              tile(ap, bp, pairs, cp, ldc, acc);
-            } else {
-              tile(ap, bp, pairs, scratch, kNR, false);
-              for (int64_t r = 0; r < mr; ++r)
-                for (int64_t j = 0; j < nr; ++j) cp[r * ldc + j] = (acc ? cp[r * ldc + j] : 0) + scratch[r * kNR + j];
-            }
+  const auto pack_b = HWY_DYNAMIC_DISPATCH(Int8PackB);
+  const auto epilogue = HWY_DYNAMIC_DISPATCH(Int8TileEpilogue);
+  thread_local std::vector<int16_t> bbuf;
+  thread_local std::vector<int32_t> cbuf;
+  const int64_t se = int8_packed_strip_elems(k), strips = s1 - s0;
+  const int64_t kb = k_block(k);
+  bbuf.resize(size_t(kNcPanels * kNR * kb));
+  if (k > kb) cbuf.resize(std::max(cbuf.size(), size_t(strips * kNcPanels * kTile)));
+  alignas(64) int32_t scratch[kTile];
+  for (int64_t qb = q0; qb < q1; qb += kNcPanels) {
+    const int64_t np = std::min(kNcPanels, q1 - qb), j0 = qb * kNR, nc = std::min(np * kNR, n - j0);
+    for (int64_t k0 = 0; k0 < k; k0 += kb) {
+      const int64_t kc = std::min(kb, k - k0), pairs = (kc + 1) / 2;
+      const bool first = k0 == 0, last = k0 + kc >= k;
+      pack_b(b + j0 * ldb + k0, ldb, nc, kc, bbuf.data());
+      // The A strip slice stays in L1 across the block's panels; the panels stream from L2.
+      for (int64_t s = s0; s < s1; ++s) {
+        const int16_t* as = ap + s * se + k0 * kMR;  // k0 / 2 pairs of 2 * kMR int16
+        for (int64_t q = 0; q < np; ++q) {
+          const int16_t* bp = bbuf.data() + q * pairs * 2 * kNR;
+          const int64_t jq = j0 + q * kNR, nr = std::min(kNR, n - jq);
+          int32_t* part = k > kb ? cbuf.data() + ((s - s0) * np + q) * kTile : nullptr;
+          const int32_t* cin = first ? nullptr : part;
+          if (!last) {
+            tile(as, bp, pairs, cin, part);
+          } else {
+            tile(as, bp, pairs, cin, scratch);
+            epilogue(scratch, s * kMR, std::min(kMR, m - s * kMR), jq, nr, ep, c, ldc);
           }
         }
       }
     }
+  }
+}
+
+}  // namespace
+
+void gemm_s8s8_packed(int64_t m, int64_t n, int64_t k, const int16_t* a_packed, const int8_t* b, int64_t ldb,
+                      int32_t* c, int64_t ldc, const Int8Epilogue* ep) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {
+    const std::vector<int32_t> zeros(size_t(n), 0);
+    for (int64_t i = 0; i < m; ++i) {
+      if (ep)
+        epilogue_scalar(i, 1, 0, n, zeros.data(), 0, *ep);
+      else
+        std::fill(c + i * ldc, c + i * ldc + n, 0);
+    }
+    return;
+  }
+  // run_part holds dispatched function pointers across thousands of tile calls. Taken before Highway has
+  // chosen a target they would be its first-call trampoline, which re-detects the CPU (CPUID, a VM exit
+  // under virtualisation) on every call: choose the target first.
+  hwy::ChosenTarget& chosen = hwy::GetChosenTarget();
+  if (!chosen.IsInitialized()) chosen.Update(hwy::SupportedTargets());
+  const int64_t strips = (m + kMR - 1) / kMR, panels = (n + kNR - 1) / kNR;
+  // Threads split the columns (each widens only its own B panels); rows too when columns run short.
+  int64_t threads = in_parallel_region() ? 1 : num_threads();
+  if (double(m) * double(n) * double(k) < 1 << 18) threads = 1;
+  const int64_t tn = std::min(threads, panels), tm = std::min(std::max<int64_t>(1, threads / tn), strips);
+  parallel_for(tn * tm, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t im = t / tn, in = t % tn;
+      run_part(m, n, k, a_packed, b, ldb, c, ldc, ep, strips * im / tm, strips * (im + 1) / tm, panels * in / tn,
+               panels * (in + 1) / tn);
+    }
   });
+}
+
+void gemm_s8s8s32(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const int8_t* b,
+                  int64_t ldb, int32_t* c, int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  thread_local std::vector<int16_t> apack;
+  apack.resize(int8_packed_a_elems(m, std::max<int64_t>(k, 0)));
+  if (k > 0) pack_a_s8(m, k, a, lda, apack.data());
+  gemm_s8s8_packed(m, n, k, apack.data(), b, ldb, c, ldc, nullptr);
 }
 
 }  // namespace diffq::backend::cpu

@@ -4,6 +4,7 @@
 #include <cfloat>
 #include <cmath>
 
+#include "backend/cpu/int8_act_quant.h"
 #include "backend/cpu/int8_gemm.h"
 #include "backend/cpu/threads.h"
 #include "diffq/error.h"
@@ -60,40 +61,85 @@ Tensor int8_dynamic_linear(const Tensor& x, const Tensor& bias, const AffineInt8
   check(w.block_cols() == k, "torchao.int8dq", "weight scale must be per row or per tensor, got block_size [",
         w.block_rows(), ", ", w.block_cols(), "]");
   if (bias.defined()) check(bias.dim() == 1 && bias.shape()[0] == n, "torchao.int8dq", "bias must be [", n, "]");
-  const DType dt = x.dtype();
-  const Tensor xf = x.to(DType::f32).contiguous();
-  const int64_t m = xf.numel() / std::max<int64_t>(k, 1);
-  std::vector<int8_t> q(size_t(m * k));
-  std::vector<float> xs;
-  const bool per_tensor = w.act_granularity()->type == Granularity::PerTensor;
-  quantize_activations_int8(xf.data<float>(), m, k, dt, per_tensor, q.data(), xs);
-  std::vector<int32_t> c(size_t(m * n));
-  cpu::gemm_s8s8s32(m, n, k, q.data(), k, w.qdata().data<int8_t>(), k, c.data(), n);
-
-  std::vector<float> ws(static_cast<size_t>(n)), bv;
+  // Per-call buffers are kept per calling thread (no heap traffic in the steady state).
+  thread_local std::vector<float> ws, bv, xs, mins, maxs;
+  thread_local std::vector<int16_t> apack;
+  ws.resize(size_t(n));
   for (int64_t j = 0; j < n; ++j) {
     ws[size_t(j)] = w.scale_at(j, 0);
     check(w.zero_at(j, 0) == 0, "torchao.int8dq", "weight row ", j, " has zero_point ", w.zero_at(j, 0),
           " (the dynamic int8 linear needs a symmetric weight)");
   }
-  if (bias.defined()) bv = bias.to_f32_vector();
+  const DType dt = x.dtype();
+  // f32 and bf16 rows are read in place; f16 is widened first (exact either way).
+  const Tensor xc = dt == DType::f16 ? x.to(DType::f32).contiguous() : x.contiguous();
+  const DType src = xc.dtype();
+  const size_t esize = src == DType::bf16 ? 2 : 4;
+  const auto* xp = static_cast<const uint8_t*>(xc.data_ptr());
+  const int64_t m = xc.numel() / std::max<int64_t>(k, 1);
+  const bool per_tensor = w.act_granularity()->type == Granularity::PerTensor;
+  auto params = [&](float mn, float mx) {
+    return choose_qparams(mn, mx, MappingType::Symmetric, -128, 127, FLT_EPSILON, dt).scale;
+  };
+  auto row = [&](int64_t i) -> const void* { return xp + size_t(i * k) * esize; };
+
+  // Activations -> packed A (strips of 6 rows), scales per token or per tensor.
+  const int64_t strips = (m + cpu::kInt8StripRows - 1) / cpu::kInt8StripRows, se = cpu::int8_packed_strip_elems(k);
+  apack.resize(cpu::int8_packed_a_elems(m, k));
+  xs.resize(per_tensor ? 1 : size_t(m));
+  // (thread_local names inside the parallel bodies would be the workers' own: use these pointers)
+  int16_t* const ap = apack.data();
+  float* const xsp = xs.data();
+  if (per_tensor) {
+    mins.resize(size_t(m));
+    maxs.resize(size_t(m));
+    float* const mnp = mins.data();
+    float* const mxp = maxs.data();
+    cpu::parallel_for(m, 8, [&](int64_t a, int64_t b) {
+      for (int64_t i = a; i < b; ++i) cpu::int8_row_min_max(row(i), src, k, mnp + i, mxp + i);
+    });
+    float mn = INFINITY, mx = -INFINITY;
+    for (int64_t i = 0; i < m; ++i) mn = std::min(mn, mnp[i]), mx = std::max(mx, mxp[i]);
+    xsp[0] = params(mn, mx);
+  }
+  cpu::parallel_for(strips, 2, [&](int64_t s0, int64_t s1) {
+    for (int64_t s = s0; s < s1; ++s)
+      for (int64_t r = 0; r < cpu::kInt8StripRows; ++r) {
+        const int64_t i = s * cpu::kInt8StripRows + r;
+        int16_t* strip = ap + s * se;
+        if (i >= m) {
+          cpu::int8_quantize_row_packed(nullptr, src, k, 0.0f, strip, r);
+          continue;
+        }
+        if (!per_tensor) {
+          float mn, mx;
+          cpu::int8_row_min_max(row(i), src, k, &mn, &mx);
+          xsp[i] = params(mn, mx);
+        }
+        const float recip = reciprocal_in(DType::f32, xsp[per_tensor ? 0 : i]);
+        cpu::int8_quantize_row_packed(row(i), src, k, recip, strip, r);
+      }
+  });
+
+  // int8 GEMM with the scale / bias / cast epilogue fused into its tile stores.
+  if (bias.defined()) {
+    bv.resize(size_t(n));
+    const Tensor bf = bias.to(DType::f32).contiguous();
+    std::copy(bf.data<float>(), bf.data<float>() + n, bv.begin());
+  }
   Shape out_shape = x.shape();
   out_shape.back() = n;
-  Tensor y = Tensor::empty(out_shape, DType::f32);
-  float* yp = y.data<float>();
-  cpu::parallel_for(m, 16, [&](int64_t a, int64_t b) {
-    for (int64_t r = a; r < b; ++r) {
-      const float sx = xs[per_tensor ? 0 : size_t(r)];
-      const int32_t* cr = c.data() + r * n;
-      float* yr = yp + r * n;
-      for (int64_t j = 0; j < n; ++j) {
-        float t = round_to(dt, float(cr[j]) * sx) * ws[size_t(j)];
-        if (!bv.empty()) t += bv[size_t(j)];
-        yr[j] = round_to(dt, t);
-      }
-    }
-  });
-  return dt == DType::f32 ? y : y.to(dt);
+  Tensor y = Tensor::empty(out_shape, dt);
+  cpu::Int8Epilogue ep;
+  ep.row_scale = xs.data();
+  ep.per_tensor = per_tensor;
+  ep.col_scale = ws.data();
+  ep.bias = bias.defined() ? bv.data() : nullptr;
+  ep.out = dt;
+  ep.y = y.data_ptr();
+  ep.ldy = n;
+  cpu::gemm_s8s8_packed(m, n, k, apack.data(), w.qdata().data<int8_t>(), k, nullptr, 0, &ep);
+  return y;
 }
 
 }  // namespace diffq::quant::torchao

@@ -1,0 +1,132 @@
+// Highway row kernels of int8 activation quantization (see int8_act_quant.h) and their scalar
+// references. Every vector lane does the reference's float operations (one f32 product, round half to
+// even, clamp), so the codes are bit-identical.
+#include "backend/cpu/hwy_config.h"
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "backend/cpu/int8_act_quant.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "backend/cpu/int8_act_quant.h"
+#include "backend/cpu/int8_gemm.h"
+
+#ifndef DIFFQ_INT8_ACT_QUANT_ONCE
+#define DIFFQ_INT8_ACT_QUANT_ONCE
+namespace diffq::backend::cpu::int8_act_detail {
+
+inline float load_one(const void* x, DType src, int64_t i) {
+  return src == DType::bf16 ? bf16_to_f32(static_cast<const uint16_t*>(x)[i]) : static_cast<const float*>(x)[i];
+}
+
+inline int8_t quantize_one(float x, float recip) {
+  float v = std::nearbyint(x * recip);
+  v = std::min(std::max(v, -128.0f), 127.0f);
+  return std::isnan(v) ? int8_t(0) : int8_t(v);
+}
+
+}  // namespace diffq::backend::cpu::int8_act_detail
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace diffq::backend::cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using namespace int8_act_detail;
+
+template <class D>
+HWY_INLINE hn::Vec<D> LoadF32(D df, const void* x, DType src, int64_t i) {
+  if (src == DType::bf16) {
+    const hn::RebindToUnsigned<D> du;
+    const hn::Rebind<uint16_t, D> du16;
+    const auto h = hn::PromoteTo(du, hn::LoadU(du16, static_cast<const uint16_t*>(x) + i));
+    return hn::BitCast(df, hn::ShiftLeft<16>(h));
+  }
+  return hn::LoadU(df, static_cast<const float*>(x) + i);
+}
+
+void Int8RowMinMax(const void* x, DType src, int64_t k, float* mn_out, float* mx_out) {
+  const hn::ScalableTag<float> df;
+  const int64_t L = int64_t(hn::Lanes(df));
+  auto mn = hn::Set(df, INFINITY), mx = hn::Set(df, -INFINITY);
+  int64_t c = 0;
+  for (; c + L <= k; c += L) {
+    const auto v = LoadF32(df, x, src, c);
+    mn = hn::IfThenElse(hn::Lt(v, mn), v, mn);  // std::min(mn, v)
+    mx = hn::IfThenElse(hn::Lt(mx, v), v, mx);  // std::max(mx, v)
+  }
+  HWY_ALIGN float lmn[hn::MaxLanes(df)], lmx[hn::MaxLanes(df)];
+  hn::Store(mn, df, lmn);
+  hn::Store(mx, df, lmx);
+  float a = INFINITY, b = -INFINITY;
+  for (int64_t l = 0; l < L; ++l) a = std::min(a, lmn[l]), b = std::max(b, lmx[l]);
+  for (; c < k; ++c) {
+    const float v = load_one(x, src, c);
+    a = std::min(a, v), b = std::max(b, v);
+  }
+  *mn_out = a;
+  *mx_out = b;
+}
+
+// Codes of x[0, k) as int16 into q (k entries).
+void Int8QuantizeRow(const void* x, DType src, int64_t k, float recip, int16_t* q) {
+  const hn::CappedTag<float, 8> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<int16_t, decltype(df)> d16;
+  const int64_t L = int64_t(hn::Lanes(df));
+  const auto r = hn::Set(df, recip), lo = hn::Set(df, -128.0f), hi = hn::Set(df, 127.0f);
+  int64_t c = 0;
+  for (; c + L <= k; c += L) {
+    auto v = hn::Round(hn::Mul(LoadF32(df, x, src, c), r));
+    v = hn::IfThenZeroElse(hn::IsNaN(v), v);
+    v = hn::Min(hn::Max(v, lo), hi);
+    hn::StoreU(hn::DemoteTo(d16, hn::ConvertTo(di, v)), d16, q + c);
+  }
+  for (; c < k; ++c) q[c] = quantize_one(load_one(x, src, c), recip);
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace diffq::backend::cpu
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace diffq::backend::cpu {
+
+HWY_EXPORT(Int8RowMinMax);
+HWY_EXPORT(Int8QuantizeRow);
+
+using namespace int8_act_detail;
+
+void int8_row_min_max(const void* x, DType src, int64_t k, float* mn, float* mx) {
+  HWY_DYNAMIC_DISPATCH(Int8RowMinMax)(x, src, k, mn, mx);
+}
+
+void int8_row_min_max_reference(const void* x, DType src, int64_t k, float* mn, float* mx) {
+  float a = INFINITY, b = -INFINITY;
+  for (int64_t c = 0; c < k; ++c) {
+    const float v = load_one(x, src, c);
+    a = std::min(a, v), b = std::max(b, v);
+  }
+  *mn = a;
+  *mx = b;
+}
+
+void int8_quantize_row_packed(const void* x, DType src, int64_t k, float recip, int16_t* strip, int64_t r) {
+  thread_local std::vector<int16_t> row;
+  row.resize(size_t(k));
+  if (x)
+    HWY_DYNAMIC_DISPATCH(Int8QuantizeRow)(x, src, k, recip, row.data());
+  else
+    std::fill(row.begin(), row.end(), int16_t(0));
+  pack_a_row_s16(row.data(), k, strip, r);
+}
+
+void int8_quantize_row_reference(const void* x, DType src, int64_t k, float recip, int8_t* q) {
+  for (int64_t c = 0; c < k; ++c) q[c] = quantize_one(load_one(x, src, c), recip);
+}
+
+}  // namespace diffq::backend::cpu
+#endif

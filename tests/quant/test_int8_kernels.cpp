@@ -1,0 +1,212 @@
+// The int8 dynamic linear's kernels against their scalar references, bit for bit: the packed-A GEMM
+// at tile / block edges (m, n, k not multiples of 6 / 16 / the 512-deep block, odd k, m = 1, the row
+// split when columns run short), the packed A layout, the fused scale / bias / cast epilogue against
+// int32 C + the reference epilogue, the activation min / max and quantization rows, and the whole
+// torchao int8dq linear against the unfused composition (scalar quantization, scalar GEMM, scalar
+// epilogue) for f32 / bf16 / f16 inputs, per-token and per-tensor scales, with and without bias.
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <tuple>
+#include <vector>
+
+#include "backend/cpu/int8_act_quant.h"
+#include "backend/cpu/int8_gemm.h"
+#include "backend/cpu/threads.h"
+#include "core/random.h"
+#include "ops/ops.h"
+#include "quant/torchao/affine.h"
+#include "quant/torchao/affine_int8_weight.h"
+#include "quant/torchao/int8_dynamic_linear.h"
+
+namespace {
+
+using namespace diffq;
+namespace cpu = diffq::backend::cpu;
+namespace tao = diffq::quant::torchao;
+
+std::vector<int8_t> random_s8(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> dist(-128, 127);
+  std::vector<int8_t> v(n);
+  for (auto& x : v) x = int8_t(dist(rng));
+  return v;
+}
+
+struct ThreadsGuard {
+  explicit ThreadsGuard(int n) { cpu::set_num_threads(n); }
+  ~ThreadsGuard() { cpu::set_num_threads(0); }
+};
+
+TEST(Int8Kernels, PackedALayout) {
+  for (auto [m, k] : {std::pair<int64_t, int64_t>{1, 1}, {7, 5}, {13, 34}}) {
+    const auto a = random_s8(size_t(m * (k + 2)), uint32_t(m + k));
+    std::vector<int16_t> p(cpu::int8_packed_a_elems(m, k), 99);
+    cpu::pack_a_s8(m, k, a.data(), k + 2, p.data());
+    const int64_t pairs = (k + 1) / 2;
+    for (int64_t s = 0; s < (m + 5) / 6; ++s)
+      for (int64_t q = 0; q < pairs; ++q)
+        for (int64_t r = 0; r < 6; ++r)
+          for (int64_t h = 0; h < 2; ++h) {
+            const int64_t i = 6 * s + r, c = 2 * q + h;
+            const int16_t want = (i < m && c < k) ? a[size_t(i * (k + 2) + c)] : 0;
+            ASSERT_EQ(p[size_t(s * pairs * 12 + q * 12 + r * 2 + h)], want) << m << "x" << k << " " << i << "," << c;
+          }
+  }
+}
+
+TEST(Int8Kernels, PackedGemmMatchesReferenceAtEdges) {
+  for (int threads : {1, 2}) {
+    ThreadsGuard tg(threads);
+    for (int64_t m : {1, 6, 7, 37})
+      for (int64_t n : {1, 16, 17, 40, 257, 300})
+        for (int64_t k : {1, 2, 15, 16, 33, 512, 513, 1030}) {
+          if (m * n * k > 4'000'000) continue;
+          const auto a = random_s8(size_t(m * k), uint32_t(m * 7 + n * 3 + k));
+          const auto b = random_s8(size_t(n * (k + 1)), uint32_t(m + n * 5 + k * 11));
+          std::vector<int16_t> ap(cpu::int8_packed_a_elems(m, k));
+          cpu::pack_a_s8(m, k, a.data(), k, ap.data());
+          std::vector<int32_t> c(size_t(m * (n + 1)), -7), ref(size_t(m * (n + 1)), -7);
+          cpu::gemm_s8s8_packed(m, n, k, ap.data(), b.data(), k + 1, c.data(), n + 1, nullptr);
+          cpu::gemm_s8s8s32_reference(m, n, k, a.data(), k, b.data(), k + 1, ref.data(), n + 1);
+          ASSERT_EQ(c, ref) << "threads=" << threads << " m=" << m << " n=" << n << " k=" << k;
+        }
+  }
+}
+
+// Fused epilogue == int32 C then the reference epilogue, for every output dtype, bias or not, scales per
+// row or per tensor, including scales that overflow to inf and make NaN (inf * 0).
+TEST(Int8Kernels, FusedEpilogueEqualsUnfused) {
+  ThreadsGuard tg(2);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{37, 50, 1030}, {13, 64, 96}, {1, 33, 7}, {12, 300, 515}})
+    for (DType out : {DType::f32, DType::bf16, DType::f16})
+      for (bool per_tensor : {false, true})
+        for (bool with_bias : {false, true}) {
+          const auto a = random_s8(size_t(m * k), 1), b = random_s8(size_t(n * k), 2);
+          std::vector<float> rs(static_cast<size_t>(m)), cs(static_cast<size_t>(n)), bias(static_cast<size_t>(n));
+          // powers of two in half the rows / columns: exact products, so bf16 / f16 rounding ties occur
+          for (size_t i = 0; i < rs.size(); ++i) rs[i] = i % 2 ? std::ldexp(1.0f, -int(i % 7)) : std::ldexp(u(rng), -9);
+          for (size_t j = 0; j < cs.size(); ++j) cs[j] = j % 2 ? std::ldexp(-1.0f, -int(j % 5)) : std::ldexp(u(rng), -7);
+          for (auto& v : bias) v = u(rng);
+          rs[0] = 3e38f;  // row 0 overflows to +-inf ...
+          cs[size_t(n - 1)] = 0.0f;  // ... and inf * 0 = NaN in the last column
+          std::vector<int16_t> ap(cpu::int8_packed_a_elems(m, k));
+          cpu::pack_a_s8(m, k, a.data(), k, ap.data());
+          std::vector<int32_t> c(size_t(m * n));
+          cpu::gemm_s8s8_packed(m, n, k, ap.data(), b.data(), k, c.data(), n, nullptr);
+          const size_t es = out == DType::f32 ? 4 : 2;
+          std::vector<uint8_t> fused(size_t(m * n) * es), ref(size_t(m * n) * es);
+          cpu::Int8Epilogue ep;
+          ep.row_scale = rs.data();
+          ep.per_tensor = per_tensor;
+          ep.col_scale = cs.data();
+          ep.bias = with_bias ? bias.data() : nullptr;
+          ep.out = out;
+          ep.ldy = n;
+          ep.y = ref.data();
+          cpu::int8_epilogue_reference(m, n, c.data(), n, ep);
+          ep.y = fused.data();
+          cpu::gemm_s8s8_packed(m, n, k, ap.data(), b.data(), k, nullptr, 0, &ep);
+          ASSERT_EQ(std::memcmp(fused.data(), ref.data(), fused.size()), 0)
+              << "m=" << m << " n=" << n << " k=" << k << " out=" << dtype_name(out) << " per_tensor=" << per_tensor
+              << " bias=" << with_bias;
+        }
+}
+
+std::vector<float> special_row(int64_t k, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+  std::vector<float> x(static_cast<size_t>(k));
+  for (auto& v : x) v = u(rng);
+  const float specials[] = {NAN, INFINITY, -INFINITY, -0.0f, 0.0f, 2.5f, -2.5f, 3.5f, 0.5f, -0.5f, 1e30f, -1e30f};
+  for (size_t i = 0; i < x.size(); i += 3) x[i] = specials[(i / 3 + seed) % 12];
+  return x;
+}
+
+TEST(Int8Kernels, ActivationRowsMatchReference) {
+  for (int64_t k : {1, 3, 7, 8, 9, 16, 31, 64, 100}) {
+    const auto xf = special_row(k, uint32_t(k));
+    std::vector<uint16_t> xb(static_cast<size_t>(k));
+    for (int64_t i = 0; i < k; ++i) xb[size_t(i)] = f32_to_bf16(xf[size_t(i)]);
+    for (DType src : {DType::f32, DType::bf16}) {
+      const void* x = src == DType::f32 ? static_cast<const void*>(xf.data()) : xb.data();
+      float mn, mx, rmn, rmx;
+      cpu::int8_row_min_max(x, src, k, &mn, &mx);
+      cpu::int8_row_min_max_reference(x, src, k, &rmn, &rmx);
+      EXPECT_EQ(mn, rmn) << k;
+      EXPECT_EQ(mx, rmx) << k;
+      for (float recip : {1.0f, 10.0f, 0.37f}) {  // 1.0: the .5 values round half to even
+        std::vector<int8_t> q(static_cast<size_t>(k));
+        cpu::int8_quantize_row_reference(x, src, k, recip, q.data());
+        std::vector<int16_t> strip(size_t(cpu::int8_packed_strip_elems(k)), 77);
+        for (int64_t r = 0; r < 6; ++r) cpu::int8_quantize_row_packed(r == 4 ? x : nullptr, src, k, recip, strip.data(), r);
+        for (int64_t c = 0; c < (k + 1) / 2 * 2; ++c) {
+          const int16_t want = c < k ? q[size_t(c)] : 0;
+          ASSERT_EQ(strip[size_t((c / 2) * 12 + 4 * 2 + c % 2)], want) << "k=" << k << " c=" << c << " recip=" << recip;
+          ASSERT_EQ(strip[size_t((c / 2) * 12 + 1 * 2 + c % 2)], 0);
+        }
+      }
+    }
+  }
+  // The reference's own rounding: half to even, clamp, NaN -> 0.
+  const float x[] = {2.5f, 3.5f, -2.5f, 300.0f, -300.0f, NAN, INFINITY};
+  int8_t q[7];
+  cpu::int8_quantize_row_reference(x, DType::f32, 7, 1.0f, q);
+  const int8_t want[] = {2, 4, -2, 127, -128, 0, 127};
+  for (int i = 0; i < 7; ++i) EXPECT_EQ(q[i], want[i]) << i;
+}
+
+// The whole linear against the unfused scalar composition it replaced.
+Tensor unfused_linear(const Tensor& x, const Tensor& bias, const tao::AffineInt8Weight& w) {
+  const int64_t n = w.shape()[0], k = w.shape()[1];
+  const DType dt = x.dtype();
+  const Tensor xf = x.to(DType::f32).contiguous();
+  const int64_t m = xf.numel() / k;
+  const bool per_tensor = w.act_granularity()->type == tao::Granularity::PerTensor;
+  std::vector<int8_t> q(size_t(m * k));
+  std::vector<float> xs;
+  tao::quantize_activations_int8(xf.data<float>(), m, k, dt, per_tensor, q.data(), xs);
+  std::vector<int32_t> c(size_t(m * n));
+  cpu::gemm_s8s8s32_reference(m, n, k, q.data(), k, w.qdata().data<int8_t>(), k, c.data(), n);
+  const std::vector<float> bv = bias.defined() ? bias.to_f32_vector() : std::vector<float>{};
+  std::vector<float> y(size_t(m * n));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      float t = tao::round_to(dt, float(c[size_t(i * n + j)]) * xs[per_tensor ? 0 : size_t(i)]) * w.scale_at(j, 0);
+      if (!bv.empty()) t += bv[size_t(j)];
+      y[size_t(i * n + j)] = tao::round_to(dt, t);
+    }
+  Shape shape = x.shape();
+  shape.back() = n;
+  return Tensor::from_vector(y, shape, DType::f32).to(dt);
+}
+
+TEST(Int8Kernels, DynamicLinearEqualsUnfusedComposition) {
+  ThreadsGuard tg(2);
+  Generator g(3);
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{37, 50, 1030}, {1, 40, 515}, {14, 300, 64}})
+    for (DType dt : {DType::f32, DType::bf16, DType::f16})
+      for (auto act : {tao::Granularity::PerRow, tao::Granularity::PerTensor})
+        for (bool with_bias : {false, true}) {
+          const Tensor w = ops::mul_scalar(randn_tensor({n, k}, g, DType::f32), 0.05).to(dt);
+          const Tensor x = randn_tensor({1, m, k}, g, DType::f32).to(dt);
+          const Tensor b = with_bias ? randn_tensor({n}, g, DType::f32).to(dt) : Tensor();
+          tao::Granularity wg, ag;
+          ag.type = act;
+          const auto qw = tao::AffineInt8Weight::quantize_int8(w, wg, ag);
+          const Tensor got = qw->linear(x, b), want = unfused_linear(x, b, *qw);
+          ASSERT_EQ(got.shape(), want.shape());
+          ASSERT_EQ(got.dtype(), dt);
+          const size_t bytes = size_t(got.numel()) * (dt == DType::f32 ? 4 : 2);
+          EXPECT_EQ(std::memcmp(got.contiguous().data_ptr(), want.contiguous().data_ptr(), bytes), 0)
+              << "m=" << m << " n=" << n << " k=" << k << " dtype=" << dtype_name(dt) << " per_tensor="
+              << (act == tao::Granularity::PerTensor) << " bias=" << with_bias;
+        }
+}
+
+}  // namespace
