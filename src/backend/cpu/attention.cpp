@@ -192,29 +192,27 @@ HWY_INLINE float RowMax(D d, float* HWY_RESTRICT s, int64_t n, const float* HWY_
   return MaxLanes(d, hn::Max(m0, m1));
 }
 
-// s[0, n) = 2^(s - m); returns their sum. s is writable up to n rounded up to Lanes.
+// s[0, n) = 2^(s - m); returns their sum. s is writable up to n rounded up to Lanes. (One vector per
+// step: unrolled twice, the polynomial's constants and two sums no longer fit in 16 registers.)
 template <class D>
 HWY_INLINE float RowExp2(D d, float* HWY_RESTRICT s, int64_t n, float m) {
   using V = hn::Vec<D>;
   const int64_t N = int64_t(hn::Lanes(d));
   const V vm = hn::Set(d, m);
-  V acc0 = hn::Zero(d), acc1 = hn::Zero(d);
+  V acc = hn::Zero(d);
   int64_t j = 0;
-  for (; j + 2 * N <= n; j += 2 * N) {
-    const V e0 = Exp2NonPositive(d, hn::Sub(hn::Load(d, s + j), vm));
-    const V e1 = Exp2NonPositive(d, hn::Sub(hn::Load(d, s + j + N), vm));
-    hn::Store(e0, d, s + j);
-    hn::Store(e1, d, s + j + N);
-    acc0 = hn::Add(acc0, e0);
-    acc1 = hn::Add(acc1, e1);
+  for (; j + N <= n; j += N) {
+    const V e = Exp2NonPositive(d, hn::Sub(hn::Load(d, s + j), vm));
+    hn::Store(e, d, s + j);
+    acc = hn::Add(acc, e);
   }
-  for (; j < n; j += N) {
-    const auto valid = hn::FirstN(d, size_t(std::min(N, n - j)));
+  if (j < n) {
+    const auto valid = hn::FirstN(d, size_t(n - j));
     const V e = hn::IfThenElseZero(valid, Exp2NonPositive(d, hn::Sub(hn::Load(d, s + j), vm)));
     hn::Store(e, d, s + j);
-    acc0 = hn::Add(acc0, e);
+    acc = hn::Add(acc, e);
   }
-  return SumLanes(d, hn::Add(acc0, acc1));
+  return SumLanes(d, acc);
 }
 
 // Row (b, h, r) of `t` ([B, H, S, cols]) as f32: a pointer into t when it is f32 with unit column
