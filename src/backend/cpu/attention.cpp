@@ -13,7 +13,7 @@
 //   3. O = alpha O + P V with a 6 x NR micro-kernel (alpha = 2^(m_old - m_new) applied while loading
 //      O's accumulators);
 // and finally out = O / l, rounded to the output dtype (l = 0, a fully masked row: NaN, as torch).
-// Tile sizes are current_tuning().attn_bq / attn_bk (bk rounded up to a multiple of NR). Results
+// Tile sizes are current_tuning().attn_bq / attn_bk, rounded up to multiples of 6 and NR. Results
 // depend on the tiling only, never on the thread count. The f64 scalar reference is
 // reference::sdpa (src/backend/reference/reference_ops.cpp); tests/ops/test_sdpa_kernel.cpp compares.
 #include "backend/cpu/hwy_config.h"
@@ -39,7 +39,7 @@ namespace diffq::backend::cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-constexpr int64_t kMR = 6;  // query rows per micro-kernel (12 accumulators of 16 vector registers)
+constexpr int64_t kMR = kAttentionRows;  // query rows per micro-kernel (12 accumulators of 16 registers)
 
 // 2^x for x <= 0 (NaN stays NaN on x86): x = n + f, |f| <= 1/2; 2^f by a degree-6 polynomial (fitted
 // for minimax relative error, p(0) = 1) times 2^n made from n's bits. x < -126.5 gives 0.
@@ -380,7 +380,7 @@ void sdpa_kernel(const OpCall& c, Tensor& out) {
   p.scale_log2e = float(scale * M_LOG2E);
   p.bool_mask = mask.defined() && mask.dtype() == DType::boolean;
   const Tuning& tune = current_tuning();
-  p.bq = std::max<int64_t>(1, tune.attn_bq);
+  p.bq = (std::max<int64_t>(1, tune.attn_bq) + kAttentionRows - 1) / kAttentionRows * kAttentionRows;
   p.bk = std::max<int64_t>(1, tune.attn_bk);
   p.q_blocks = (p.Sq + p.bq - 1) / p.bq;
   p.dst = static_cast<uint8_t*>(out.data_ptr());

@@ -25,6 +25,9 @@ struct AttentionOperand {
   }
 };
 
+// Query rows of the micro-kernels: the tiles' query blocks are a multiple of this.
+inline constexpr int64_t kAttentionRows = 6;
+
 struct AttentionProblem {
   AttentionOperand q;     // [B, H, Sq, D], any float dtype and strides
   AttentionOperand k;     // [B, H, Sk, D]
@@ -33,7 +36,7 @@ struct AttentionProblem {
   bool bool_mask = false; // true: attend where mask != 0; else mask is added to the scores
   int64_t B = 0, H = 0, Sq = 0, Sk = 0, D = 0, Dv = 0;
   float scale_log2e = 0;  // softmax scale x log2(e): the kernel works with powers of two
-  int64_t bq = 1;         // query rows per tile
+  int64_t bq = kAttentionRows;  // query rows per tile (a multiple of kAttentionRows)
   int64_t bk = 1;         // keys per block of the online softmax
   int64_t q_blocks = 0;   // ceil(Sq / bq); tile t is (b, h) = t / q_blocks, query block t % q_blocks
   uint8_t* dst = nullptr;  // contiguous [B, H, Sq, Dv] output
