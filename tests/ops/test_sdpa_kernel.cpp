@@ -5,6 +5,7 @@
 // strided views, and every kind of tiling; results are identical for 1 and 2 threads. Also the
 // kernel's base-2 exponential against std::exp2.
 #include <gtest/gtest.h>
+#include <hwy/targets.h>
 
 #include <cmath>
 #include <cstring>
@@ -126,10 +127,9 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-class SdpaKernel : public ::testing::TestWithParam<Case> {};
+using Tilings = std::vector<std::pair<int64_t, int64_t>>;  // (attn_bq, attn_bk); (0, 0): defaults
 
-TEST_P(SdpaKernel, MatchesTheF64ReferenceForEveryTilingAndThreadCount) {
-  const Case& c = GetParam();
+void expect_matches_reference(const Case& c, const Tilings& tilings) {
   const Inputs in = make_inputs(c);
   reference::Array ref = reference::sdpa(reference::from_tensor(in.q), reference::from_tensor(in.k),
                                          reference::from_tensor(in.v), reference::from_tensor(in.mask),
@@ -137,8 +137,6 @@ TEST_P(SdpaKernel, MatchesTheF64ReferenceForEveryTilingAndThreadCount) {
   reference::round_to(ref, c.dt);
   const double tol = c.dt == DType::f32 ? 2e-6 : c.dt == DType::f16 ? 2e-3 : 1e-2;
   const bool expect_nan_rows = c.mask == MaskKind::additive || c.mask == MaskKind::bool_rows;
-  const std::vector<std::pair<int64_t, int64_t>> tilings = {
-      {0, 0}, {1, 1}, {6, 16}, {7, 33}, {13, 100}, {64, 4096}, {1000, 8}};
   for (const auto& [bq, bk] : tilings) {
     cpu::Tuning t;
     if (bq > 0) t.attn_bq = bq, t.attn_bk = bk;
@@ -163,6 +161,12 @@ TEST_P(SdpaKernel, MatchesTheF64ReferenceForEveryTilingAndThreadCount) {
       }
     }
   }
+}
+
+class SdpaKernel : public ::testing::TestWithParam<Case> {};
+
+TEST_P(SdpaKernel, MatchesTheF64ReferenceForEveryTilingAndThreadCount) {
+  expect_matches_reference(GetParam(), {{0, 0}, {1, 1}, {6, 16}, {7, 33}, {13, 100}, {64, 4096}, {1000, 8}});
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -206,6 +210,28 @@ TEST(SdpaKernel, Exp2IsWithinOneUlp) {
   EXPECT_LE(worst, 1.0);
   for (size_t i = normal; i < x.size(); ++i) EXPECT_EQ(y[i], 0.f) << x[i];
   EXPECT_EQ(y[0], 1.f);
+}
+
+// Every SIMD target this CPU runs (AVX2 and the portable EMU128 here, AVX-512 where present): the panel
+// widths differ (2 vectors of keys / columns), so do the edges.
+TEST(SdpaKernel, EveryTargetMatchesTheReference) {
+  const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
+  ASSERT_FALSE(targets.empty());
+  for (const int64_t target : targets) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    for (const Case& c : {Case{"t_d24_dv40", 1, 2, 19, 45, 24, 40},
+                          Case{"t_masked", 2, 2, 9, 70, 16, 20, DType::f32, MaskKind::additive},
+                          Case{"t_bf16", 1, 2, 30, 60, 64, 64, DType::bf16}})
+      expect_matches_reference(c, {{0, 0}, {7, 33}});
+    std::vector<float> x = {0.f, -0.25f, -1.f, -10.3f, -126.f, -127.f, -INFINITY}, y(x.size());
+    cpu::attention_exp2_for_test(x.data(), y.data(), int64_t(x.size()));
+    for (size_t i = 0; i < 5; ++i)
+      EXPECT_NEAR(y[i], std::exp2(double(x[i])), 2e-7 * std::exp2(double(x[i]))) << x[i];
+    EXPECT_EQ(y[5], 0.f);
+    EXPECT_EQ(y[6], 0.f);
+  }
+  hwy::SetSupportedTargetsForTest(0);  // back to the CPU's own targets
 }
 
 }  // namespace
