@@ -1,7 +1,8 @@
 // The CPU attention kernel (backend/cpu/attention.cpp) against the f64 scalar reference
 // (reference::sdpa) on the shapes its micro-kernels have edges for: head sizes that are not a multiple
 // of the key/column panels (D, Dv = 1, 24, 72, 128, Dv != D), one query row, fewer keys than a tile,
-// masks (additive with -inf and fully masked rows: NaN as torch; bool, key padding), f16/bf16 inputs,
+// masks (additive with -inf and fully masked rows: NaN as torch; bool, key padding, strided and
+// broadcast over the keys), f16/bf16 inputs,
 // strided views, and every kind of tiling; results are identical for 1 and 2 threads. Also the
 // kernel's base-2 exponential against std::exp2.
 #include <gtest/gtest.h>
@@ -30,6 +31,8 @@ enum class MaskKind {
   additive,      // f32 [1, 1, Sq, Sk]: N(0, 1), ~25% -inf, row 1 all -inf
   bool_rows,     // bool [B, 1, Sq, Sk]: ~70% true, row 2 all false
   key_padding,   // bool [B, 1, 1, Sk]: the last third of the keys masked
+  transposed,    // f32 [1, H, Sq, Sk] with keys strided (a transposed [1, H, Sk, Sq] tensor), finite
+  per_query,     // f32 [1, 1, Sq, 1]: one value broadcast over the keys (stride 0)
 };
 
 struct Case {
@@ -81,6 +84,8 @@ Tensor make_mask(const Case& c, std::mt19937& rng) {
         for (int64_t j = 0; j < c.Sk; ++j) p[b * c.Sk + j] = (j == 0 || 3 * j < 2 * c.Sk) ? 1.f : 0.f;
       return m.to(DType::boolean);
     }
+    case MaskKind::transposed: return random_tensor({1, c.H, c.Sk, c.Sq}, DType::f32, rng).transpose(2, 3);
+    case MaskKind::per_query: return random_tensor({1, 1, c.Sq, 1}, DType::f32, rng);
   }
   return Tensor();
 }
@@ -181,6 +186,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"additive_mask", 2, 2, 9, 70, 16, 16, DType::f32, MaskKind::additive},
                       Case{"bool_mask_rows", 2, 2, 11, 37, 24, 8, DType::f32, MaskKind::bool_rows},
                       Case{"key_padding", 2, 3, 10, 50, 64, 64, DType::f32, MaskKind::key_padding},
+                      Case{"mask_strided_keys", 1, 2, 13, 40, 16, 16, DType::f32, MaskKind::transposed},
+                      Case{"mask_per_query", 1, 2, 13, 40, 16, 16, DType::f32, MaskKind::per_query},
                       Case{"bf16", 1, 2, 30, 60, 64, 64, DType::bf16},
                       Case{"bf16_masked", 1, 2, 14, 33, 72, 72, DType::bf16, MaskKind::additive},
                       Case{"f16", 1, 2, 10, 20, 24, 24, DType::f16},

@@ -7,7 +7,7 @@
 // groups of MR = 6 ([D][6], pre-multiplied by scale * log2(e), so that the softmax is a power of 2)
 // and K/V are visited in blocks of bk keys (online softmax):
 //   1. S = Q K^T with a 6 x NR register-blocked micro-kernel (12 accumulators, D broadcast steps);
-//   2. per row: the mask is added (x log2 e), the block max taken, the row max m and sum l updated,
+//   2. per row: the mask is added (x log2 e; f32 masks read in place), the block max taken, the row max m and sum l updated,
 //      and P = 2^(S - m) written in place (a degree-6 polynomial, <= 1 ulp on [-1/2, 1/2], scaled by
 //      2^n built in the exponent bits; 2^x for x < -127 is 0, so masked keys give exactly 0);
 //   3. O = alpha O + P V with a 6 x NR micro-kernel (alpha = 2^(m_old - m_new) applied while loading
@@ -160,7 +160,8 @@ HWY_INLINE void PVMicro(D d, const float* HWY_RESTRICT p, int64_t ldp, const flo
   hn::Store(c50, d, o), hn::Store(c51, d, o + N);
 }
 
-// s[0, n) += add (when given); returns the max of s[0, n). s is readable up to n rounded up to Lanes.
+// s[0, n) += add * log2(e) (when given); returns the max of s[0, n). s is readable up to n rounded up
+// to Lanes.
 template <class D>
 HWY_INLINE float RowMax(D d, float* HWY_RESTRICT s, int64_t n, const float* HWY_RESTRICT add) {
   using V = hn::Vec<D>;
@@ -168,12 +169,13 @@ HWY_INLINE float RowMax(D d, float* HWY_RESTRICT s, int64_t n, const float* HWY_
   V m0 = hn::Set(d, -INFINITY), m1 = m0;
   int64_t j = 0;
   if (add) {
+    const V log2e = hn::Set(d, float(M_LOG2E));
     for (; j + N <= n; j += N) {
-      const V v = hn::Add(hn::Load(d, s + j), hn::LoadU(d, add + j));
+      const V v = hn::MulAdd(hn::LoadU(d, add + j), log2e, hn::Load(d, s + j));
       hn::Store(v, d, s + j);
       m0 = hn::Max(m0, v);
     }
-    for (; j < n; ++j) s[j] += add[j], m1 = hn::Max(m1, hn::Set(d, s[j]));
+    for (; j < n; ++j) s[j] = std::fma(add[j], float(M_LOG2E), s[j]), m1 = hn::Max(m1, hn::Set(d, s[j]));
     return MaxLanes(d, hn::Max(m0, m1));
   }
   for (; j + 2 * N <= n; j += 2 * N) {
@@ -306,13 +308,15 @@ void AttentionTiles(const AttentionProblem& p, int64_t t0, int64_t t1) {
         float* srow = s + r * kb;
         const float* add = nullptr;
         if (p.mask.base && r < rows) {
-          load_f32(p.mask.at(b, h, i0 + r, j0), p.mask.dtype, p.mask.st[3], mrow, n);
-          if (p.bool_mask) {
-            for (int64_t j = 0; j < n; ++j) mrow[j] = mrow[j] != 0.f ? 0.f : -INFINITY;
+          const uint8_t* src = p.mask.at(b, h, i0 + r, j0);
+          if (p.mask.dtype == DType::f32 && p.mask.st[3] == 1) {
+            add = reinterpret_cast<const float*>(src);
           } else {
-            for (int64_t j = 0; j < n; ++j) mrow[j] *= float(M_LOG2E);
+            load_f32(src, p.mask.dtype, p.mask.st[3], mrow, n);
+            if (p.bool_mask)
+              for (int64_t j = 0; j < n; ++j) mrow[j] = mrow[j] != 0.f ? 0.f : -INFINITY;
+            add = mrow;
           }
-          add = mrow;
         }
         const float m_new = std::max(m[r], RowMax(d, srow, n, add));
         if (m_new == -INFINITY) {  // nothing attended in this row yet: P = 0, O stays 0
