@@ -1,6 +1,6 @@
 // The CPU attention kernel (backend/cpu/attention.cpp) against the f64 scalar reference
 // (reference::sdpa) on the shapes its micro-kernels have edges for: head sizes that are not a multiple
-// of the key/column panels (D, Dv = 1, 24, 72, 128, Dv != D), one query row, fewer keys than a tile,
+// of the key/column panels (D, Dv = 0, 1, 24, 72, 128, Dv != D), one query row, fewer keys than a tile,
 // masks (additive with -inf and fully masked rows: NaN as torch; bool, key padding, strided and
 // broadcast over the keys), f16/bf16 inputs,
 // strided views, and every kind of tiling; results are identical for 1 and 2 threads. Also the
@@ -141,7 +141,8 @@ void expect_matches_reference(const Case& c, const Tilings& tilings) {
                                          in.mask.defined() && in.mask.dtype() == DType::boolean, c.scale);
   reference::round_to(ref, c.dt);
   const double tol = c.dt == DType::f32 ? 2e-6 : c.dt == DType::f16 ? 2e-3 : 1e-2;
-  const bool expect_nan_rows = c.mask == MaskKind::additive || c.mask == MaskKind::bool_rows;
+  const bool expect_nan_rows =
+      c.mask == MaskKind::additive || c.mask == MaskKind::bool_rows || (c.D == 0 && c.scale == 0);
   for (const auto& [bq, bk] : tilings) {
     cpu::Tuning t;
     if (bq > 0) t.attn_bq = bq, t.attn_bk = bk;
@@ -176,7 +177,8 @@ TEST_P(SdpaKernel, MatchesTheF64ReferenceForEveryTilingAndThreadCount) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, SdpaKernel,
-    ::testing::Values(Case{"d1", 1, 2, 5, 7, 1, 1}, Case{"d24", 2, 2, 33, 50, 24, 24},
+    ::testing::Values(Case{"d1", 1, 2, 5, 7, 1, 1}, Case{"d0", 1, 2, 3, 4, 0, 5},
+                      Case{"d0_scaled", 1, 2, 3, 4, 0, 5, DType::f32, MaskKind::none, 0.5}, Case{"d24", 2, 2, 33, 50, 24, 24},
                       Case{"d72", 1, 3, 20, 130, 72, 72}, Case{"d128", 1, 2, 13, 70, 128, 128},
                       Case{"d24_dv40", 1, 2, 19, 45, 24, 40}, Case{"d64_dv17", 1, 2, 12, 40, 64, 17},
                       Case{"one_query", 2, 3, 1, 300, 64, 64}, Case{"one_key", 1, 2, 9, 1, 16, 16},

@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "backend/cpu/attention_tiles.h"
 #include "backend/cpu/common.h"
@@ -262,7 +263,7 @@ void AttentionTiles(const AttentionProblem& p, int64_t t0, int64_t t1) {
         float* dstp = kp + pj * D * NR;
         for (int64_t jj = 0; jj < NR; ++jj) {
           const int64_t j = pj * NR + jj;
-          if (j < Sk) {
+          if (j < Sk && D > 0) {
             const float* row = HeadRow(p.k, b, h, j, D, tmp + jj * D);
             for (int64_t e = 0; e < D; ++e) dstp[e * NR + jj] = row[e];
           } else {
@@ -271,7 +272,7 @@ void AttentionTiles(const AttentionProblem& p, int64_t t0, int64_t t1) {
         }
       }
       // V in panels of NR columns: vp[panel][j][c] = V[j][panel * NR + c] (0 past Dv).
-      for (int64_t j = 0; j < Sk; ++j) {
+      for (int64_t j = 0; j < Sk && Dv > 0; ++j) {
         const float* row = HeadRow(p.v, b, h, j, Dv, tmp);
         for (int64_t pe = 0; pe < v_panels; ++pe) {
           float* dstp = vp + (pe * Sk + j) * NR;
@@ -286,7 +287,7 @@ void AttentionTiles(const AttentionProblem& p, int64_t t0, int64_t t1) {
     // Q rows x scale*log2(e) in groups of kMR: qp[g][e][r] (0 for the rows past `rows`).
     for (int64_t r = 0; r < rows_pad; ++r) {
       float* dstp = qp + (r / kMR) * D * kMR + r % kMR;
-      if (r < rows) {
+      if (r < rows && D > 0) {
         const float* row = HeadRow(p.q, b, h, i0 + r, D, tmp);
         for (int64_t e = 0; e < D; ++e) dstp[e * kMR] = row[e] * p.scale_log2e;
       } else {
@@ -389,6 +390,12 @@ void sdpa_kernel(const OpCall& c, Tensor& out) {
   p.q_blocks = (p.Sq + p.bq - 1) / p.bq;
   p.dst = static_cast<uint8_t*>(out.data_ptr());
   p.out_dtype = out.dtype();
+  if (p.D == 0 && !std::isfinite(p.scale_log2e)) {  // empty heads, scale 1/sqrt(0): 0 * inf = NaN scores
+    const std::vector<float> nan(size_t(p.Dv), NAN);
+    const int64_t oes = int64_t(dtype_size(p.out_dtype));
+    for (int64_t r = 0; r < p.B * p.H * p.Sq; ++r) store_f32(nan.data(), p.dst + r * p.Dv * oes, p.out_dtype, p.Dv);
+    return;
+  }
   // Tiles are independent: the pool takes them in contiguous runs, each worker with its own buffers.
   parallel_for(p.B * p.H * p.q_blocks, 1, [&](int64_t t0, int64_t t1) {
     HWY_DYNAMIC_DISPATCH(AttentionTiles)(p, t0, t1);
