@@ -123,7 +123,8 @@ void bench_sdpa(benchmark::State& state, const Case& c, DType dt, int threads) {
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double flop = 2.0 * double(c.b * c.h) * double(c.sq) * double(c.sk) * double(2 * c.d);
-  state.counters["GFLOP/s"] = benchmark::Counter(flop * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flop * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 #if defined(__x86_64__)
   state.counters["%peak"] = flop * double(state.iterations()) * 1e-9 / secs * 100.0 / fma_peak(threads);
 #endif

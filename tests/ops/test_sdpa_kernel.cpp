@@ -84,7 +84,8 @@ Tensor make_mask(const Case& c, std::mt19937& rng) {
         for (int64_t j = 0; j < c.Sk; ++j) p[b * c.Sk + j] = (j == 0 || 3 * j < 2 * c.Sk) ? 1.f : 0.f;
       return m.to(DType::boolean);
     }
-    case MaskKind::transposed: return random_tensor({1, c.H, c.Sk, c.Sq}, DType::f32, rng).transpose(2, 3);
+    case MaskKind::transposed:
+      return random_tensor({1, c.H, c.Sk, c.Sq}, DType::f32, rng).transpose(2, 3);
     case MaskKind::per_query: return random_tensor({1, 1, c.Sq, 1}, DType::f32, rng);
   }
   return Tensor();
@@ -172,13 +173,15 @@ void expect_matches_reference(const Case& c, const Tilings& tilings) {
 class SdpaKernel : public ::testing::TestWithParam<Case> {};
 
 TEST_P(SdpaKernel, MatchesTheF64ReferenceForEveryTilingAndThreadCount) {
-  expect_matches_reference(GetParam(), {{0, 0}, {1, 1}, {6, 16}, {7, 33}, {13, 100}, {64, 4096}, {1000, 8}});
+  expect_matches_reference(GetParam(),
+                           {{0, 0}, {1, 1}, {6, 16}, {7, 33}, {13, 100}, {64, 4096}, {1000, 8}});
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, SdpaKernel,
     ::testing::Values(Case{"d1", 1, 2, 5, 7, 1, 1}, Case{"d0", 1, 2, 3, 4, 0, 5},
-                      Case{"d0_scaled", 1, 2, 3, 4, 0, 5, DType::f32, MaskKind::none, 0.5}, Case{"d24", 2, 2, 33, 50, 24, 24},
+                      Case{"d0_scaled", 1, 2, 3, 4, 0, 5, DType::f32, MaskKind::none, 0.5},
+                      Case{"d24", 2, 2, 33, 50, 24, 24},
                       Case{"d72", 1, 3, 20, 130, 72, 72}, Case{"d128", 1, 2, 13, 70, 128, 128},
                       Case{"d24_dv40", 1, 2, 19, 45, 24, 40}, Case{"d64_dv17", 1, 2, 12, 40, 64, 17},
                       Case{"one_query", 2, 3, 1, 300, 64, 64}, Case{"one_key", 1, 2, 9, 1, 16, 16},

@@ -7,14 +7,17 @@
 // groups of MR = 6 ([D][6], pre-multiplied by scale * log2(e), so that the softmax is a power of 2)
 // and K/V are visited in blocks of bk keys (online softmax):
 //   1. S = Q K^T with a 6 x NR register-blocked micro-kernel (12 accumulators, D broadcast steps);
-//   2. per row: the mask is added (x log2 e; f32 masks read in place), the block max taken, the row max m and sum l updated,
-//      and P = 2^(S - m) written in place (a degree-6 polynomial, <= 1 ulp on [-1/2, 1/2], scaled by
-//      2^n built in the exponent bits; 2^x for x < -127 is 0, so masked keys give exactly 0);
+//   2. per row: the mask is added (x log2 e; f32 masks read in place), the block max taken, the row
+//      max m and sum l updated, and P = 2^(S - m) written in place (a degree-6 polynomial, <= 1 ulp
+//      on [-1/2, 1/2], scaled by 2^n built in the exponent bits; 2^x for x < -127 is 0, so masked
+//      keys give exactly 0);
 //   3. O = alpha O + P V with a 6 x NR micro-kernel (alpha = 2^(m_old - m_new) applied while loading
 //      O's accumulators);
 // and finally out = O / l, rounded to the output dtype (l = 0, a fully masked row: NaN, as torch).
 // Tile sizes are current_tuning().attn_bq / attn_bk, rounded up to multiples of 6 and NR. Results
-// depend on the tiling only, never on the thread count. The f64 scalar reference is
+// depend on the tiling only, never on the thread count. Buffers are per pool thread and kept between
+// calls (for FLUX.1-dev's 4608 keys x D 128: ~5 MiB a thread). With D = 64 ~85% of the time is in the
+// two micro-kernels, ~8% in the exponentials. The f64 scalar reference is
 // reference::sdpa (src/backend/reference/reference_ops.cpp); tests/ops/test_sdpa_kernel.cpp compares.
 #include "backend/cpu/hwy_config.h"
 #undef HWY_TARGET_INCLUDE
@@ -240,7 +243,8 @@ void AttentionTiles(const AttentionProblem& p, int64_t t0, int64_t t1) {
   const int64_t k_panels = (Sk + NR - 1) / NR, v_panels = (Dv + NR - 1) / NR, ldo = v_panels * NR;
   const int64_t bq_pad = (std::min(p.bq, Sq) + kMR - 1) / kMR * kMR;
   // Keys per block: a whole number of K panels, at most all of them.
-  const int64_t kb = std::min((std::max<int64_t>(p.bk, 1) + NR - 1) / NR, std::max<int64_t>(k_panels, 1)) * NR;
+  const int64_t kb =
+      std::min((std::max<int64_t>(p.bk, 1) + NR - 1) / NR, std::max<int64_t>(k_panels, 1)) * NR;
   const int64_t oes = int64_t(dtype_size(p.out_dtype));
 
   thread_local TileScratch scratch;
@@ -283,7 +287,8 @@ void AttentionTiles(const AttentionProblem& p, int64_t t0, int64_t t1) {
       }
       bound = bh;
     }
-    const int64_t rows = std::min(p.bq, Sq - i0), groups = (rows + kMR - 1) / kMR, rows_pad = groups * kMR;
+    const int64_t rows = std::min(p.bq, Sq - i0), groups = (rows + kMR - 1) / kMR;
+    const int64_t rows_pad = groups * kMR;
     // Q rows x scale*log2(e) in groups of kMR: qp[g][e][r] (0 for the rows past `rows`).
     for (int64_t r = 0; r < rows_pad; ++r) {
       float* dstp = qp + (r / kMR) * D * kMR + r % kMR;
@@ -302,7 +307,8 @@ void AttentionTiles(const AttentionProblem& p, int64_t t0, int64_t t1) {
       // 1. S = Q K^T (scaled, base 2) for keys [j0, j0 + n), row stride kb.
       for (int64_t pj = 0; pj < n_panels; ++pj) {
         const float* kpan = kp + (j0 / NR + pj) * D * NR;
-        for (int64_t g = 0; g < groups; ++g) QKMicro(d, qp + g * D * kMR, kpan, D, s + g * kMR * kb + pj * NR, kb);
+        for (int64_t g = 0; g < groups; ++g)
+          QKMicro(d, qp + g * D * kMR, kpan, D, s + g * kMR * kb + pj * NR, kb);
       }
       // 2. Online softmax: P = 2^(S - m_new) in place, l and alpha per row.
       for (int64_t r = 0; r < rows_pad; ++r) {
@@ -378,7 +384,8 @@ void sdpa_kernel(const OpCall& c, Tensor& out) {
   const Tensor &q = c.inputs[0], &k = c.inputs[1], &v = c.inputs[2];
   const Tensor mask = c.inputs.size() > 3 ? c.inputs[3] : Tensor();
   AttentionProblem p;
-  p.B = q.size(0), p.H = q.size(1), p.Sq = q.size(2), p.D = q.size(3), p.Sk = k.size(2), p.Dv = v.size(3);
+  p.B = q.size(0), p.H = q.size(1), p.Sq = q.size(2), p.D = q.size(3);
+  p.Sk = k.size(2), p.Dv = v.size(3);
   p.q = operand(q, q.strides()), p.k = operand(k, k.strides()), p.v = operand(v, v.strides());
   if (mask.defined()) p.mask = operand(mask, broadcast_strides(mask, {p.B, p.H, p.Sq, p.Sk}));
   const double scale = c.attrs.f0 > 0 ? c.attrs.f0 : 1.0 / std::sqrt(double(p.D));
@@ -393,7 +400,8 @@ void sdpa_kernel(const OpCall& c, Tensor& out) {
   if (p.D == 0 && !std::isfinite(p.scale_log2e)) {  // empty heads, scale 1/sqrt(0): 0 * inf = NaN scores
     const std::vector<float> nan(size_t(p.Dv), NAN);
     const int64_t oes = int64_t(dtype_size(p.out_dtype));
-    for (int64_t r = 0; r < p.B * p.H * p.Sq; ++r) store_f32(nan.data(), p.dst + r * p.Dv * oes, p.out_dtype, p.Dv);
+    for (int64_t r = 0; r < p.B * p.H * p.Sq; ++r)
+      store_f32(nan.data(), p.dst + r * p.Dv * oes, p.out_dtype, p.Dv);
     return;
   }
   // Tiles are independent: the pool takes them in contiguous runs, each worker with its own buffers.
