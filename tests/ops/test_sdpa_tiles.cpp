@@ -60,7 +60,7 @@ TEST(SdpaTiles, EveryTilingMatchesTheF64Result) {
   cpu::set_num_threads(2);
   for (const bool masked : {false, true}) {
     const auto ref = naive_sdpa(q, k, v, masked ? m : std::vector<float>{}, B * H, Sq, Sk, D);
-    for (const auto [bq, bk] : {std::pair<int64_t, int64_t>{128, 2048}, {16, 64}, {7, 33}, {1, 1}, {70, 301}}) {
+    for (const auto& [bq, bk] : {std::pair<int64_t, int64_t>{128, 2048}, {16, 64}, {7, 33}, {1, 1}, {70, 301}}) {
       cpu::Tuning t;
       t.attn_bq = bq;
       t.attn_bk = bk;

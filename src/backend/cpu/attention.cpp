@@ -1,22 +1,40 @@
-// Scaled dot-product attention as a tiled online softmax (flash-attention style): per (batch, head)
-// and block of kBq query rows, K/V are visited in blocks of kBk keys; S = Q K^T of the block comes from
-// sgemm, the running row max m and sum l are updated, the O accumulator is rescaled and O += P V is
-// another sgemm. Memory is O(kBq * kBk + S * D): the Sq x Sk matrix never exists.
+// Scaled dot-product attention on the CPU: a flash-attention style kernel (Highway, runtime dispatch).
+//
+// Work is split into tiles (batch, head, block of bq query rows) that the pool runs in parallel; a
+// worker packs the K and V of the head it is on once (widened to f32 from any dtype, K transposed into
+// panels of NR = 2 vectors of keys: [Sk/NR][D][NR]; V cut into panels of NR columns: [Dv/NR][Sk][NR],
+// zero-padded) and keeps them while its tiles stay on that head. Per tile, Q's rows are packed in
+// groups of MR = 6 ([D][6], pre-multiplied by scale * log2(e), so that the softmax is a power of 2)
+// and K/V are visited in blocks of bk keys (online softmax):
+//   1. S = Q K^T with a 6 x NR register-blocked micro-kernel (12 accumulators, D broadcast steps);
+//   2. per row: the mask is added (x log2 e; f32 masks read in place), the block max taken, the row
+//      max m and sum l updated, and P = 2^(S - m) written in place (a degree-6 polynomial, <= 1 ulp
+//      on [-1/2, 1/2], scaled by 2^n built in the exponent bits; 2^x for x < -127 is 0, so masked
+//      keys give exactly 0);
+//   3. O = alpha O + P V with a 6 x NR micro-kernel (alpha = 2^(m_old - m_new) applied while loading
+//      O's accumulators);
+// and finally out = O / l, rounded to the output dtype (l = 0, a fully masked row: NaN, as torch).
+// Tile sizes are current_tuning().attn_bq / attn_bk, rounded up to multiples of 6 and NR. Results
+// depend on the tiling only, never on the thread count. Buffers are per pool thread and kept between
+// calls (for FLUX.1-dev's 4608 keys x D 128: ~5 MiB a thread). With D = 64 ~85% of the time is in the
+// two micro-kernels, ~8% in the exponentials. The f64 scalar reference is
+// reference::sdpa (src/backend/reference/reference_ops.cpp); tests/ops/test_sdpa_kernel.cpp compares.
 #include "backend/cpu/hwy_config.h"
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backend/cpu/attention.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
-#include <hwy/contrib/math/math-inl.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <vector>
 
+#include "backend/cpu/attention_tiles.h"
 #include "backend/cpu/common.h"
-#include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/simd-inl.h"
 #include "backend/cpu/strided.h"
-#include "backend/cpu/tuning.h"
 #include "backend/cpu/threads.h"
 #include "backend/cpu/tuning.h"
 
@@ -25,48 +43,315 @@ namespace diffq::backend::cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// s = s * scale (+ add); m_new = max(m_old, s); s = exp(s - m_new) in place (0 when m_new = -inf).
-// Returns m_new and writes the sum of the new s to *sum.
-float OnlineSoftmaxRow(float* s, int64_t n, float scale, const float* add, float m_old, float* sum) {
-  const hn::ScalableTag<float> d;
-  const int64_t N = int64_t(hn::Lanes(d));
-  const auto vscale = hn::Set(d, scale);
-  auto vmax = hn::Set(d, -INFINITY);
-  int64_t i = 0;
-  for (; i + N <= n; i += N) {
-    auto v = hn::Mul(hn::LoadU(d, s + i), vscale);
-    if (add) v = hn::Add(v, hn::LoadU(d, add + i));
-    hn::StoreU(v, d, s + i);
-    vmax = hn::Max(vmax, v);
-  }
-  float m = std::max(m_old, MaxLanes(d, vmax));
-  for (; i < n; ++i) {
-    s[i] = s[i] * scale + (add ? add[i] : 0.f);
-    m = std::max(m, s[i]);
-  }
-  if (m == -INFINITY) {
-    for (int64_t j = 0; j < n; ++j) s[j] = 0.f;
-    *sum = 0.f;
-    return m;
-  }
-  const auto vm = hn::Set(d, m);
-  auto acc = hn::Zero(d);
-  i = 0;
-  for (; i + N <= n; i += N) {
-    const auto e = hn::Exp(d, hn::Sub(hn::LoadU(d, s + i), vm));
-    acc = hn::Add(acc, e);
-    hn::StoreU(e, d, s + i);
-  }
-  float total = SumLanes(d, acc);
-  for (; i < n; ++i) total += (s[i] = std::exp(s[i] - m));
-  *sum = total;
-  return m;
+constexpr int64_t kMR = kAttentionRows;  // query rows per micro-kernel (12 accumulators of 16 registers)
+
+// 2^x for x <= 0 (NaN stays NaN on x86): x = n + f, |f| <= 1/2; 2^f by a degree-6 polynomial (fitted
+// for minimax relative error, p(0) = 1) times 2^n made from n's bits. x < -126.5 gives 0.
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE V Exp2NonPositive(D d, V x) {
+  const hn::RebindToSigned<D> di;
+  x = hn::Max(hn::Set(d, -127.0f), x);
+  // x + 1.5 * 2^23 + 127 rounds to an integer whose low mantissa bits are n + 127.
+  const V magic = hn::Set(d, 12582912.0f + 127.0f);
+  const V t = hn::Add(x, magic);
+  const V f = hn::Sub(x, hn::Sub(t, magic));
+  const V two_n = hn::BitCast(d, hn::ShiftLeft<23>(hn::BitCast(di, t)));  // 0 for n = -127
+  V p = hn::Set(d, 1.5353361959569156e-4f);
+  p = hn::MulAdd(p, f, hn::Set(d, 1.3398875016719103e-3f));
+  p = hn::MulAdd(p, f, hn::Set(d, 9.61843691766262e-3f));
+  p = hn::MulAdd(p, f, hn::Set(d, 5.5503323674201965e-2f));
+  p = hn::MulAdd(p, f, hn::Set(d, 0.24022647738456726f));
+  p = hn::MulAdd(p, f, hn::Set(d, 0.6931471824645996f));
+  p = hn::MulAdd(p, f, hn::Set(d, 1.0f));
+  return hn::Mul(p, two_n);
 }
 
-void ScaleRow(float* x, int64_t n, float a) {
+void Exp2ForTest(const float* x, float* y, int64_t n) {
+  MapF32(x, y, n, [](auto d, auto v) { return Exp2NonPositive(d, v); });
+}
+
+// s[6, 2N] (row stride lds) = qp[depth][6]^T-broadcast x kp[depth][2N].
+template <class D>
+HWY_INLINE void QKMicro(D d, const float* HWY_RESTRICT qp, const float* HWY_RESTRICT kp, int64_t depth,
+                        float* HWY_RESTRICT s, int64_t lds) {
+  using V = hn::Vec<D>;
+  const size_t N = hn::Lanes(d);
+  V c00 = hn::Zero(d), c01 = hn::Zero(d), c10 = hn::Zero(d), c11 = hn::Zero(d);
+  V c20 = hn::Zero(d), c21 = hn::Zero(d), c30 = hn::Zero(d), c31 = hn::Zero(d);
+  V c40 = hn::Zero(d), c41 = hn::Zero(d), c50 = hn::Zero(d), c51 = hn::Zero(d);
+  for (int64_t e = 0; e < depth; ++e, qp += kMR, kp += 2 * N) {
+    const V b0 = hn::Load(d, kp), b1 = hn::Load(d, kp + N);
+    V a = hn::Set(d, qp[0]);
+    c00 = hn::MulAdd(a, b0, c00);
+    c01 = hn::MulAdd(a, b1, c01);
+    a = hn::Set(d, qp[1]);
+    c10 = hn::MulAdd(a, b0, c10);
+    c11 = hn::MulAdd(a, b1, c11);
+    a = hn::Set(d, qp[2]);
+    c20 = hn::MulAdd(a, b0, c20);
+    c21 = hn::MulAdd(a, b1, c21);
+    a = hn::Set(d, qp[3]);
+    c30 = hn::MulAdd(a, b0, c30);
+    c31 = hn::MulAdd(a, b1, c31);
+    a = hn::Set(d, qp[4]);
+    c40 = hn::MulAdd(a, b0, c40);
+    c41 = hn::MulAdd(a, b1, c41);
+    a = hn::Set(d, qp[5]);
+    c50 = hn::MulAdd(a, b0, c50);
+    c51 = hn::MulAdd(a, b1, c51);
+  }
+  hn::Store(c00, d, s), hn::Store(c01, d, s + N), s += lds;
+  hn::Store(c10, d, s), hn::Store(c11, d, s + N), s += lds;
+  hn::Store(c20, d, s), hn::Store(c21, d, s + N), s += lds;
+  hn::Store(c30, d, s), hn::Store(c31, d, s + N), s += lds;
+  hn::Store(c40, d, s), hn::Store(c41, d, s + N), s += lds;
+  hn::Store(c50, d, s), hn::Store(c51, d, s + N);
+}
+
+// o[6, 2N] (row stride ldo) = alpha[r] * o (0 when alpha is null) + p[6, n] (row stride ldp) x
+// vp[n][2N].
+template <class D>
+HWY_INLINE void PVMicro(D d, const float* HWY_RESTRICT p, int64_t ldp, const float* HWY_RESTRICT vp,
+                        int64_t n, float* HWY_RESTRICT o, int64_t ldo, const float* alpha) {
+  using V = hn::Vec<D>;
+  const size_t N = hn::Lanes(d);
+  V c00 = hn::Zero(d), c01 = hn::Zero(d), c10 = hn::Zero(d), c11 = hn::Zero(d);
+  V c20 = hn::Zero(d), c21 = hn::Zero(d), c30 = hn::Zero(d), c31 = hn::Zero(d);
+  V c40 = hn::Zero(d), c41 = hn::Zero(d), c50 = hn::Zero(d), c51 = hn::Zero(d);
+  if (alpha) {
+    const float* r = o;
+    V a = hn::Set(d, alpha[0]);
+    c00 = hn::Mul(a, hn::Load(d, r)), c01 = hn::Mul(a, hn::Load(d, r + N)), r += ldo;
+    a = hn::Set(d, alpha[1]);
+    c10 = hn::Mul(a, hn::Load(d, r)), c11 = hn::Mul(a, hn::Load(d, r + N)), r += ldo;
+    a = hn::Set(d, alpha[2]);
+    c20 = hn::Mul(a, hn::Load(d, r)), c21 = hn::Mul(a, hn::Load(d, r + N)), r += ldo;
+    a = hn::Set(d, alpha[3]);
+    c30 = hn::Mul(a, hn::Load(d, r)), c31 = hn::Mul(a, hn::Load(d, r + N)), r += ldo;
+    a = hn::Set(d, alpha[4]);
+    c40 = hn::Mul(a, hn::Load(d, r)), c41 = hn::Mul(a, hn::Load(d, r + N)), r += ldo;
+    a = hn::Set(d, alpha[5]);
+    c50 = hn::Mul(a, hn::Load(d, r)), c51 = hn::Mul(a, hn::Load(d, r + N));
+  }
+  const float *p0 = p, *p1 = p + ldp, *p2 = p + 2 * ldp, *p3 = p + 3 * ldp, *p4 = p + 4 * ldp,
+              *p5 = p + 5 * ldp;
+  for (int64_t j = 0; j < n; ++j, vp += 2 * N) {
+    const V b0 = hn::Load(d, vp), b1 = hn::Load(d, vp + N);
+    V a = hn::Set(d, p0[j]);
+    c00 = hn::MulAdd(a, b0, c00);
+    c01 = hn::MulAdd(a, b1, c01);
+    a = hn::Set(d, p1[j]);
+    c10 = hn::MulAdd(a, b0, c10);
+    c11 = hn::MulAdd(a, b1, c11);
+    a = hn::Set(d, p2[j]);
+    c20 = hn::MulAdd(a, b0, c20);
+    c21 = hn::MulAdd(a, b1, c21);
+    a = hn::Set(d, p3[j]);
+    c30 = hn::MulAdd(a, b0, c30);
+    c31 = hn::MulAdd(a, b1, c31);
+    a = hn::Set(d, p4[j]);
+    c40 = hn::MulAdd(a, b0, c40);
+    c41 = hn::MulAdd(a, b1, c41);
+    a = hn::Set(d, p5[j]);
+    c50 = hn::MulAdd(a, b0, c50);
+    c51 = hn::MulAdd(a, b1, c51);
+  }
+  hn::Store(c00, d, o), hn::Store(c01, d, o + N), o += ldo;
+  hn::Store(c10, d, o), hn::Store(c11, d, o + N), o += ldo;
+  hn::Store(c20, d, o), hn::Store(c21, d, o + N), o += ldo;
+  hn::Store(c30, d, o), hn::Store(c31, d, o + N), o += ldo;
+  hn::Store(c40, d, o), hn::Store(c41, d, o + N), o += ldo;
+  hn::Store(c50, d, o), hn::Store(c51, d, o + N);
+}
+
+// s[0, n) += add * log2(e) (when given); returns the max of s[0, n). s is readable up to n rounded up
+// to Lanes.
+template <class D>
+HWY_INLINE float RowMax(D d, float* HWY_RESTRICT s, int64_t n, const float* HWY_RESTRICT add) {
+  using V = hn::Vec<D>;
+  const int64_t N = int64_t(hn::Lanes(d));
+  V m0 = hn::Set(d, -INFINITY), m1 = m0;
+  int64_t j = 0;
+  if (add) {
+    const V log2e = hn::Set(d, float(M_LOG2E));
+    for (; j + N <= n; j += N) {
+      const V v = hn::MulAdd(hn::LoadU(d, add + j), log2e, hn::Load(d, s + j));
+      hn::Store(v, d, s + j);
+      m0 = hn::Max(m0, v);
+    }
+    for (; j < n; ++j) s[j] = std::fma(add[j], float(M_LOG2E), s[j]), m1 = hn::Max(m1, hn::Set(d, s[j]));
+    return MaxLanes(d, hn::Max(m0, m1));
+  }
+  for (; j + 2 * N <= n; j += 2 * N) {
+    m0 = hn::Max(m0, hn::Load(d, s + j));
+    m1 = hn::Max(m1, hn::Load(d, s + j + N));
+  }
+  if (j < n) {
+    const auto valid = hn::FirstN(d, size_t(std::min(N, n - j)));
+    m0 = hn::Max(m0, hn::IfThenElse(valid, hn::Load(d, s + j), hn::Set(d, -INFINITY)));
+    j += N;
+  }
+  if (j < n) {
+    const auto valid = hn::FirstN(d, size_t(n - j));
+    m1 = hn::Max(m1, hn::IfThenElse(valid, hn::Load(d, s + j), hn::Set(d, -INFINITY)));
+  }
+  return MaxLanes(d, hn::Max(m0, m1));
+}
+
+// s[0, n) = 2^(s - m); returns their sum. s is writable up to n rounded up to Lanes. (One vector per
+// step: unrolled twice, the polynomial's constants and two sums no longer fit in 16 registers.)
+template <class D>
+HWY_INLINE float RowExp2(D d, float* HWY_RESTRICT s, int64_t n, float m) {
+  using V = hn::Vec<D>;
+  const int64_t N = int64_t(hn::Lanes(d));
+  const V vm = hn::Set(d, m);
+  V acc = hn::Zero(d);
+  int64_t j = 0;
+  for (; j + N <= n; j += N) {
+    const V e = Exp2NonPositive(d, hn::Sub(hn::Load(d, s + j), vm));
+    hn::Store(e, d, s + j);
+    acc = hn::Add(acc, e);
+  }
+  if (j < n) {
+    const auto valid = hn::FirstN(d, size_t(n - j));
+    const V e = hn::IfThenElseZero(valid, Exp2NonPositive(d, hn::Sub(hn::Load(d, s + j), vm)));
+    hn::Store(e, d, s + j);
+    acc = hn::Add(acc, e);
+  }
+  return SumLanes(d, acc);
+}
+
+// Row (b, h, r) of `t` ([B, H, S, cols]) as f32: a pointer into t when it is f32 with unit column
+// stride, else converted into tmp.
+HWY_INLINE const float* HeadRow(const AttentionOperand& t, int64_t b, int64_t h, int64_t r, int64_t cols,
+                                float* tmp) {
+  const uint8_t* src = t.at(b, h, r, 0);
+  if (t.dtype == DType::f32 && (t.st[3] == 1 || cols == 1)) return reinterpret_cast<const float*>(src);
+  load_f32(src, t.dtype, t.st[3], tmp, cols);
+  return tmp;
+}
+
+// Per-thread buffers, kept between calls.
+struct TileScratch {
+  AlignedScratch kp, vp, qp, s, o, row, mask, stats;
+};
+
+void AttentionTiles(const AttentionProblem& p, int64_t t0, int64_t t1) {
   const hn::ScalableTag<float> d;
-  const auto va = hn::Set(d, a);
-  MapF32(x, x, n, [&](auto, auto v) { return hn::Mul(v, va); });
+  const int64_t N = int64_t(hn::Lanes(d)), NR = 2 * N;
+  const int64_t D = p.D, Dv = p.Dv, Sk = p.Sk, Sq = p.Sq;
+  const int64_t k_panels = (Sk + NR - 1) / NR, v_panels = (Dv + NR - 1) / NR, ldo = v_panels * NR;
+  const int64_t bq_pad = (std::min(p.bq, Sq) + kMR - 1) / kMR * kMR;
+  // Keys per block: a whole number of K panels, at most all of them.
+  const int64_t kb =
+      std::min((std::max<int64_t>(p.bk, 1) + NR - 1) / NR, std::max<int64_t>(k_panels, 1)) * NR;
+  const int64_t oes = int64_t(dtype_size(p.out_dtype));
+
+  thread_local TileScratch scratch;
+  float* const kp = scratch.kp.get(size_t(std::max<int64_t>(k_panels * NR * D, 1)));
+  float* const vp = scratch.vp.get(size_t(std::max<int64_t>(v_panels * Sk * NR, 1)));
+  float* const qp = scratch.qp.get(size_t(std::max<int64_t>(bq_pad * D, 1)));
+  float* const s = scratch.s.get(size_t(bq_pad * kb));
+  float* const o = scratch.o.get(size_t(std::max<int64_t>(bq_pad * ldo, 1)));
+  float* const tmp = scratch.row.get(size_t(std::max({NR * D, Dv, int64_t(1)})));
+  float* const mrow = scratch.mask.get(size_t(kb));
+  float* const stats = scratch.stats.get(size_t(3 * bq_pad));
+  float *const m = stats, *const l = stats + bq_pad, *const alpha = stats + 2 * bq_pad;
+
+  int64_t bound = -1;
+  for (int64_t t = t0; t < t1; ++t) {
+    const int64_t bh = t / p.q_blocks, b = bh / p.H, h = bh % p.H, i0 = (t % p.q_blocks) * p.bq;
+    if (bh != bound) {
+      // K^T in panels of NR keys: kp[panel][e][jj] = K[panel * NR + jj][e] (0 past Sk).
+      for (int64_t pj = 0; pj < k_panels; ++pj) {
+        float* dstp = kp + pj * D * NR;
+        for (int64_t jj = 0; jj < NR; ++jj) {
+          const int64_t j = pj * NR + jj;
+          if (j < Sk && D > 0) {
+            const float* row = HeadRow(p.k, b, h, j, D, tmp + jj * D);
+            for (int64_t e = 0; e < D; ++e) dstp[e * NR + jj] = row[e];
+          } else {
+            for (int64_t e = 0; e < D; ++e) dstp[e * NR + jj] = 0.f;
+          }
+        }
+      }
+      // V in panels of NR columns: vp[panel][j][c] = V[j][panel * NR + c] (0 past Dv).
+      for (int64_t j = 0; j < Sk && Dv > 0; ++j) {
+        const float* row = HeadRow(p.v, b, h, j, Dv, tmp);
+        for (int64_t pe = 0; pe < v_panels; ++pe) {
+          float* dstp = vp + (pe * Sk + j) * NR;
+          const int64_t c = std::min(NR, Dv - pe * NR);
+          std::memcpy(dstp, row + pe * NR, size_t(c) * sizeof(float));
+          std::fill(dstp + c, dstp + NR, 0.f);
+        }
+      }
+      bound = bh;
+    }
+    const int64_t rows = std::min(p.bq, Sq - i0), groups = (rows + kMR - 1) / kMR;
+    const int64_t rows_pad = groups * kMR;
+    // Q rows x scale*log2(e) in groups of kMR: qp[g][e][r] (0 for the rows past `rows`).
+    for (int64_t r = 0; r < rows_pad; ++r) {
+      float* dstp = qp + (r / kMR) * D * kMR + r % kMR;
+      if (r < rows && D > 0) {
+        const float* row = HeadRow(p.q, b, h, i0 + r, D, tmp);
+        for (int64_t e = 0; e < D; ++e) dstp[e * kMR] = row[e] * p.scale_log2e;
+      } else {
+        for (int64_t e = 0; e < D; ++e) dstp[e * kMR] = 0.f;
+      }
+    }
+    for (int64_t r = 0; r < rows_pad; ++r) m[r] = -INFINITY, l[r] = 0.f;
+    if (Sk == 0) std::fill(o, o + rows_pad * ldo, 0.f);
+
+    for (int64_t j0 = 0; j0 < Sk; j0 += kb) {
+      const int64_t n = std::min(kb, Sk - j0), n_panels = (n + NR - 1) / NR;
+      // 1. S = Q K^T (scaled, base 2) for keys [j0, j0 + n), row stride kb.
+      for (int64_t pj = 0; pj < n_panels; ++pj) {
+        const float* kpan = kp + (j0 / NR + pj) * D * NR;
+        for (int64_t g = 0; g < groups; ++g)
+          QKMicro(d, qp + g * D * kMR, kpan, D, s + g * kMR * kb + pj * NR, kb);
+      }
+      // 2. Online softmax: P = 2^(S - m_new) in place, l and alpha per row.
+      for (int64_t r = 0; r < rows_pad; ++r) {
+        float* srow = s + r * kb;
+        const float* add = nullptr;
+        if (p.mask.base && r < rows) {
+          const uint8_t* src = p.mask.at(b, h, i0 + r, j0);
+          if (p.mask.dtype == DType::f32 && p.mask.st[3] == 1) {
+            add = reinterpret_cast<const float*>(src);
+          } else {
+            load_f32(src, p.mask.dtype, p.mask.st[3], mrow, n);
+            if (p.bool_mask)
+              for (int64_t j = 0; j < n; ++j) mrow[j] = mrow[j] != 0.f ? 0.f : -INFINITY;
+            add = mrow;
+          }
+        }
+        const float m_new = std::max(m[r], RowMax(d, srow, n, add));
+        if (m_new == -INFINITY) {  // nothing attended in this row yet: P = 0, O stays 0
+          std::fill(srow, srow + n, 0.f);
+          alpha[r] = 1.f;
+          continue;
+        }
+        alpha[r] = m[r] == -INFINITY ? 0.f : std::exp2(m[r] - m_new);
+        l[r] = l[r] * alpha[r] + RowExp2(d, srow, n, m_new);
+        m[r] = m_new;
+      }
+      // 3. O = alpha O + P V.
+      for (int64_t pe = 0; pe < v_panels; ++pe) {
+        const float* vpan = vp + (pe * Sk + j0) * NR;
+        for (int64_t g = 0; g < groups; ++g)
+          PVMicro(d, s + g * kMR * kb, kb, vpan, n, o + g * kMR * ldo + pe * NR, ldo,
+                  j0 == 0 ? nullptr : alpha + g * kMR);
+      }
+    }
+    // out = O / l in the output dtype (l = 0: 0 * inf = NaN, as torch for a fully masked row).
+    const int64_t pos0 = (b * p.H + h) * Sq + i0;
+    for (int64_t r = 0; r < rows; ++r) {
+      float* orow = o + r * ldo;
+      const float inv = 1.f / l[r];
+      for (int64_t c = 0; c < Dv; ++c) orow[c] *= inv;
+      store_f32(orow, p.dst + (pos0 + r) * Dv * oes, p.out_dtype, Dv);
+    }
+  }
 }
 
 }  // namespace HWY_NAMESPACE
@@ -76,124 +361,52 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace diffq::backend::cpu {
 
-HWY_EXPORT(OnlineSoftmaxRow);
-HWY_EXPORT(ScaleRow);
+HWY_EXPORT(AttentionTiles);
+HWY_EXPORT(Exp2ForTest);
+
+void attention_exp2_for_test(const float* x, float* y, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(Exp2ForTest)(x, y, n);
+}
 
 namespace {
 
-// Tiles: current_tuning().attn_bq query rows x attn_bk keys (defaults 128 x 2048: one pass over K/V
-// for sequences up to 2048, so no rescaling of O). Measured on the 2-core EPYC (docs/benchmarks.md
-// "FLUX on the CPU"): 128 x 256, 64 x 512, 32/64/256 x 2048 were all within noise of the default; the
-// gain is from running tiles in parallel.
-
-// One head's [rows, cols] matrix of a [B, H, S, D] tensor as f32 with row stride ld: in place when
-// it is f32 with unit column stride, else gathered into `buf`.
-struct HeadMatrix {
-  const float* p = nullptr;
-  int64_t ld = 0;
-  std::unique_ptr<float[]> buf;
-
-  void bind(const Tensor& t, int64_t b, int64_t h) {
-    const int64_t rows = t.size(2), cols = t.size(3);
-    const auto& st = t.strides();
-    const int64_t off = t.offset() + b * st[0] + h * st[1];
-    if (t.dtype() == DType::f32 && (st[3] == 1 || cols == 1) && (st[2] >= cols || rows == 1)) {
-      p = reinterpret_cast<const float*>(elem_ptr(t, off));
-      ld = rows == 1 ? cols : st[2];
-      return;
-    }
-    if (!buf) buf = alloc_f32(rows * cols);
-    parallel_for(rows, std::max<int64_t>(1, 8192 / cols), [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r)
-        load_f32(elem_ptr(t, off + r * st[2]), t.dtype(), st[3], buf.get() + r * cols, cols);
-    });
-    p = buf.get();
-    ld = cols;
-  }
-};
+AttentionOperand operand(const Tensor& t, const Shape& strides) {
+  AttentionOperand o;
+  if (!t.defined() || t.numel() == 0) return o;  // nothing is read from an empty operand
+  o.dtype = t.dtype();
+  o.esize = int64_t(dtype_size(t.dtype()));
+  o.base = elem_ptr(t, t.offset());
+  for (int i = 0; i < 4; ++i) o.st[i] = strides[size_t(i)];
+  return o;
+}
 
 void sdpa_kernel(const OpCall& c, Tensor& out) {
   const Tensor &q = c.inputs[0], &k = c.inputs[1], &v = c.inputs[2];
   const Tensor mask = c.inputs.size() > 3 ? c.inputs[3] : Tensor();
-  const int64_t B = q.size(0), H = q.size(1), Sq = q.size(2), D = q.size(3);
-  const int64_t Sk = k.size(2), Dv = v.size(3);
-  const float scale = float(c.attrs.f0 > 0 ? c.attrs.f0 : 1.0 / std::sqrt(double(D)));
-  const bool bool_mask = mask.defined() && mask.dtype() == DType::boolean;
-  const Shape mstrides = mask.defined() ? broadcast_strides(mask, {B, H, Sq, Sk}) : Shape(4, 0);
-
-  const DType ot = out.dtype();
-  const int64_t oes = int64_t(dtype_size(ot));
-  auto* dst = static_cast<uint8_t*>(out.data_ptr());
+  AttentionProblem p;
+  p.B = q.size(0), p.H = q.size(1), p.Sq = q.size(2), p.D = q.size(3);
+  p.Sk = k.size(2), p.Dv = v.size(3);
+  p.q = operand(q, q.strides()), p.k = operand(k, k.strides()), p.v = operand(v, v.strides());
+  if (mask.defined()) p.mask = operand(mask, broadcast_strides(mask, {p.B, p.H, p.Sq, p.Sk}));
+  const double scale = c.attrs.f0 > 0 ? c.attrs.f0 : 1.0 / std::sqrt(double(p.D));
+  p.scale_log2e = float(scale * M_LOG2E);
+  p.bool_mask = mask.defined() && mask.dtype() == DType::boolean;
   const Tuning& tune = current_tuning();
-  const int64_t kBq = std::max<int64_t>(1, tune.attn_bq), kBk = std::max<int64_t>(1, tune.attn_bk);
-  const int64_t bq_max = std::min(kBq, Sq), bk_max = std::min(kBk, Sk);
-  const int64_t q_blocks = (Sq + kBq - 1) / kBq;
-
-  // Tiles (batch, head, block of query rows) are independent: the pool takes them in contiguous runs,
-  // each worker with its own buffers (a nested parallel_for or sgemm runs inline on that worker).
-  parallel_for(B * H * q_blocks, 1, [&](int64_t t0, int64_t t1) {
-    auto S = alloc_f32(bq_max * bk_max), O = alloc_f32(bq_max * Dv);
-    auto M = alloc_f32(bq_max), L = alloc_f32(bq_max);
-    auto mask_buf = alloc_f32(mask.defined() ? bq_max * bk_max : 1);
-    HeadMatrix Q, K, V;
-    int64_t bound = -1;
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t bh = t / q_blocks, b = bh / H, h = bh % H, i0 = (t % q_blocks) * kBq;
-      if (bh != bound) {
-        Q.bind(q, b, h);
-        K.bind(k, b, h);
-        V.bind(v, b, h);
-        bound = bh;
-      }
-      const int64_t bq = std::min(kBq, Sq - i0);
-      for (int64_t i = 0; i < bq; ++i) {
-        M[i] = -INFINITY;
-        L[i] = 0.f;
-      }
-      std::fill(O.get(), O.get() + bq * Dv, 0.f);
-      for (int64_t j0 = 0; j0 < Sk; j0 += kBk) {
-        const int64_t bk = std::min(kBk, Sk - j0);
-        // S[bq, bk] = Q[i0:, :] @ K[j0:, :]^T
-        if (D > 0) {
-          sgemm(false, true, bq, bk, D, 1.f, Q.p + i0 * Q.ld, Q.ld, K.p + j0 * K.ld, K.ld, 0.f, S.get(), bk);
-        } else {
-          std::fill(S.get(), S.get() + bq * bk, 0.f);
-        }
-        parallel_for(bq, std::max<int64_t>(1, 4096 / bk), [&](int64_t r0, int64_t r1) {
-          for (int64_t i = r0; i < r1; ++i) {
-            const float* add = nullptr;
-            if (mask.defined()) {
-              float* mrow = mask_buf.get() + i * bk;
-              const int64_t mo = mask.offset() + b * mstrides[0] + h * mstrides[1] +
-                                 (i0 + i) * mstrides[2] + j0 * mstrides[3];
-              load_f32(elem_ptr(mask, mo), mask.dtype(), mstrides[3], mrow, bk);
-              if (bool_mask)
-                for (int64_t j = 0; j < bk; ++j) mrow[j] = mrow[j] != 0.f ? 0.f : -INFINITY;
-              add = mrow;
-            }
-            float sum = 0.f;
-            const float m_old = M[i];
-            const float m_new = HWY_DYNAMIC_DISPATCH(OnlineSoftmaxRow)(S.get() + i * bk, bk, scale, add, m_old, &sum);
-            if (m_new == -INFINITY) continue;  // nothing attended yet in this row
-            const float alpha = m_old == -INFINITY ? 0.f : std::exp(m_old - m_new);
-            M[i] = m_new;
-            L[i] = L[i] * alpha + sum;
-            if (alpha != 1.f) HWY_DYNAMIC_DISPATCH(ScaleRow)(O.get() + i * Dv, Dv, alpha);
-          }
-        });
-        // O[bq, Dv] += P[bq, bk] @ V[j0:, :]
-        sgemm(false, false, bq, Dv, bk, 1.f, S.get(), bk, V.p + j0 * V.ld, V.ld, 1.f, O.get(), Dv);
-      }
-      // out = O / l, rounded to the output dtype.
-      parallel_for(bq, std::max<int64_t>(1, 4096 / std::max<int64_t>(Dv, 1)), [&](int64_t r0, int64_t r1) {
-        for (int64_t i = r0; i < r1; ++i) {
-          float* row = O.get() + i * Dv;
-          HWY_DYNAMIC_DISPATCH(ScaleRow)(row, Dv, 1.f / L[i]);  // l = 0 (all masked): NaN, as torch
-          const int64_t o = ((b * H + h) * Sq + i0 + i) * Dv;
-          store_f32(row, dst + o * oes, ot, Dv);
-        }
-      });
-    }
+  p.bq = (std::max<int64_t>(1, tune.attn_bq) + kAttentionRows - 1) / kAttentionRows * kAttentionRows;
+  p.bk = std::max<int64_t>(1, tune.attn_bk);
+  p.q_blocks = (p.Sq + p.bq - 1) / p.bq;
+  p.dst = static_cast<uint8_t*>(out.data_ptr());
+  p.out_dtype = out.dtype();
+  if (p.D == 0 && !std::isfinite(p.scale_log2e)) {  // empty heads, scale 1/sqrt(0): 0 * inf = NaN scores
+    const std::vector<float> nan(size_t(p.Dv), NAN);
+    const int64_t oes = int64_t(dtype_size(p.out_dtype));
+    for (int64_t r = 0; r < p.B * p.H * p.Sq; ++r)
+      store_f32(nan.data(), p.dst + r * p.Dv * oes, p.out_dtype, p.Dv);
+    return;
+  }
+  // Tiles are independent: the pool takes them in contiguous runs, each worker with its own buffers.
+  parallel_for(p.B * p.H * p.q_blocks, 1, [&](int64_t t0, int64_t t1) {
+    HWY_DYNAMIC_DISPATCH(AttentionTiles)(p, t0, t1);
   });
 }
 

@@ -20,8 +20,8 @@ enum class GemmSplit : uint8_t {
 struct Tuning {
   GemmSplit gemm_split = GemmSplit::longer_side;
   int gemm_parts_per_thread = 1;  // parts = threads * this (more, smaller parts balance uneven cores)
-  int64_t attn_bq = 128;          // attention: query rows per tile
-  int64_t attn_bk = 2048;         // attention: keys per tile (online softmax across tiles)
+  int64_t attn_bq = 48;   // attention: query rows per tile (rounded up to a multiple of 6)
+  int64_t attn_bk = 256;  // attention: keys per block of the online softmax (rounded up to 2 vectors)
 
   bool operator==(const Tuning&) const = default;
 };

@@ -1,0 +1,161 @@
+// The CPU scaled-dot-product attention (ops::sdpa) on FLUX's shapes, f32 and bf16 inputs, with the
+// diffq thread count set to the benchmark's (GEMM_BENCH_THREADS="1,2" by default, as the GEMM
+// benchmarks). Shapes: FLUX-small at 512x512 (12 heads, 1024 image + 128 text tokens, D 64), FLUX.1-dev
+// at 1024x1024 (24 heads, 4096 + 512 tokens, D 128; one call is ~260 GFLOP, so one iteration), and
+// the small shape with an additive f32 mask [1, 1, S, S]. Counters:
+//   GFLOP/s   2 * B * H * Sq * Sk * (D + Dv) / wall time
+//   %peak     GFLOP/s over this process's own FMA ceiling at the same thread count, measured once at
+//             start-up with bench_fma_peak's loop (x86-64 only; absent elsewhere). On a shared machine
+//             both figures drop when other processes take the cores: bracket runs with
+//             `bench_fma_peak` and discard those where its 2-thread figure is low.
+// ATTN_BENCH_BQ / ATTN_BENCH_BK replace the tuning's attention tile sizes (backend/cpu/tuning.h).
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend/cpu/threads.h"
+#include "backend/cpu/tuning.h"
+#include "diffq/tensor.h"
+#include "ops/ops.h"
+
+using namespace diffq;
+namespace cpu = diffq::backend::cpu;
+
+namespace {
+
+struct Case {
+  std::string name;
+  int64_t b, h, sq, sk, d;
+  bool masked;
+};
+
+std::vector<int> thread_counts() {
+  std::vector<int> out;
+  const char* env = std::getenv("GEMM_BENCH_THREADS");
+  std::string s = env && *env ? env : "1,2";
+  size_t pos = 0;
+  while (pos < s.size()) {
+    const size_t comma = s.find(',', pos);
+    out.push_back(std::atoi(s.substr(pos, comma - pos).c_str()));
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return out;
+}
+
+Tensor random_tensor(const Shape& shape, DType dt, uint32_t seed, float lo, float hi) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  int64_t n = 1;
+  for (const int64_t s : shape) n *= s;
+  Tensor t = Tensor::empty(shape, DType::f32);
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < n; ++i) p[i] = dist(rng);
+  return t.to(dt);
+}
+
+#if defined(__x86_64__)
+// 12 independent 256-bit FMA chains (as bench/bench_fma_peak.cpp): the core's FMA throughput.
+void fma_loop(int64_t n) {
+  asm volatile(
+      "vxorps %%ymm0, %%ymm0, %%ymm0\n\tvxorps %%ymm1, %%ymm1, %%ymm1\n\t"
+      "vxorps %%ymm2, %%ymm2, %%ymm2\n\tvxorps %%ymm3, %%ymm3, %%ymm3\n\t"
+      "vxorps %%ymm4, %%ymm4, %%ymm4\n\tvxorps %%ymm5, %%ymm5, %%ymm5\n\t"
+      "vxorps %%ymm6, %%ymm6, %%ymm6\n\tvxorps %%ymm7, %%ymm7, %%ymm7\n\t"
+      "vxorps %%ymm8, %%ymm8, %%ymm8\n\tvxorps %%ymm9, %%ymm9, %%ymm9\n\t"
+      "vxorps %%ymm10, %%ymm10, %%ymm10\n\tvxorps %%ymm11, %%ymm11, %%ymm11\n\t"
+      "vxorps %%ymm12, %%ymm12, %%ymm12\n\tvxorps %%ymm13, %%ymm13, %%ymm13\n\t"
+      "1:\n\t"
+      "vfmadd231ps %%ymm12, %%ymm13, %%ymm0\n\tvfmadd231ps %%ymm12, %%ymm13, %%ymm1\n\t"
+      "vfmadd231ps %%ymm12, %%ymm13, %%ymm2\n\tvfmadd231ps %%ymm12, %%ymm13, %%ymm3\n\t"
+      "vfmadd231ps %%ymm12, %%ymm13, %%ymm4\n\tvfmadd231ps %%ymm12, %%ymm13, %%ymm5\n\t"
+      "vfmadd231ps %%ymm12, %%ymm13, %%ymm6\n\tvfmadd231ps %%ymm12, %%ymm13, %%ymm7\n\t"
+      "vfmadd231ps %%ymm12, %%ymm13, %%ymm8\n\tvfmadd231ps %%ymm12, %%ymm13, %%ymm9\n\t"
+      "vfmadd231ps %%ymm12, %%ymm13, %%ymm10\n\tvfmadd231ps %%ymm12, %%ymm13, %%ymm11\n\t"
+      "dec %0\n\tjnz 1b\n\tvzeroupper\n\t"
+      : "+r"(n)
+      :
+      : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",
+        "xmm11", "xmm12", "xmm13", "cc");
+}
+
+// GFLOP/s of `threads` threads running the FMA loop (best of 3 runs of ~0.1 s).
+double fma_peak(int threads) {
+  static std::map<int, double> cache;
+  if (auto it = cache.find(threads); it != cache.end()) return it->second;
+  constexpr int64_t kLoops = 4'000'000;
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) pool.emplace_back(fma_loop, kLoops);
+    fma_loop(kLoops);
+    for (auto& th : pool) th.join();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, double(kLoops) * 12 * 16 * threads / s * 1e-9);
+  }
+  return cache[threads] = best;
+}
+#endif
+
+void bench_sdpa(benchmark::State& state, const Case& c, DType dt, int threads) {
+  cpu::set_num_threads(threads);
+  const Tensor q = random_tensor({c.b, c.h, c.sq, c.d}, dt, 1, -1.f, 1.f);
+  const Tensor k = random_tensor({c.b, c.h, c.sk, c.d}, dt, 2, -1.f, 1.f);
+  const Tensor v = random_tensor({c.b, c.h, c.sk, c.d}, dt, 3, -1.f, 1.f);
+  const Tensor mask = c.masked ? random_tensor({1, 1, c.sq, c.sk}, DType::f32, 4, -4.f, 0.f) : Tensor();
+  // ATTN_BENCH_BQ / ATTN_BENCH_BK override the tuning's tile sizes (for sweeps).
+  cpu::Tuning tune = cpu::current_tuning();
+  if (const char* e = std::getenv("ATTN_BENCH_BQ")) tune.attn_bq = std::atoll(e);
+  if (const char* e = std::getenv("ATTN_BENCH_BK")) tune.attn_bk = std::atoll(e);
+  cpu::ScopedTuning scope(tune);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    Tensor o = ops::sdpa(q, k, v, mask);
+    benchmark::DoNotOptimize(o.data_ptr());
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double flop = 2.0 * double(c.b * c.h) * double(c.sq) * double(c.sk) * double(2 * c.d);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flop * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+#if defined(__x86_64__)
+  state.counters["%peak"] = flop * double(state.iterations()) * 1e-9 / secs * 100.0 / fma_peak(threads);
+#endif
+  cpu::set_num_threads(0);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::vector<Case> cases = {
+      {"flux_small", 1, 12, 1152, 1152, 64, false},
+      {"flux_small_masked", 1, 12, 1152, 1152, 64, true},
+      {"flux_dev", 1, 24, 4608, 4608, 128, false},
+  };
+#if defined(__x86_64__)
+  for (const int t : thread_counts()) fma_peak(t);  // calibrate before the runs
+#endif
+  for (const DType dt : {DType::f32, DType::bf16})
+    for (const int t : thread_counts())
+      for (const Case& c : cases) {
+        const std::string name = "sdpa/" + c.name + "/" + (dt == DType::f32 ? "f32" : "bf16") +
+                                 "/threads:" + std::to_string(t);
+        auto* b = benchmark::RegisterBenchmark(name.c_str(), [c, dt, t](benchmark::State& st) {
+          bench_sdpa(st, c, dt, t);
+        });
+        b->UseRealTime()->MeasureProcessCPUTime()->Unit(benchmark::kMillisecond);
+        if (c.sq > 2048) b->Iterations(1);
+      }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

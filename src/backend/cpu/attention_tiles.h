@@ -1,0 +1,65 @@
+// One scaled-dot-product attention call as the CPU kernel's per-target tile code sees it
+// (attention.cpp): the inputs, their sizes, the tiling and where the output goes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <hwy/aligned_allocator.h>
+
+#include "diffq/tensor.h"
+
+namespace diffq::backend::cpu {
+
+// A [B, H, S, cols] input (or a mask broadcast to [B, H, Sq, Sk]) as raw memory: element (b, h, r, c)
+// is at base + (b st[0] + h st[1] + r st[2] + c st[3]) * element size. Tensor accessors are not called
+// per row by the tiles (they are not free).
+struct AttentionOperand {
+  const uint8_t* base = nullptr;  // element 0 (the view's offset applied); null: absent (no mask)
+  DType dtype = DType::f32;
+  int64_t esize = 4;
+  int64_t st[4] = {0, 0, 0, 0};
+
+  const uint8_t* at(int64_t b, int64_t h, int64_t r, int64_t c) const {
+    return base + (b * st[0] + h * st[1] + r * st[2] + c * st[3]) * esize;
+  }
+};
+
+// Query rows of the micro-kernels: the tiles' query blocks are a multiple of this.
+inline constexpr int64_t kAttentionRows = 6;
+
+struct AttentionProblem {
+  AttentionOperand q;     // [B, H, Sq, D], any float dtype and strides
+  AttentionOperand k;     // [B, H, Sk, D]
+  AttentionOperand v;     // [B, H, Sk, Dv]
+  AttentionOperand mask;  // absent, or strides broadcast to [B, H, Sq, Sk]
+  bool bool_mask = false; // true: attend where mask != 0; else mask is added to the scores
+  int64_t B = 0, H = 0, Sq = 0, Sk = 0, D = 0, Dv = 0;
+  float scale_log2e = 0;  // softmax scale x log2(e): the kernel works with powers of two
+  int64_t bq = kAttentionRows;  // query rows per tile (a multiple of kAttentionRows)
+  int64_t bk = 1;         // keys per block of the online softmax
+  int64_t q_blocks = 0;   // ceil(Sq / bq); tile t is (b, h) = t / q_blocks, query block t % q_blocks
+  uint8_t* dst = nullptr;  // contiguous [B, H, Sq, Dv] output
+  DType out_dtype = DType::f32;
+};
+
+// A per-thread growable aligned float buffer (kept between calls: no allocation per tile or call).
+class AlignedScratch {
+ public:
+  float* get(size_t n) {
+    if (n > size_) {
+      buf_ = hwy::AllocateAligned<float>(n);
+      size_ = n;
+    }
+    return buf_.get();
+  }
+
+ private:
+  hwy::AlignedFreeUniquePtr<float[]> buf_;
+  size_t size_ = 0;
+};
+
+// The kernel's base-2 exponential, vectorised as in the attention tiles, for x <= 0 (tests).
+void attention_exp2_for_test(const float* x, float* y, int64_t n);
+
+}  // namespace diffq::backend::cpu

@@ -1,0 +1,249 @@
+// The CPU attention kernel (backend/cpu/attention.cpp) against the f64 scalar reference
+// (reference::sdpa) on the shapes its micro-kernels have edges for: head sizes that are not a multiple
+// of the key/column panels (D, Dv = 0, 1, 24, 72, 128, Dv != D), one query row, fewer keys than a tile,
+// masks (additive with -inf and fully masked rows: NaN as torch; bool, key padding, strided and
+// broadcast over the keys), f16/bf16 inputs,
+// strided views, and every kind of tiling; results are identical for 1 and 2 threads. Also the
+// kernel's base-2 exponential against std::exp2.
+#include <gtest/gtest.h>
+#include <hwy/targets.h>
+
+#include <cmath>
+#include <cstring>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/attention_tiles.h"
+#include "backend/cpu/threads.h"
+#include "backend/cpu/tuning.h"
+#include "backend/reference/reference_ops.h"
+#include "ops/ops.h"
+
+using namespace diffq;
+namespace cpu = diffq::backend::cpu;
+
+namespace {
+
+enum class MaskKind {
+  none,
+  additive,      // f32 [1, 1, Sq, Sk]: N(0, 1), ~25% -inf, row 1 all -inf
+  bool_rows,     // bool [B, 1, Sq, Sk]: ~70% true, row 2 all false
+  key_padding,   // bool [B, 1, 1, Sk]: the last third of the keys masked
+  transposed,    // f32 [1, H, Sq, Sk] with keys strided (a transposed [1, H, Sk, Sq] tensor), finite
+  per_query,     // f32 [1, 1, Sq, 1]: one value broadcast over the keys (stride 0)
+};
+
+struct Case {
+  std::string name;
+  int64_t B, H, Sq, Sk, D, Dv;
+  DType dt = DType::f32;
+  MaskKind mask = MaskKind::none;
+  double scale = 0;         // 0: 1/sqrt(D)
+  bool flux_layout = false; // q/k/v are [B, S, H, D] tensors seen as [B, H, S, D]
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+Tensor random_tensor(const Shape& shape, DType dt, std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.f, 1.f);
+  Tensor t = Tensor::empty(shape, DType::f32);
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = dist(rng);
+  return t.to(dt);
+}
+
+Tensor make_mask(const Case& c, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(0.f, 1.f);
+  std::normal_distribution<float> n(0.f, 1.f);
+  switch (c.mask) {
+    case MaskKind::none: return Tensor();
+    case MaskKind::additive: {
+      Tensor m = Tensor::empty({1, 1, c.Sq, c.Sk}, DType::f32);
+      float* p = m.data<float>();
+      for (int64_t i = 0; i < c.Sq; ++i)
+        for (int64_t j = 0; j < c.Sk; ++j)
+          p[i * c.Sk + j] = (i == 1 % c.Sq || u(rng) < 0.25f) ? -INFINITY : n(rng);
+      if (c.Sq > 1) p[0] = 0.f;  // row 0 attends to something
+      return m;
+    }
+    case MaskKind::bool_rows: {
+      Tensor m = Tensor::empty({c.B, 1, c.Sq, c.Sk}, DType::f32);
+      float* p = m.data<float>();
+      for (int64_t b = 0; b < c.B; ++b)
+        for (int64_t i = 0; i < c.Sq; ++i)
+          for (int64_t j = 0; j < c.Sk; ++j)
+            p[(b * c.Sq + i) * c.Sk + j] = (i != 2 % c.Sq && (j == 0 || u(rng) < 0.7f)) ? 1.f : 0.f;
+      return m.to(DType::boolean);
+    }
+    case MaskKind::key_padding: {
+      Tensor m = Tensor::empty({c.B, 1, 1, c.Sk}, DType::f32);
+      float* p = m.data<float>();
+      for (int64_t b = 0; b < c.B; ++b)
+        for (int64_t j = 0; j < c.Sk; ++j) p[b * c.Sk + j] = (j == 0 || 3 * j < 2 * c.Sk) ? 1.f : 0.f;
+      return m.to(DType::boolean);
+    }
+    case MaskKind::transposed:
+      return random_tensor({1, c.H, c.Sk, c.Sq}, DType::f32, rng).transpose(2, 3);
+    case MaskKind::per_query: return random_tensor({1, 1, c.Sq, 1}, DType::f32, rng);
+  }
+  return Tensor();
+}
+
+struct Inputs {
+  Tensor q, k, v, mask;
+};
+
+Inputs make_inputs(const Case& c) {
+  std::mt19937 rng(uint32_t(std::hash<std::string>{}(c.name)));
+  Inputs in;
+  if (c.flux_layout) {
+    in.q = random_tensor({c.B, c.Sq, c.H, c.D}, c.dt, rng).transpose(1, 2);
+    in.k = random_tensor({c.B, c.Sk, c.H, c.D}, c.dt, rng).transpose(1, 2);
+    in.v = random_tensor({c.B, c.Sk, c.H, c.Dv}, c.dt, rng).transpose(1, 2);
+  } else {
+    in.q = random_tensor({c.B, c.H, c.Sq, c.D}, c.dt, rng);
+    in.k = random_tensor({c.B, c.H, c.Sk, c.D}, c.dt, rng);
+    in.v = random_tensor({c.B, c.H, c.Sk, c.Dv}, c.dt, rng);
+  }
+  in.mask = make_mask(c, rng);
+  return in;
+}
+
+// max |got - ref| / max |ref| over the finite reference values; non-finite ones must match exactly.
+double rel_error(const std::vector<float>& got, const reference::Array& ref, int64_t* nan_rows) {
+  double worst = 0, scale = 1e-30;
+  for (const double r : ref.v)
+    if (std::isfinite(r)) scale = std::max(scale, std::abs(r));
+  *nan_rows = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double r = ref.v[i];
+    if (!std::isfinite(r)) {
+      if (std::isnan(r) ? !std::isnan(got[i]) : double(got[i]) != r) return INFINITY;
+      ++*nan_rows;
+      continue;
+    }
+    worst = std::max(worst, std::abs(double(got[i]) - r) / scale);
+  }
+  return worst;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+using Tilings = std::vector<std::pair<int64_t, int64_t>>;  // (attn_bq, attn_bk); (0, 0): defaults
+
+void expect_matches_reference(const Case& c, const Tilings& tilings) {
+  const Inputs in = make_inputs(c);
+  reference::Array ref = reference::sdpa(reference::from_tensor(in.q), reference::from_tensor(in.k),
+                                         reference::from_tensor(in.v), reference::from_tensor(in.mask),
+                                         in.mask.defined() && in.mask.dtype() == DType::boolean, c.scale);
+  reference::round_to(ref, c.dt);
+  const double tol = c.dt == DType::f32 ? 2e-6 : c.dt == DType::f16 ? 2e-3 : 1e-2;
+  const bool expect_nan_rows =
+      c.mask == MaskKind::additive || c.mask == MaskKind::bool_rows || (c.D == 0 && c.scale == 0);
+  for (const auto& [bq, bk] : tilings) {
+    cpu::Tuning t;
+    if (bq > 0) t.attn_bq = bq, t.attn_bk = bk;
+    cpu::ScopedTuning scope(t);
+    std::vector<float> first;
+    for (const int threads : {1, 2}) {
+      cpu::set_num_threads(threads);
+      const Tensor o = ops::sdpa(in.q, in.k, in.v, in.mask, c.scale);
+      cpu::set_num_threads(0);
+      ASSERT_EQ(o.shape(), (Shape{c.B, c.H, c.Sq, c.Dv}));
+      ASSERT_EQ(o.dtype(), c.dt);
+      const std::vector<float> got = o.to_f32_vector();
+      int64_t nans = 0;
+      const double err = rel_error(got, ref, &nans);
+      EXPECT_LE(err, tol) << c.name << " tiles " << t.attn_bq << " x " << t.attn_bk << ", " << threads
+                          << " threads";
+      EXPECT_EQ(nans > 0, expect_nan_rows) << c.name;
+      if (threads == 1) {
+        first = got;
+      } else {
+        EXPECT_TRUE(same_bits(first, got)) << c.name << ": 1 and 2 threads differ";
+      }
+    }
+  }
+}
+
+class SdpaKernel : public ::testing::TestWithParam<Case> {};
+
+TEST_P(SdpaKernel, MatchesTheF64ReferenceForEveryTilingAndThreadCount) {
+  expect_matches_reference(GetParam(),
+                           {{0, 0}, {1, 1}, {6, 16}, {7, 33}, {13, 100}, {64, 4096}, {1000, 8}});
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, SdpaKernel,
+    ::testing::Values(Case{"d1", 1, 2, 5, 7, 1, 1}, Case{"d0", 1, 2, 3, 4, 0, 5},
+                      Case{"d0_scaled", 1, 2, 3, 4, 0, 5, DType::f32, MaskKind::none, 0.5},
+                      Case{"d24", 2, 2, 33, 50, 24, 24},
+                      Case{"d72", 1, 3, 20, 130, 72, 72}, Case{"d128", 1, 2, 13, 70, 128, 128},
+                      Case{"d24_dv40", 1, 2, 19, 45, 24, 40}, Case{"d64_dv17", 1, 2, 12, 40, 64, 17},
+                      Case{"one_query", 2, 3, 1, 300, 64, 64}, Case{"one_key", 1, 2, 9, 1, 16, 16},
+                      Case{"fewer_keys_than_a_tile", 1, 2, 40, 5, 64, 64},
+                      Case{"flux_like", 1, 2, 70, 150, 64, 64},
+                      Case{"scale", 1, 2, 17, 33, 32, 32, DType::f32, MaskKind::none, 0.3},
+                      Case{"additive_mask", 2, 2, 9, 70, 16, 16, DType::f32, MaskKind::additive},
+                      Case{"bool_mask_rows", 2, 2, 11, 37, 24, 8, DType::f32, MaskKind::bool_rows},
+                      Case{"key_padding", 2, 3, 10, 50, 64, 64, DType::f32, MaskKind::key_padding},
+                      Case{"mask_strided_keys", 1, 2, 13, 40, 16, 16, DType::f32, MaskKind::transposed},
+                      Case{"mask_per_query", 1, 2, 13, 40, 16, 16, DType::f32, MaskKind::per_query},
+                      Case{"bf16", 1, 2, 30, 60, 64, 64, DType::bf16},
+                      Case{"bf16_masked", 1, 2, 14, 33, 72, 72, DType::bf16, MaskKind::additive},
+                      Case{"f16", 1, 2, 10, 20, 24, 24, DType::f16},
+                      Case{"flux_layout_bf16", 1, 3, 25, 25, 64, 64, DType::bf16, MaskKind::none, 0,
+                           true},
+                      Case{"flux_layout_f32", 1, 3, 25, 25, 40, 40, DType::f32, MaskKind::none, 0,
+                           true}),
+    [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
+
+// 2^x for x <= 0: within 1 ulp of the exact value for normal results (x >= -126), 0 below 2^-127,
+// exactly 1 at 0.
+TEST(SdpaKernel, Exp2IsWithinOneUlp) {
+  std::vector<float> x;
+  for (float v = 0.f; v >= -126.f; v -= 0.000731f) x.push_back(v);
+  for (int i = 0; i <= 126; ++i) x.push_back(-float(i));
+  for (int i = 0; i < 126; ++i) x.push_back(-float(i) - 0.5f);
+  const size_t normal = x.size();
+  for (const float v : {-127.f, -127.5f, -200.f, -1e30f, -INFINITY}) x.push_back(v);
+  std::vector<float> y(x.size());
+  cpu::attention_exp2_for_test(x.data(), y.data(), int64_t(x.size()));
+  double worst = 0;
+  for (size_t i = 0; i < normal; ++i) {
+    const double want = std::exp2(double(x[i]));
+    const double ulp = std::nextafter(float(want), INFINITY) - float(want);
+    worst = std::max(worst, std::abs(double(y[i]) - want) / ulp);
+  }
+  EXPECT_LE(worst, 1.0);
+  for (size_t i = normal; i < x.size(); ++i) EXPECT_EQ(y[i], 0.f) << x[i];
+  EXPECT_EQ(y[0], 1.f);
+}
+
+// Every SIMD target this CPU runs (AVX2 and the portable EMU128 here, AVX-512 where present): the panel
+// widths differ (2 vectors of keys / columns), so do the edges.
+TEST(SdpaKernel, EveryTargetMatchesTheReference) {
+  const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
+  ASSERT_FALSE(targets.empty());
+  for (const int64_t target : targets) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    for (const Case& c : {Case{"t_d24_dv40", 1, 2, 19, 45, 24, 40},
+                          Case{"t_masked", 2, 2, 9, 70, 16, 20, DType::f32, MaskKind::additive},
+                          Case{"t_bf16", 1, 2, 30, 60, 64, 64, DType::bf16}})
+      expect_matches_reference(c, {{0, 0}, {7, 33}});
+    std::vector<float> x = {0.f, -0.25f, -1.f, -10.3f, -126.f, -127.f, -INFINITY}, y(x.size());
+    cpu::attention_exp2_for_test(x.data(), y.data(), int64_t(x.size()));
+    for (size_t i = 0; i < 5; ++i)
+      EXPECT_NEAR(y[i], std::exp2(double(x[i])), 2e-7 * std::exp2(double(x[i]))) << x[i];
+    EXPECT_EQ(y[5], 0.f);
+    EXPECT_EQ(y[6], 0.f);
+  }
+  hwy::SetSupportedTargetsForTest(0);  // back to the CPU's own targets
+}
+
+}  // namespace
