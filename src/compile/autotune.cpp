@@ -1,11 +1,14 @@
 #include "compile/autotune.h"
 
+#include <functional>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <set>
 #include <sstream>
 
+#include "compile/fused_kernel.h"
 #include "diffq/error.h"
 #include "diffq/runtime.h"
 
@@ -66,8 +69,9 @@ std::vector<Tuning> attention_candidates(int64_t sq, int64_t sk) {
   const Tuning def;
   std::vector<Tuning> out{def};
   std::set<std::pair<int64_t, int64_t>> seen{{std::min(def.attn_bq, sq), std::min(def.attn_bk, sk)}};
-  for (int64_t bq : {32, 64, 128, 256})
-    for (int64_t bk : {512, 1024, 2048, 4096})
+  // Around the flash kernel's defaults (48 x 256): bq is rounded up to 6 rows, bk to 16 keys.
+  for (int64_t bq : {24, 48, 96, 192})
+    for (int64_t bk : {128, 256, 512, 1024})
       if (seen.insert({std::min(bq, sq), std::min(bk, sk)}).second) {
         Tuning t;
         t.attn_bq = bq;
@@ -83,6 +87,7 @@ std::string autotune_node_key(const Node& n, const ops::OpCall& call) {
   std::ostringstream s;
   s.precision(17);
   const ops::Attrs& a = n.attrs;
+  if (n.kind == Node::Kind::fused) s << "gemm+" << n.label() << ' ';  // the epilogue program is part of the key
   s << ops::op_name(n.op) << " attrs(" << a.i0 << ',' << a.i1 << ',' << a.f0 << ',' << a.f1 << ',' << a.flag << ','
     << dtype_name(a.dtype);
   for (int64_t v : a.ints) s << ',' << v;
@@ -99,8 +104,15 @@ std::string autotune_node_key(const Node& n, const ops::OpCall& call) {
 }
 
 std::vector<Tuning> autotune_candidates(const Node& n, const ops::OpCall& call, int threads) {
-  if (n.kind != Node::Kind::op || !n.out.device.is_cpu()) return {};
+  if (!n.out.device.is_cpu()) return {};
   const auto& in = call.inputs;
+  if (n.kind == Node::Kind::fused && n.program && n.program->gemm) {  // a linear with its epilogue
+    const GemmPrologue& gp = *n.program->gemm;
+    const Tensor &x = in[size_t(gp.x)], &w = in[size_t(gp.w)];
+    const int64_t k = x.size(-1);
+    return gemm_candidates(k > 0 ? x.numel() / k : 0, w.size(0), k, threads);
+  }
+  if (n.kind != Node::Kind::op) return {};
   switch (n.op) {
     case ops::OpKind::linear: {
       const int64_t k = in[0].size(-1);
@@ -118,7 +130,7 @@ std::vector<Tuning> autotune_candidates(const Node& n, const ops::OpCall& call, 
 
 Autotuner::Autotuner(const CompileOptions& o) : opt_(o), file_(autotune_cache_path(o.autotune_cache)) {}
 
-Tuning Autotuner::time_candidates(const std::vector<Tuning>& cands, ops::KernelFn kernel, const ops::OpCall& call,
+Tuning Autotuner::time_candidates(const std::vector<Tuning>& cands, const std::function<void(Tensor&)>& kernel,
                                   const BufferMeta& meta, AutotuneStats& st) const {
   // A scratch output: the node's own buffer may be shared with others (memory plan), and the node
   // runs for real after its tuning is chosen.
@@ -126,7 +138,7 @@ Tuning Autotuner::time_candidates(const std::vector<Tuning>& cands, ops::KernelF
   auto once = [&](size_t c) {
     ScopedTuning scope(cands[c]);
     const auto t0 = clock_type::now();
-    kernel(call, out);
+    kernel(out);
     return seconds_since(t0);
   };
   const size_t n = cands.size();
@@ -172,7 +184,8 @@ std::vector<Tensor> Autotuner::tune_and_run(CompiledGraph& g, const std::vector<
     std::vector<Tuning> cands = autotune_candidates(node, call, threads);
     if (opt_.autotune_max_candidates > 0 && cands.size() > size_t(opt_.autotune_max_candidates))
       cands.resize(size_t(opt_.autotune_max_candidates));
-    if (cands.size() < 2 || g.kernels[i] == nullptr) return;
+    const bool fused = node.kind == Node::Kind::fused;
+    if (cands.size() < 2 || (!fused && g.kernels[i] == nullptr)) return;
     ++st.nodes;
     const std::string key = autotune_node_key(node, call);
     Tuning choice;
@@ -181,7 +194,13 @@ std::vector<Tensor> Autotuner::tune_and_run(CompiledGraph& g, const std::vector<
       ++st.cache_hits;
     } else {
       const auto t1 = clock_type::now();
-      choice = time_candidates(cands, g.kernels[i], call, node.out, st);
+      const auto run_node = [&](Tensor& out) {
+        if (fused)
+          run_fused(*node.program, call.inputs, out);
+        else
+          g.kernels[i](call, out);
+      };
+      choice = time_candidates(cands, run_node, node.out, st);
       st.seconds += seconds_since(t1);
       ++st.tuned;
       table_[key] = fresh[key] = choice;

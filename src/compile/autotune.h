@@ -1,5 +1,5 @@
 // max-autotune: on the first run of a compiled graph (real inputs at hand), each CPU linear, matmul
-// and sdpa node gets the kernel tuning (backend/cpu/tuning.h) that runs fastest on its real operands:
+// and sdpa node, and each linear fused with its elementwise epilogue (fuse_epilogue), gets the kernel tuning (backend/cpu/tuning.h) that runs fastest on its real operands:
 // GEMM split of C over the pool x parts per thread (and "none", one single-threaded call, for small
 // GEMMs), attention query x key tile sizes. Candidates are timed interleaved, several rounds, on a
 // scratch output; the median decides, and the default is kept unless a candidate beats it by the
@@ -10,6 +10,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -49,8 +50,10 @@ class Autotuner {
   const std::string& processor() const { return processor_; }
 
  private:
-  backend::cpu::Tuning time_candidates(const std::vector<backend::cpu::Tuning>& cands, ops::KernelFn kernel,
-                                       const ops::OpCall& call, const BufferMeta& out, AutotuneStats& st) const;
+  // kernel(out) runs the node once into `out` under the installed tuning.
+  backend::cpu::Tuning time_candidates(const std::vector<backend::cpu::Tuning>& cands,
+                                       const std::function<void(Tensor&)>& kernel, const BufferMeta& out,
+                                       AutotuneStats& st) const;
 
   CompileOptions opt_;
   std::filesystem::path file_;

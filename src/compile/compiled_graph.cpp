@@ -103,6 +103,9 @@ std::vector<Tensor> CompiledGraph::run(const std::vector<Tensor>& inputs, const 
         std::vector<Tensor> leaves;
         leaves.reserve(n.inputs.size());
         for (const Ref& r : n.inputs) leaves.push_back(resolve(r));
+        if (before_op && n.program->gemm) before_op(i, ops::OpCall{n.op, leaves, n.attrs});
+        std::optional<backend::cpu::ScopedTuning> tuned;  // the GEMM prologue's split
+        if (i < tuning.size() && tuning[i] != backend::cpu::Tuning{}) tuned.emplace(tuning[i]);
         run_fused(*n.program, leaves, out);
       } else if (n.kind == Node::Kind::norm_rope) {
         std::vector<Tensor> leaves;

@@ -26,7 +26,8 @@ struct CompiledGraph {
   // Per node: the kernel tuning installed around it (max-autotune, autotune.h); defaults when empty.
   std::vector<backend::cpu::Tuning> tuning;
 
-  // Called before each op node's kernel runs, with its call on real inputs (the autotuner times here).
+  // Called before each op node's kernel runs, with its call on real inputs (the autotuner times here),
+  // and before each fused node with a GEMM prologue, with its leaves as the call's inputs.
   using OpHook = std::function<void(size_t node, const ops::OpCall& call)>;
 
   // inputs: one per graph input (absent ones undefined); params: the root module's dense parameters in

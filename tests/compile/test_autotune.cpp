@@ -171,6 +171,10 @@ TEST(Autotune, FirstRunTimesAndWritesTheCacheSecondModuleTimesNothing) {
   EXPECT_GT(first.seconds, 0);
   const TuningTable chosen = choices(*s.model);
   EXPECT_EQ(int64_t(chosen.size()), first.tuned);
+  // Linears fused with their elementwise epilogue (fuse_epilogue, on by default) are tuned too.
+  size_t fused_keys = 0;
+  for (const auto& [key, t] : chosen) fused_keys += key.rfind("gemm+fused", 0) == 0;
+  EXPECT_GT(fused_keys, 0u);
   EXPECT_LE(max_rel(s.run(), s.eager), 1e-5);  // replay of the tuned graph
   EXPECT_EQ(total(*s.model).candidates, first.candidates);  // replays time nothing
 
@@ -365,7 +369,7 @@ TEST(Autotune, CandidatesFollowTheShape) {
                        {}};
   };
   EXPECT_TRUE(autotune_candidates(n, sdpa_call(16, 16), 2).empty());  // every tiling is one tile
-  EXPECT_EQ(autotune_candidates(n, sdpa_call(100, 100), 2).size(), 3u);  // bq 128 (default), 32, 64
+  EXPECT_EQ(autotune_candidates(n, sdpa_call(100, 100), 2).size(), 4u);  // bq 48 (default), 24, 96, 100
   EXPECT_EQ(autotune_candidates(n, sdpa_call(4096, 4096), 2).size(), 16u);
   EXPECT_EQ(autotune_candidates(n, sdpa_call(4096, 4096), 1).size(), 16u);  // tiles matter on one thread too
 }
