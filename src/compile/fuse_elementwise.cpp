@@ -37,27 +37,9 @@ struct Emitter {
   }
 
   int32_t emit(const Node& n) {
-    Instr in;
-    in.dtype = n.out.dtype;
-    in.fn = n.attrs.i0;
-    in.a = operand(n.inputs[0]);
-    switch (n.op) {
-      case ops::OpKind::binary:
-        in.op = Instr::Op::binary;
-        in.b = operand(n.inputs[1]);
-        break;
-      case ops::OpKind::scalar:
-        in.op = Instr::Op::scalar;
-        in.s0 = float(n.attrs.f0);
-        break;
-      case ops::OpKind::clamp:
-        in.op = Instr::Op::clamp;
-        in.s0 = float(n.attrs.f0);
-        in.s1 = float(n.attrs.f1);
-        break;
-      case ops::OpKind::unary: in.op = Instr::Op::unary; break;
-      default: in.op = Instr::Op::cast; break;
-    }
+    const int32_t a = operand(n.inputs[0]);
+    const int32_t b = n.op == ops::OpKind::binary ? operand(n.inputs[1]) : -1;
+    const Instr in = elementwise_instr(n, a, b);
     prog.code.push_back(in);
     return int32_t(prog.code.size() - 1);
   }

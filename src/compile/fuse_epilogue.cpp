@@ -31,27 +31,7 @@ Node as_fused(const Node& n) {
     }
     reg.push_back(k);  // load k is register k: loads come first, one per leaf
   }
-  Instr in;
-  in.dtype = n.out.dtype;
-  in.fn = n.attrs.i0;
-  in.a = reg[0];
-  switch (n.op) {
-    case ops::OpKind::binary:
-      in.op = Instr::Op::binary;
-      in.b = reg[1];
-      break;
-    case ops::OpKind::scalar:
-      in.op = Instr::Op::scalar;
-      in.s0 = float(n.attrs.f0);
-      break;
-    case ops::OpKind::clamp:
-      in.op = Instr::Op::clamp;
-      in.s0 = float(n.attrs.f0);
-      in.s1 = float(n.attrs.f1);
-      break;
-    case ops::OpKind::unary: in.op = Instr::Op::unary; break;
-    default: in.op = Instr::Op::cast; break;
-  }
+  const Instr in = elementwise_instr(n, reg[0], n.op == ops::OpKind::binary ? reg[1] : -1);
   prog.code.push_back(in);
   f.program = std::make_shared<const FusedProgram>(std::move(prog));
   return f;

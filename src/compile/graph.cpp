@@ -127,4 +127,29 @@ void redirect(Graph& g, int32_t from, int32_t to) {
   });
 }
 
+Instr elementwise_instr(const Node& n, int32_t a, int32_t b) {
+  Instr in;
+  in.dtype = n.out.dtype;
+  in.fn = n.attrs.i0;
+  in.a = a;
+  switch (n.op) {
+    case ops::OpKind::binary:
+      in.op = Instr::Op::binary;
+      in.b = b;
+      break;
+    case ops::OpKind::scalar:
+      in.op = Instr::Op::scalar;
+      in.s0 = float(n.attrs.f0);
+      break;
+    case ops::OpKind::clamp:
+      in.op = Instr::Op::clamp;
+      in.s0 = float(n.attrs.f0);
+      in.s1 = float(n.attrs.f1);
+      break;
+    case ops::OpKind::unary: in.op = Instr::Op::unary; break;
+    default: in.op = Instr::Op::cast; break;
+  }
+  return in;
+}
+
 }  // namespace diffq::compile

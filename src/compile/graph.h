@@ -119,6 +119,10 @@ struct Node {
   std::string label() const;                    // op name, "fused[...]", "opaque(path)" or "norm_rope[...]"
 };
 
+// The instruction of an elementwise op node (binary / scalar / clamp / unary / cast) reading
+// registers a (and b for binary).
+Instr elementwise_instr(const Node& n, int32_t a, int32_t b);
+
 struct Graph {
   std::vector<BufferMeta> inputs;
   std::vector<bool> input_defined;  // an optional input that was absent at capture stays absent
