@@ -24,6 +24,8 @@
 #include "backend/cpu/tuning.h"
 #include "diffq/tensor.h"
 #include "ops/ops.h"
+#include "fma_loop.h"
+#include "gemm_bench_common.h"
 
 using namespace diffq;
 namespace cpu = diffq::backend::cpu;
@@ -36,19 +38,7 @@ struct Case {
   bool masked;
 };
 
-std::vector<int> thread_counts() {
-  std::vector<int> out;
-  const char* env = std::getenv("GEMM_BENCH_THREADS");
-  std::string s = env && *env ? env : "1,2";
-  size_t pos = 0;
-  while (pos < s.size()) {
-    const size_t comma = s.find(',', pos);
-    out.push_back(std::atoi(s.substr(pos, comma - pos).c_str()));
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
-  }
-  return out;
-}
+using gemm_bench::thread_counts;
 
 Tensor random_tensor(const Shape& shape, DType dt, uint32_t seed, float lo, float hi) {
   std::mt19937 rng(seed);
@@ -62,29 +52,7 @@ Tensor random_tensor(const Shape& shape, DType dt, uint32_t seed, float lo, floa
 }
 
 #if defined(__x86_64__)
-// 12 independent 256-bit FMA chains (as bench/bench_fma_peak.cpp): the core's FMA throughput.
-void fma_loop(int64_t n) {
-  asm volatile(
-      "vxorps %%ymm0, %%ymm0, %%ymm0\n\tvxorps %%ymm1, %%ymm1, %%ymm1\n\t"
-      "vxorps %%ymm2, %%ymm2, %%ymm2\n\tvxorps %%ymm3, %%ymm3, %%ymm3\n\t"
-      "vxorps %%ymm4, %%ymm4, %%ymm4\n\tvxorps %%ymm5, %%ymm5, %%ymm5\n\t"
-      "vxorps %%ymm6, %%ymm6, %%ymm6\n\tvxorps %%ymm7, %%ymm7, %%ymm7\n\t"
-      "vxorps %%ymm8, %%ymm8, %%ymm8\n\tvxorps %%ymm9, %%ymm9, %%ymm9\n\t"
-      "vxorps %%ymm10, %%ymm10, %%ymm10\n\tvxorps %%ymm11, %%ymm11, %%ymm11\n\t"
-      "vxorps %%ymm12, %%ymm12, %%ymm12\n\tvxorps %%ymm13, %%ymm13, %%ymm13\n\t"
-      "1:\n\t"
-      "vfmadd231ps %%ymm12, %%ymm13, %%ymm0\n\tvfmadd231ps %%ymm12, %%ymm13, %%ymm1\n\t"
-      "vfmadd231ps %%ymm12, %%ymm13, %%ymm2\n\tvfmadd231ps %%ymm12, %%ymm13, %%ymm3\n\t"
-      "vfmadd231ps %%ymm12, %%ymm13, %%ymm4\n\tvfmadd231ps %%ymm12, %%ymm13, %%ymm5\n\t"
-      "vfmadd231ps %%ymm12, %%ymm13, %%ymm6\n\tvfmadd231ps %%ymm12, %%ymm13, %%ymm7\n\t"
-      "vfmadd231ps %%ymm12, %%ymm13, %%ymm8\n\tvfmadd231ps %%ymm12, %%ymm13, %%ymm9\n\t"
-      "vfmadd231ps %%ymm12, %%ymm13, %%ymm10\n\tvfmadd231ps %%ymm12, %%ymm13, %%ymm11\n\t"
-      "dec %0\n\tjnz 1b\n\tvzeroupper\n\t"
-      : "+r"(n)
-      :
-      : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",
-        "xmm11", "xmm12", "xmm13", "cc");
-}
+using fma_bench::fma_loop;
 
 // GFLOP/s of `threads` threads running the FMA loop (best of 3 runs of ~0.1 s).
 double fma_peak(int threads) {
@@ -99,7 +67,7 @@ double fma_peak(int threads) {
     fma_loop(kLoops);
     for (auto& th : pool) th.join();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    best = std::max(best, double(kLoops) * 12 * 16 * threads / s * 1e-9);
+    best = std::max(best, double(kLoops) * fma_bench::kFlopPerLoop * threads / s * 1e-9);
   }
   return cache[threads] = best;
 }

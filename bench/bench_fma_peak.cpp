@@ -13,47 +13,13 @@
 #include <thread>
 #include <vector>
 
+#include "fma_loop.h"
+
 namespace {
 
-constexpr int64_t kLoops = 20'000'000;  // x 12 FMA x 16 FLOP = 3.84 GFLOP per thread per iteration
+using fma_bench::fma_loop;
 
-void fma_loop(int64_t n) {
-  asm volatile(
-      "vxorps %%ymm0, %%ymm0, %%ymm0\n\t"
-      "vxorps %%ymm1, %%ymm1, %%ymm1\n\t"
-      "vxorps %%ymm2, %%ymm2, %%ymm2\n\t"
-      "vxorps %%ymm3, %%ymm3, %%ymm3\n\t"
-      "vxorps %%ymm4, %%ymm4, %%ymm4\n\t"
-      "vxorps %%ymm5, %%ymm5, %%ymm5\n\t"
-      "vxorps %%ymm6, %%ymm6, %%ymm6\n\t"
-      "vxorps %%ymm7, %%ymm7, %%ymm7\n\t"
-      "vxorps %%ymm8, %%ymm8, %%ymm8\n\t"
-      "vxorps %%ymm9, %%ymm9, %%ymm9\n\t"
-      "vxorps %%ymm10, %%ymm10, %%ymm10\n\t"
-      "vxorps %%ymm11, %%ymm11, %%ymm11\n\t"
-      "vxorps %%ymm12, %%ymm12, %%ymm12\n\t"
-      "vxorps %%ymm13, %%ymm13, %%ymm13\n\t"
-      "1:\n\t"
-      "vfmadd231ps %%ymm12, %%ymm13, %%ymm0\n\t"
-      "vfmadd231ps %%ymm12, %%ymm13, %%ymm1\n\t"
-      "vfmadd231ps %%ymm12, %%ymm13, %%ymm2\n\t"
-      "vfmadd231ps %%ymm12, %%ymm13, %%ymm3\n\t"
-      "vfmadd231ps %%ymm12, %%ymm13, %%ymm4\n\t"
-      "vfmadd231ps %%ymm12, %%ymm13, %%ymm5\n\t"
-      "vfmadd231ps %%ymm12, %%ymm13, %%ymm6\n\t"
-      "vfmadd231ps %%ymm12, %%ymm13, %%ymm7\n\t"
-      "vfmadd231ps %%ymm12, %%ymm13, %%ymm8\n\t"
-      "vfmadd231ps %%ymm12, %%ymm13, %%ymm9\n\t"
-      "vfmadd231ps %%ymm12, %%ymm13, %%ymm10\n\t"
-      "vfmadd231ps %%ymm12, %%ymm13, %%ymm11\n\t"
-      "dec %0\n\t"
-      "jnz 1b\n\t"
-      "vzeroupper\n\t"
-      : "+r"(n)
-      :
-      : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",
-        "xmm11", "xmm12", "xmm13", "cc");
-}
+constexpr int64_t kLoops = 20'000'000;  // x 12 FMA x 16 FLOP = 3.84 GFLOP per thread per iteration
 
 void BM_fma_peak(benchmark::State& state) {
   const int threads = int(state.range(0));
@@ -63,7 +29,7 @@ void BM_fma_peak(benchmark::State& state) {
     fma_loop(kLoops);
     for (auto& th : pool) th.join();
   }
-  const double flop = double(kLoops) * 12 * 16 * threads;
+  const double flop = double(kLoops) * fma_bench::kFlopPerLoop * threads;
   state.counters["flop_per_iter"] = flop;
   state.counters["GFLOP/s"] =
       benchmark::Counter(flop * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
