@@ -20,16 +20,9 @@ void quantize_activations_int8(const float* x, int64_t m, int64_t k, DType dt, b
   auto params = [&](float mn, float mx) {
     return choose_qparams(mn, mx, MappingType::Symmetric, -128, 127, FLT_EPSILON, dt).scale;
   };
+  // clamp(round(x * (1/s)) + 0, -128, 127) in f32; NaN (e.g. an inf input) -> 0 as the cast does
   auto quantize_row = [&](int64_t r, float s) {
-    const float recip = reciprocal_in(DType::f32, s);
-    const float* xr = x + r * k;
-    int8_t* qr = q + r * k;
-    for (int64_t c = 0; c < k; ++c) {
-      // clamp(round(x * (1/s)) + 0, -128, 127) in f32; NaN (e.g. an inf input) -> 0 as the cast does
-      float v = std::nearbyint(xr[c] * recip);
-      v = std::min(std::max(v, -128.0f), 127.0f);
-      qr[c] = std::isnan(v) ? int8_t(0) : int8_t(v);
-    }
+    cpu::int8_quantize_row_reference(x + r * k, DType::f32, k, reciprocal_in(DType::f32, s), q + r * k);
   };
   if (per_tensor) {
     float mn = INFINITY, mx = -INFINITY;
@@ -43,9 +36,8 @@ void quantize_activations_int8(const float* x, int64_t m, int64_t k, DType dt, b
   scale.assign(size_t(m), 0.0f);
   cpu::parallel_for(m, 8, [&](int64_t a, int64_t b) {
     for (int64_t r = a; r < b; ++r) {
-      const float* xr = x + r * k;
       float mn = INFINITY, mx = -INFINITY;
-      for (int64_t c = 0; c < k; ++c) mn = std::min(mn, xr[c]), mx = std::max(mx, xr[c]);
+      cpu::int8_row_min_max_reference(x + r * k, DType::f32, k, &mn, &mx);
       scale[size_t(r)] = params(mn, mx);
       quantize_row(r, scale[size_t(r)]);
     }
