@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "backend/cpu/gemm.h"
 #include "compile/fused_kernel.h"
 #include "diffq/error.h"
 #include "diffq/runtime.h"
@@ -21,10 +22,8 @@ using clock_type = std::chrono::steady_clock;
 
 namespace {
 
-// sgemm runs a GEMM of fewer multiply-adds than this on the calling thread whatever the split
-// (kParallelMacs in backend/cpu/gemm.cpp): such nodes have nothing to tune.
-constexpr double kSplitMacs = double(1 << 18);
-// "none" (one single-threaded call) is a candidate only below this size: above, it cannot win.
+// GEMMs under backend::cpu::kGemmParallelMacs run on the calling thread whatever the split: nothing to
+// tune. "none" (one single-threaded call) is a candidate only below this size: above, it cannot win.
 constexpr double kNoneMacs = double(1 << 26);
 // When one run of the default takes longer than this, fewer rounds are timed.
 constexpr double kSlowRunSeconds = 0.25;
@@ -40,23 +39,17 @@ double median(std::vector<double> v) {
 
 std::vector<Tuning> gemm_candidates(int64_t m, int64_t n, int64_t k, int threads) {
   const double macs = double(m) * double(n) * double(k);
-  if (threads < 2 || macs < kSplitMacs) return {};
-  // What sgemm does with a tuning: (split along n, number of parts); candidates that do the same are dropped.
-  auto behaviour = [&](GemmSplit s, int per_thread) {
-    const bool split_n = s == GemmSplit::cols || (s == GemmSplit::longer_side && n >= m);
-    const int64_t len = split_n ? n : m;
-    return std::pair<bool, int64_t>(split_n, std::min<int64_t>(int64_t(threads) * per_thread, (len + 15) / 16));
-  };
+  if (backend::cpu::gemm_split_plan(m, n, k, threads, Tuning{}).parts <= 1) return {};
+  // Candidates that split C the same way as one already listed are dropped.
   std::vector<Tuning> out{Tuning{}};
-  std::set<std::pair<bool, int64_t>> seen{behaviour(GemmSplit::longer_side, 1)};
+  std::set<backend::cpu::GemmSplitPlan> seen{backend::cpu::gemm_split_plan(m, n, k, threads, Tuning{})};
   for (GemmSplit s : {GemmSplit::rows, GemmSplit::cols})
-    for (int per_thread : {1, 2, 4})
-      if (seen.insert(behaviour(s, per_thread)).second) {
-        Tuning t;
-        t.gemm_split = s;
-        t.gemm_parts_per_thread = per_thread;
-        out.push_back(t);
-      }
+    for (int per_thread : {1, 2, 4}) {
+      Tuning t;
+      t.gemm_split = s;
+      t.gemm_parts_per_thread = per_thread;
+      if (seen.insert(backend::cpu::gemm_split_plan(m, n, k, threads, t)).second) out.push_back(t);
+    }
   if (macs < kNoneMacs) {
     Tuning t;
     t.gemm_split = GemmSplit::none;

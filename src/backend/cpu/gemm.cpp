@@ -38,8 +38,6 @@ void blas_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, flo
               int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
 }
 
-// Below this many multiply-adds a GEMM runs on the calling thread.
-constexpr double kParallelMacs = 1 << 18;
 
 // Elements per widened operand block (16 MiB of f32).
 constexpr int64_t kBlockElems = int64_t(1) << 22;
@@ -105,27 +103,32 @@ int64_t widen_block(const uint16_t* x, int64_t ldx, bool rows_are_rows, int64_t 
 
 }  // namespace
 
+GemmSplitPlan gemm_split_plan(int64_t m, int64_t n, int64_t k, int threads, const Tuning& t) {
+  if (threads <= 1 || t.gemm_split == GemmSplit::none || double(m) * double(n) * double(k) < kGemmParallelMacs)
+    return {};
+  GemmSplitPlan p;
+  p.split_n = t.gemm_split == GemmSplit::cols || (t.gemm_split == GemmSplit::longer_side && n >= m);
+  const int64_t len = p.split_n ? n : m;
+  p.parts = std::min<int64_t>(int64_t(threads) * std::max(1, t.gemm_parts_per_thread), (len + 15) / 16);
+  return p;
+}
+
 namespace {
 
-// The parts sgemm splits C[m, n] into, each given to f(r0, r1, c0, c1) on the pool thread that owns
+// The parts sgemm splits C[m, n] into (gemm_split_plan), each given to f(r0, r1, c0, c1) on the pool thread that owns
 // it (one part on the calling thread when the GEMM is small, single-threaded or nested in a pool
 // task). One part of C per thread (times tune.gemm_parts_per_thread), split along its longer side by
 // default, at multiples of 16. The split is static, so a given thread count and tuning always give
 // the same bits.
 void for_each_part(int64_t m, int64_t n, int64_t k,
                    const std::function<void(int64_t, int64_t, int64_t, int64_t)>& f) {
-  const int threads = num_threads();
-  const Tuning& tune = current_tuning();
-  if (threads == 1 || in_parallel_region() || tune.gemm_split == GemmSplit::none ||
-      double(m) * double(n) * double(k) < kParallelMacs) {
+  const GemmSplitPlan plan = gemm_split_plan(m, n, k, in_parallel_region() ? 1 : num_threads(), current_tuning());
+  if (plan.parts <= 1) {
     f(0, m, 0, n);
     return;
   }
-  const bool split_n = tune.gemm_split == GemmSplit::cols ||
-                       (tune.gemm_split == GemmSplit::longer_side && n >= m);
-  const int64_t len = split_n ? n : m;
-  const int64_t parts =
-      std::min<int64_t>(int64_t(threads) * std::max(1, tune.gemm_parts_per_thread), (len + 15) / 16);
+  const bool split_n = plan.split_n;
+  const int64_t len = split_n ? n : m, parts = plan.parts;
   auto edge = [&](int64_t p) { return p == parts ? len : (len * p / parts) / 16 * 16; };
   parallel_for(parts, 1, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {

@@ -8,6 +8,22 @@
 
 namespace diffq::backend::cpu {
 
+struct Tuning;
+
+// Below this many multiply-adds a GEMM runs on the calling thread, whatever the tuning.
+inline constexpr double kGemmParallelMacs = 1 << 18;
+
+// How sgemm / gemm_bf16 split C[m, n] over `threads` pool threads under tuning `t`: along n
+// (split_n) or m, into `parts` parts starting at multiples of 16; parts == 1: one call on the calling
+// thread. The autotuner compares candidate tunings by this.
+struct GemmSplitPlan {
+  bool split_n = false;
+  int64_t parts = 1;
+  bool operator==(const GemmSplitPlan&) const = default;
+  auto operator<=>(const GemmSplitPlan&) const = default;
+};
+GemmSplitPlan gemm_split_plan(int64_t m, int64_t n, int64_t k, int threads, const Tuning& t);
+
 // C[M, N] = alpha * op(A) @ op(B) + beta * C, row-major, f32. op(X) = X^T when trans_X.
 // lda/ldb/ldc are row strides in elements. Multithreaded with the diffq thread count.
 void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
