@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,18 @@
 #include "diffq/tensor.h"
 
 namespace compile_test {
+
+// Deterministic inputs: xorshift values, uniform in [-scale, scale].
+inline diffq::Tensor randn(const diffq::Shape& s, uint64_t seed, diffq::DType dt = diffq::DType::f32,
+                           float scale = 2.f) {
+  std::vector<float> v(size_t(diffq::shape_numel(s)));
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (float& f : v) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    f = float(double(x % 20001) / 10000.0 - 1.0) * scale;
+  }
+  return diffq::Tensor::from_vector(v, s, dt);
+}
 
 // max |a - b| / max |b| (a and b same shape)
 inline double max_rel(const diffq::Tensor& a, const diffq::Tensor& b) {

@@ -32,15 +32,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-Tensor randn(const Shape& s, uint64_t seed) {
-  std::vector<float> v(size_t(shape_numel(s)));
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (float& f : v) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    f = float(double(x % 20001) / 10000.0 - 1.0);
-  }
-  return Tensor::from_vector(v, s);
-}
+Tensor randn(const Shape& s, uint64_t seed) { return compile_test::randn(s, seed, DType::f32, 1.f); }
 
 // flux-small's widths cut to 2 heads of 64, one block of each kind; 16 x 16 image tokens + 32 text
 // tokens: its GEMMs are big enough to be split over threads, its attention has 288 query rows.

@@ -19,18 +19,9 @@
 using namespace diffq;
 using namespace diffq::compile;
 using compile_test::max_rel;
+using compile_test::randn;
 
 namespace {
-
-Tensor randn(const Shape& s, uint64_t seed, DType dt = DType::f32) {
-  std::vector<float> v(size_t(shape_numel(s)));
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (float& f : v) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    f = float(double(x % 20001) / 10000.0 - 1.0) * 2.f;
-  }
-  return Tensor::from_vector(v, s, dt);
-}
 
 // fc -> silu * (h + 1) (a fusable chain) -> LayerNorm, plus a dead branch and a duplicated subexpression.
 struct Toy : Module {
