@@ -2,22 +2,30 @@
 # diffq bench next to the Diffusers/PyTorch peer (tools/bench/diffusers_bench.py), same model, same
 # combinations, same size/steps/threads, in one go; prints the side-by-side markdown table with ratios
 # and keeps the raw JSON.
-#   bench/compare.sh [--build build] [--out bench/results/flux-cpu.json] [--peer-repeat R] -- <diffq bench args>
-# e.g. bench/compare.sh -- -m builtin:flux-small --combos "fp32; bf16" --steps 4 --size 512x512 --repeat 3 --threads 2
+#   bench/compare.sh [--build build] [--out bench/results/flux-cpu.json] [--peer-repeat R] [--rounds N] \
+#       -- <diffq bench args>
+# e.g. bench/compare.sh --rounds 3 -- -m builtin:flux-small --combos "fp32; bf16" --steps 4 --size 512x512 --repeat 2 --threads 2
 # The peer needs tools/.venv (tools/reference/setup_venv.sh). --peer-repeat lowers the peer's repeat count
 # (torch's CPU bf16 is slow); its warm-up stays.
+# --rounds N (default 1) runs the whole diffq-then-peer sequence N times, alternating, and reports every
+# round's ratios and their median: on a shared or throttling host the machine's speed drifts between
+# minutes, and only ratios of runs made next to each other mean something. Each round starts with the
+# host's FMA peak at the benchmark's thread count (build/bin/bench_fma_peak, when built) so a degraded
+# round can be told apart.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-build="$root/build" out="" peer_repeat=""
+build="$root/build" out="" peer_repeat="" rounds=1
 while [[ $# -gt 0 && "$1" != "--" ]]; do
   case "$1" in
     --build) build="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     --peer-repeat) peer_repeat="$2"; shift 2 ;;
+    --rounds) rounds="$2"; shift 2 ;;
     *) echo "compare.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
 [[ "${1:-}" == "--" ]] && shift
+[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "compare.sh: --rounds wants a positive integer, got '$rounds'" >&2; exit 2; }
 py="$root/tools/.venv/bin/python"
 [[ -x "$py" ]] || { echo "compare.sh: $py missing: run tools/reference/setup_venv.sh" >&2; exit 2; }
 diffq="$build/bin/diffq"
@@ -40,16 +48,32 @@ done
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
-echo "[compare] diffq bench $*" >&2
-"$diffq" bench "$@" --json > "$tmp/diffq.json"
+# The host's FMA peak (GFLOP/s) at the benchmark's thread count, or "-" when unknown.
+fma_peak() {
+  local fma="$build/bin/bench_fma_peak" t="$threads"
+  [[ "$t" == 0 ]] && t="$(nproc)"
+  [[ -x "$fma" ]] || { echo "-"; return; }
+  "$fma" --benchmark_min_time=0.3 --benchmark_filter="threads:$t/" --benchmark_format=json 2>/dev/null |
+    "$py" -c 'import json,sys; b=json.load(sys.stdin)["benchmarks"]; print("%.0f" % b[0]["GFLOP/s"] if b else "-")' ||
+    echo "-"
+}
+
 IFS=';' read -ra list <<< "$combos"
-: > "$tmp/peer.jsonl"
-for c in "${list[@]}"; do
-  c="$(echo "$c" | xargs)"
-  [[ -z "$c" ]] && continue
-  echo "[compare] diffusers peer: $c" >&2
-  "$py" "$root/tools/bench/diffusers_bench.py" -m "$model" --combo "$c" --size "$size" --steps "$steps" \
-    --repeat "${peer_repeat:-$repeat}" --warmup "$warmup" --threads "$threads" 2>/dev/null | tail -n 1 >> "$tmp/peer.jsonl"
+table_args=()
+for ((r = 1; r <= rounds; r++)); do
+  fma="$(fma_peak)"
+  echo "[compare] round $r/$rounds (FMA peak $fma GFLOP/s): diffq bench $*" >&2
+  "$diffq" bench "$@" --json > "$tmp/diffq$r.json"
+  : > "$tmp/peer$r.jsonl"
+  for c in "${list[@]}"; do
+    c="$(echo "$c" | xargs)"
+    [[ -z "$c" ]] && continue
+    echo "[compare] round $r/$rounds: diffusers peer: $c" >&2
+    "$py" "$root/tools/bench/diffusers_bench.py" -m "$model" --combo "$c" --size "$size" --steps "$steps" \
+      --repeat "${peer_repeat:-$repeat}" --warmup "$warmup" --threads "$threads" 2>/dev/null | tail -n 1 >> "$tmp/peer$r.jsonl"
+  done
+  table_args+=(--round "$tmp/diffq$r.json" "$tmp/peer$r.jsonl" "$fma")
 done
-"$py" "$root/tools/bench/bench_table.py" "$tmp/diffq.json" "$tmp/peer.jsonl" ${out:+--out "$out"} \
-  --command "bench/compare.sh -- $*"
+fma="$(fma_peak)"
+"$py" "$root/tools/bench/bench_table.py" "${table_args[@]}" --fma-after "$fma" ${out:+--out "$out"} \
+  --command "bench/compare.sh$([[ $rounds != 1 ]] && echo " --rounds $rounds")$([[ -n $peer_repeat ]] && echo " --peer-repeat $peer_repeat") -- $*"
