@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "fma_loop.h"
+#include "int8_madd_loop.h"
 
 namespace {
 
@@ -37,7 +38,32 @@ void BM_fma_peak(benchmark::State& state) {
       benchmark::Counter(flop * 1e-9 / (32.0 * threads), benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// The exact int8 GEMM's ceiling on this core (int8_madd_loop.h), as int8 multiply-adds per second and
+// as "GFLOP-equivalent" (2 per multiply-add, the unit the int8 GEMM benchmarks report): compare with
+// BM_fma_peak's GFLOP/s to see how much faster than f32 an int8 GEMM can possibly be here.
+void BM_int8_madd_peak(benchmark::State& state) {
+  const int threads = int(state.range(0));
+  for (auto _ : state) {
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) pool.emplace_back(int8_bench::madd_add_loop, kLoops);
+    int8_bench::madd_add_loop(kLoops);
+    for (auto& th : pool) th.join();
+  }
+  const double macs = double(kLoops) * int8_bench::kMacsPerLoop * threads;
+  state.counters["GMAC/s"] = benchmark::Counter(macs * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP-eq/s"] =
+      benchmark::Counter(2 * macs * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
 }  // namespace
+
+BENCHMARK(BM_int8_madd_peak)
+    ->ArgName("threads")
+    ->Arg(1)
+    ->Arg(2)
+    ->UseRealTime()
+    ->MeasureProcessCPUTime()
+    ->Unit(benchmark::kMillisecond);
 
 BENCHMARK(BM_fma_peak)
     ->ArgName("threads")

@@ -53,7 +53,7 @@ fma_peak() {
   local fma="$build/bin/bench_fma_peak" t="$threads"
   [[ "$t" == 0 ]] && t="$(nproc)"
   [[ -x "$fma" ]] || { echo "-"; return; }
-  "$fma" --benchmark_min_time=0.3 --benchmark_filter="threads:$t/" --benchmark_format=json 2>/dev/null |
+  "$fma" --benchmark_min_time=0.3 --benchmark_filter="BM_fma_peak/threads:$t/" --benchmark_format=json 2>/dev/null |
     "$py" -c 'import json,sys; b=json.load(sys.stdin)["benchmarks"]; print("%.0f" % b[0]["GFLOP/s"] if b else "-")' ||
     echo "-"
 }
