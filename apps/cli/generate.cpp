@@ -2,11 +2,15 @@
 // smoke-test pipeline tests/fixtures/tiny-flux, so the command works on a fresh clone).
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "commands.h"
 #include "compile_report.h"
@@ -29,7 +33,7 @@ namespace diffq::cli {
 namespace {
 
 struct GenerateArgs {
-  std::string model, prompt, prompt_2, negative, output = "out.png", latents_in, latents_out, dtype = "float32";
+  std::string model, prompt, prompt_2, negative, negative_2, output = "out.png", latents_in, latents_out, dtype = "float32";
   std::string transformer_file, output_type = "image";
   std::string quant, quant_config, quantize;  // --quant shorthand | --quant-config file; --quantize components
   std::string offload, max_memory, max_host_memory;
@@ -40,6 +44,8 @@ struct GenerateArgs {
   int64_t num_images = 1;
   double true_cfg = 1.0, guidance = 3.5;
   int64_t steps = 28, width = 0, height = 0, max_seq = 512;  // 0: Diffusers' default size
+  bool steps_given = false;
+  std::string sigmas;  // custom sigmas, comma-separated ("" = linspace(1, 1/steps, steps))
   int threads = 0;
   uint64_t seed = 0;
   bool json = false;
@@ -54,6 +60,25 @@ std::filesystem::path default_model() {
     if (std::filesystem::exists(p / "model_index.json")) return std::filesystem::weakly_canonical(p);
   }
   return "tests/fixtures/tiny-flux";
+}
+
+// "1, 0.75,0.5" -> {1, 0.75, 0.5}; each item must be a whole number.
+std::vector<double> parse_sigmas(const std::string& text) {
+  std::vector<double> v;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t end = std::min(text.find(',', start), text.size());
+    std::string item = text.substr(start, end - start);
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    char* stop = nullptr;
+    const double x = item.empty() ? 0.0 : std::strtod(item.c_str(), &stop);
+    check(!item.empty() && stop == item.c_str() + item.size() && std::isfinite(x), "generate",
+          "--sigmas: '", item, "' (item ", v.size() + 1, " of '", text, "') is not a number");
+    v.push_back(x);
+    start = end + 1;
+  }
+  return v;
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -74,6 +99,10 @@ void run(const GenerateArgs& a) {
   if (a.output_type == "latent")
     check(std::filesystem::path(a.output).extension() == ".safetensors", "generate",
           "--output-type latent writes safetensors: give -o a .safetensors name, not '", a.output, "'");
+  const std::vector<double> sigmas = a.sigmas.empty() ? std::vector<double>{} : parse_sigmas(a.sigmas);
+  check(sigmas.empty() || !a.steps_given || int64_t(sigmas.size()) == a.steps, "generate", "--sigmas gives ",
+        sigmas.size(), " steps but --steps says ", a.steps, " (leave --steps out with --sigmas)");
+  const int64_t steps = sigmas.empty() ? a.steps : int64_t(sigmas.size());
   check(!a.autotune || !a.compile.empty(), "generate", "--autotune tunes a compiled transformer: give --compile full|regional too");
   nlohmann::json timings;
   auto t0 = clock::now();
@@ -117,7 +146,9 @@ void run(const GenerateArgs& a) {
   o.prompt_embeds = repeat(pos.prompt_embeds);
   o.pooled_prompt_embeds = repeat(pos.pooled_prompt_embeds);
   if (a.true_cfg > 1.0 && !a.negative.empty()) {
-    auto neg = pipe->encode_prompt({a.negative}, {}, a.max_seq);
+    auto neg = pipe->encode_prompt({a.negative}, a.negative_2.empty() ? std::vector<std::string>{}
+                                                                     : std::vector<std::string>{a.negative_2},
+                                   a.max_seq);
     o.negative_prompt_embeds = repeat(neg.prompt_embeds);
     o.negative_pooled_prompt_embeds = repeat(neg.pooled_prompt_embeds);
   }
@@ -130,7 +161,8 @@ void run(const GenerateArgs& a) {
   const int64_t width = a.width > 0 ? a.width : default_size, height = a.height > 0 ? a.height : default_size;
   o.height = height;
   o.width = width;
-  o.num_inference_steps = a.steps;
+  o.num_inference_steps = steps;
+  if (!sigmas.empty()) o.sigmas = sigmas;
   o.guidance_scale = a.guidance;
   o.seed = a.seed;
   if (!a.latents_in.empty()) o.latents = io::SafetensorsFile::open(a.latents_in).tensor("latents").to(dtype);
@@ -158,7 +190,7 @@ void run(const GenerateArgs& a) {
   } else {
     io::PngText text = {{"prompt", a.prompt},
                         {"seed", std::to_string(a.seed)},
-                        {"steps", std::to_string(a.steps)},
+                        {"steps", std::to_string(steps)},
                         {"guidance", std::to_string(a.guidance)},
                         {"size", std::to_string(width) + "x" + std::to_string(height)},
                         {"model", a.transformer_file.empty() ? model.string()
@@ -166,7 +198,9 @@ void run(const GenerateArgs& a) {
                         {"software", std::string("diffq ") + DIFFQ_VERSION}};
     if (!a.prompt_2.empty()) text.emplace_back("prompt_2", a.prompt_2);
     if (!a.negative.empty()) text.emplace_back("negative_prompt", a.negative);
+    if (!a.negative_2.empty()) text.emplace_back("negative_prompt_2", a.negative_2);
     if (a.true_cfg > 1.0) text.emplace_back("true_cfg_scale", std::to_string(a.true_cfg));
+    if (!sigmas.empty()) text.emplace_back("sigmas", a.sigmas);
     for (int64_t i = 0; i < n; ++i) {
       // One image: the name as given; several: <stem>-<i><ext> (image i of the seed's batch).
       std::filesystem::path p = a.output;
@@ -210,8 +244,11 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("-p,--prompt", a->prompt, "prompt")->required();
   cmd->add_option("--prompt-2", a->prompt_2, "prompt for T5 (default: the prompt)");
   cmd->add_option("-n,--negative", a->negative, "negative prompt (used with --true-cfg > 1)");
+  cmd->add_option("--negative-2", a->negative_2, "negative prompt for T5 (default: the negative prompt)");
   cmd->add_option("--true-cfg", a->true_cfg, "true CFG scale (1 = off)");
   cmd->add_option("--steps", a->steps, "inference steps (default 28)")->check(CLI::Range(1, 1000));
+  cmd->add_option("--sigmas", a->sigmas,
+                  "custom sigmas, comma-separated (e.g. 1,0.75,0.5,0.25): replace linspace(1, 1/steps, steps) and set the step count (Diffusers' sigmas)");
   cmd->add_option("--guidance", a->guidance, "guidance scale (default 3.5)");
   cmd->add_option("--seed", a->seed, "seed (torch.Generator('cpu').manual_seed)");
   cmd->add_option("--width", a->width, "width (default: 128 x the VAE scale factor, 1024 for FLUX.1)")->check(CLI::Range(int64_t(1), int64_t(16384)));
@@ -252,7 +289,10 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--output-latents", a->latents_out, "also write the final packed latents (safetensors)");
   cmd->add_option("--threads", a->threads, "CPU threads (default: DIFFQ_NUM_THREADS, else all)")->check(CLI::Range(1, 1024));
   cmd->add_flag("--json", a->json, "print a JSON summary with timings and peak memory");
-  cmd->callback([a] { run(*a); });
+  cmd->callback([a, cmd] {
+    a->steps_given = cmd->count("--steps") > 0;
+    run(*a);
+  });
 }
 
 }  // namespace diffq::cli

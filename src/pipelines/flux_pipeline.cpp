@@ -1,5 +1,6 @@
 #include "pipelines/flux_pipeline.h"
 
+#include <cmath>
 #include <cstdio>
 #include <map>
 
@@ -212,7 +213,13 @@ FluxOutput FluxPipeline::operator()(const FluxCallOptions& opt) {
             o.pooled_prompt_embeds.shape()[1] == tcfg.pooled_projection_dim,
         kCtx, "pooled_prompt_embeds must be [", B, ", ", tcfg.pooled_projection_dim, "]");
   check(o.height > 0 && o.width > 0, kCtx, "height and width must be positive, got ", o.height, "x", o.width);
-  check(o.num_inference_steps > 0, kCtx, "num_inference_steps must be positive, got ", o.num_inference_steps);
+  if (o.sigmas) {
+    check(!o.sigmas->empty(), kCtx, "sigmas must not be empty");
+    for (size_t i = 0; i < o.sigmas->size(); ++i)
+      check(std::isfinite((*o.sigmas)[i]), kCtx, "sigmas[", i, "] is not finite: ", (*o.sigmas)[i]);
+  } else {
+    check(o.num_inference_steps > 0, kCtx, "num_inference_steps must be positive, got ", o.num_inference_steps);
+  }
   check(o.output_type == "image" || o.output_type == "latent", kCtx, "output_type must be \"image\" or \"latent\", got \"",
         o.output_type, "\"");
   const int64_t vsf = vae_scale_factor(), mult = vsf * 2;
@@ -258,9 +265,9 @@ FluxOutput FluxPipeline::operator()(const FluxCallOptions& opt) {
   const double mu = calculate_shift(grid.seq_len(), sc.base_image_seq_len, sc.max_image_seq_len, sc.base_shift,
                                     sc.max_shift);
   SetTimestepsOptions st;
-  st.sigmas = flux_default_sigmas(o.num_inference_steps);
+  st.sigmas = o.sigmas ? *o.sigmas : flux_default_sigmas(o.num_inference_steps);
   st.mu = mu;
-  scheduler->set_timesteps(o.num_inference_steps, st);
+  scheduler->set_timesteps(o.sigmas ? std::nullopt : std::optional<int64_t>(o.num_inference_steps), st);
   const std::vector<float> timesteps = scheduler->timesteps();
   const int64_t N = int64_t(timesteps.size());
 

@@ -9,7 +9,8 @@
 //   and silently floors the size; diffq refuses them with an error naming the nearest valid sizes.
 // - latents dtype = prompt_embeds' dtype. Noise = randn_tensor([B, in_channels / 4, h, w], seed) in that
 //   dtype, packed to [B, (h/2)(w/2), in_channels]; injected latents are already packed (as Diffusers').
-// - sigmas = linspace(1, 1/N, N), mu = calculate_shift(seq_len, scheduler config), set_timesteps.
+// - sigmas = linspace(1, 1/N, N) unless given, mu = calculate_shift(seq_len, scheduler config),
+//   set_timesteps (custom sigmas: set_timesteps(sigmas=..., mu=...), N = len(sigmas)).
 // - guidance = float32 full(guidance_scale) [B], only when the transformer has guidance_embeds.
 // - per step: timestep = t.to(latents dtype) / 1000 in that dtype; v = transformer(...); with true CFG
 //   (true_cfg_scale > 1 and negative embeddings) v = v_neg + s * (v - v_neg); Euler step (fp32 math).
@@ -75,6 +76,9 @@ struct FluxCallOptions {
   double true_cfg_scale = 1.0;
   int64_t height = 1024, width = 1024;
   int64_t num_inference_steps = 28;
+  // Custom sigmas (Diffusers' `sigmas`): replace linspace(1, 1/N, N) and then set the step count
+  // (num_inference_steps is ignored, as in Diffusers); still shifted by mu like the default schedule.
+  std::optional<std::vector<double>> sigmas;
   double guidance_scale = 3.5;
   uint64_t seed = 0;     // torch.Generator("cpu").manual_seed(seed)
   Tensor latents;        // optional packed [B, seq_len, in_channels]; replaces the noise

@@ -90,6 +90,30 @@ TEST_F(CliGenerate, JsonSummaryBatchAndLatentsMatchTheLatentOutput) {
   EXPECT_EQ(only.to_f32_vector(), lat.to_f32_vector());
 }
 
+// --sigmas (the step count comes from them) and --negative-2 reproduce Diffusers' call with sigmas and
+// negative_prompt_2 (tests/fixtures/flux-pipeline-cases, case dev_custom_sigmas).
+TEST_F(CliGenerate, CustomSigmasAndNegative2MatchDiffusers) {
+  const Result r = run_cli(dir_,
+                           "generate -p 'a lighthouse at dusk' -n 'ugly' --negative-2 'ugly, blurry, washed-out colours' "
+                           "--true-cfg 2 --sigmas '1.0, 0.8,0.55,0.3,0.1' --guidance 3 --seed 99 --width 48 --height 32 "
+                           "--max-sequence-length 24 -o l.png --output-latents l.safetensors --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(r.out).at("steps"), 5);
+  const auto ref = diffq::io::SafetensorsFile::open(DIFFQ_SOURCE_DIR "/tests/fixtures/flux-pipeline-cases/cases.safetensors")
+                       .tensor("dev_custom_sigmas.latents")
+                       .to_f32_vector();
+  const auto got = diffq::io::SafetensorsFile::open(dir_ / "l.safetensors").tensor("latents").to_f32_vector();
+  ASSERT_EQ(got.size(), ref.size());
+  double num = 0, den = 0;  // max |got - ref| / max |ref|, the pipeline tests' measure
+  for (size_t i = 0; i < got.size(); ++i)
+    num = std::max(num, double(std::abs(got[i] - ref[i]))), den = std::max(den, double(std::abs(ref[i])));
+  EXPECT_LE(num / den, 1e-3);
+  const auto t = text_map(diffq::io::read_png(dir_ / "l.png").text);
+  EXPECT_EQ(t.at("steps"), "5");
+  EXPECT_EQ(t.at("sigmas"), "1.0, 0.8,0.55,0.3,0.1");
+  EXPECT_EQ(t.at("negative_prompt_2"), "ugly, blurry, washed-out colours");
+}
+
 TEST_F(CliGenerate, SingleFileTransformerGivesTheFolderImage) {
   const std::string common = "generate -p 'x' --steps 1 --width 32 --height 32 --output-type latent ";
   ASSERT_EQ(run_cli(dir_, common + "-o a.safetensors").status, 0);
@@ -134,7 +158,9 @@ TEST_F(CliGenerate, BadInputIsAClearErrorAndWritesNothing) {
                        Bad{"--output-type latent", ".safetensors"},
                        Bad{"--transformer missing.safetensors", "missing.safetensors"},
                        Bad{"--offload-drop-cache", "--offload-drop-cache needs --offload"},
-                       Bad{"--offload model --offload-drop-cache", "not --offload model"}}) {
+                       Bad{"--offload model --offload-drop-cache", "not --offload model"},
+                       Bad{"--sigmas 1,x", "'x'"},
+                       Bad{"--sigmas 1,0.5", "--steps says 1"}}) {
     const Result r = run_cli(dir_, "generate -p 'x' --steps 1 -o out.png " + b.args);
     EXPECT_NE(r.status, 0) << b.args;
     EXPECT_NE(r.out.find(b.needle), std::string::npos) << b.args << ": " << r.out;

@@ -38,6 +38,8 @@ diffq::FluxCallOptions options(const nlohmann::json& c) {
   o.prompt = strings(c, "prompt");
   o.prompt_2 = strings(c, "prompt_2");
   o.negative_prompt = strings(c, "negative_prompt");
+  o.negative_prompt_2 = strings(c, "negative_prompt_2");
+  if (c.contains("sigmas")) o.sigmas = c.at("sigmas").get<std::vector<double>>();
   o.true_cfg_scale = c.value("true_cfg_scale", 1.0);
   o.num_images_per_prompt = c.value("num_images_per_prompt", 1);
   o.height = c.at("height");
@@ -49,7 +51,7 @@ diffq::FluxCallOptions options(const nlohmann::json& c) {
   return o;
 }
 
-void run_case(const std::string& name) {
+diffq::FluxOutput run_case(const std::string& name) {
   SCOPED_TRACE(name);
   const auto c = cases().at(name);
   auto pipe = diffq::FluxPipeline::from_pretrained(kFix + c.at("folder").get<std::string>(), diffq::DType::f32);
@@ -63,11 +65,19 @@ void run_case(const std::string& name) {
   EXPECT_LE(e, 1e-3);
   EXPECT_GE(psnr, 40.0);
   EXPECT_EQ(out.image_u8.shape(), ref_img.shape());
+  return out;
 }
 
 TEST(FluxPipelineCases, DevBatchOfPromptsWithNegativesAndTrueCfg) { run_case("dev_batch_cfg"); }
 TEST(FluxPipelineCases, SchnellWithPrompt2) { run_case("schnell_prompt2"); }
 TEST(FluxPipelineCases, DevTallImageLargeSeed) { run_case("dev_tall"); }
+
+// Custom sigmas set the step count (the case's num_inference_steps, 2, is ignored as in Diffusers) and
+// are shifted by mu; negative_prompt_2 feeds T5's negative branch.
+TEST(FluxPipelineCases, DevCustomSigmasAndNegativePrompt2) {
+  const auto out = run_case("dev_custom_sigmas");
+  EXPECT_EQ(out.steps_run, int64_t(cases().at("dev_custom_sigmas").at("sigmas").size()));
+}
 
 TEST(FluxPipelineCases, SingleFileTransformerEqualsFolder) {
   const auto c = cases().at("dev_tall");
@@ -109,6 +119,11 @@ TEST(FluxPipelineCases, BadCallsAreClearErrors) {
   auto o = ok;
   o.width = 30;  // tiny VAE: multiples of 4
   expect_error(o, "multiples of 4");
+  o = ok;
+  o.sigmas = std::vector<double>{};
+  expect_error(o, "sigmas must not be empty");
+  o.sigmas = std::vector<double>{1.0, std::numeric_limits<double>::quiet_NaN()};
+  expect_error(o, "sigmas[1]");
   o = ok;
   o.max_sequence_length = 513;
   expect_error(o, "513");

@@ -1,7 +1,8 @@
 """tests/fixtures/flux-pipeline-cases/: whole FluxPipeline calls FROM TEXT on the bundled tiny pipelines
 (tests/fixtures/tiny-flux and tiny-flux-schnell, loaded with dtype=float32), covering what the per-step
 fixture in tiny-flux/reference/generate.safetensors does not: a batch of prompts, num_images_per_prompt,
-negative prompts with true CFG, prompt_2, non-square sizes, seeds other than 0.
+negative prompts with true CFG, prompt_2, negative_prompt_2, custom sigmas, non-square sizes, seeds
+other than 0.
 
 `cases.safetensors` holds, per case `<name>`: `<name>.latents` (the packed latents after the last step,
 caught with callback_on_step_end) and `<name>.image_u8` (round(image * 255) of output_type "np").
@@ -26,6 +27,12 @@ CASES = {
     # dev-style, one prompt, more steps, tall image, a large seed.
     "dev_tall": dict(folder="tiny-flux", prompt=["Portrait of an old sailor, oil painting"], height=48, width=16,
                      num_inference_steps=4, guidance_scale=4.0, seed=2**40 + 3, max_sequence_length=64),
+    # custom sigmas (they set the step count: num_inference_steps is ignored), shifted by mu like the
+    # default schedule; a separate T5 negative prompt with true CFG.
+    "dev_custom_sigmas": dict(folder="tiny-flux", prompt=["a lighthouse at dusk"], sigmas=[1.0, 0.8, 0.55, 0.3, 0.1],
+                              negative_prompt=["ugly"], negative_prompt_2=["ugly, blurry, washed-out colours"],
+                              true_cfg_scale=2.0, height=32, width=48, num_inference_steps=2, guidance_scale=3.0,
+                              seed=99, max_sequence_length=24),
 }
 
 
