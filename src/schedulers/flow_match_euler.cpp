@@ -14,6 +14,15 @@ constexpr const char* kCtx = "FlowMatchEulerDiscreteScheduler";
 std::vector<float> to_f32(const std::vector<double>& v) {
   return std::vector<float>(v.begin(), v.end());
 }
+
+// stretch_shift_to_terminal divides by 1 - (the last shifted sigma): when that sigma is 1 (one step,
+// or custom sigmas ending at 1) Diffusers computes 0 / 0 and returns NaN sigmas; diffq refuses.
+void check_terminal_stretch(double one_minus_last, double shift_terminal) {
+  check(one_minus_last != 0.0, kCtx, "shift_terminal ", shift_terminal,
+        " cannot stretch a schedule whose last sigma is 1 (one step, or custom sigmas ending at 1.0): "
+        "the stretch divides by 1 - that sigma = 0 (Diffusers returns NaN sigmas); use at least 2 steps or "
+        "a config without shift_terminal");
+}
 }  // namespace
 
 // ---- config ------------------------------------------------------------------------------------------
@@ -176,6 +185,7 @@ void FlowMatchEulerDiscreteScheduler::set_timesteps(std::optional<int64_t> num_i
     }
     if (cfg.shift_terminal && *cfg.shift_terminal != 0.0) {
       const float last = 1.0f - sig.back();
+      check_terminal_stretch(double(last), *cfg.shift_terminal);
       const float scale = last / float(1.0 - *cfg.shift_terminal);
       for (float& t : sig) {
         const float omz = 1.0f - t;
@@ -195,6 +205,7 @@ void FlowMatchEulerDiscreteScheduler::set_timesteps(std::optional<int64_t> num_i
       for (double& t : s) t = shift_ * t / (1.0 + (shift_ - 1.0) * t);
     }
     if (cfg.shift_terminal && *cfg.shift_terminal != 0.0) {
+      check_terminal_stretch(1.0 - s.back(), *cfg.shift_terminal);
       const double scale = (1.0 - s.back()) / (1.0 - *cfg.shift_terminal);
       for (double& t : s) t = 1.0 - (1.0 - t) / scale;
     }

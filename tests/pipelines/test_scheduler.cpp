@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -220,6 +221,32 @@ TEST(FlowMatchEuler, Bf16StepRoundsTheProductLikeTorch) {
       0x3ebe0000, 0xbf370000, 0x40220000, 0xbebb0000, 0x3c510000, 0x3ffa0000, 0xc00d0000,
       0x3ff60000, 0x3f130000, 0x3ee40000};
   EXPECT_EQ(bits_of(out.to_f32_vector()), want);
+}
+
+// shift_terminal stretches by 1 / (1 - last sigma): with one step (sigmas [1.0]) that is 0 / 0 and
+// Diffusers returns NaN sigmas (found by tools/reference/crosscheck_flux.py); diffq says why instead.
+// Two steps still work (covered bit-exact above).
+TEST(FlowMatchEuler, ShiftTerminalWithALastSigmaOfOneIsAClearError) {
+  for (const bool dynamic : {false, true}) {
+    FlowMatchEulerDiscreteConfig cfg;
+    cfg.shift_terminal = 0.1;
+    cfg.use_dynamic_shifting = dynamic;
+    FlowMatchEulerDiscreteScheduler s(cfg);
+    diffq::SetTimestepsOptions o;
+    if (dynamic) o.mu = 0.8;
+    for (const bool custom : {false, true}) {
+      if (custom) o.sigmas = std::vector<double>{1.0};
+      try {
+        s.set_timesteps(custom ? std::nullopt : std::optional<int64_t>(1), o);
+        ADD_FAILURE() << "expected an error (dynamic " << dynamic << ", custom " << custom << ")";
+      } catch (const diffq::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("shift_terminal"), std::string::npos) << e.what();
+      }
+    }
+    o.sigmas.reset();
+    EXPECT_NO_THROW(s.set_timesteps(2, o));
+    for (float x : s.sigmas()) EXPECT_TRUE(std::isfinite(x));
+  }
 }
 
 }  // namespace

@@ -114,7 +114,14 @@ def main() -> int:
             cfg_path.write_text(json.dumps(cfg, indent=2))
             ref = diffusers_latents(case, folder)
             got, err = diffq_latents(case, folder, diffq, tmp / f"out{i}.safetensors")
-            if got is None or got.shape != ref.shape:
+            if not bool(ref.isfinite().all()):
+                # Diffusers computed NaN/inf (e.g. shift_terminal with one step divides 0 by 0): diffq
+                # must refuse with a clear error rather than produce it.
+                ok = got is None and bool(err)
+                bad += not ok
+                print(f"case {i}: {'ok  ' if ok else 'FAIL'} Diffusers gives non-finite latents; diffq: "
+                      f"{err or 'no error'} {json.dumps(case, ensure_ascii=False)}")
+            elif got is None or got.shape != ref.shape:
                 bad += 1
                 print(f"case {i}: FAIL ({err or f'shape {tuple(got.shape)} vs {tuple(ref.shape)}'}) {json.dumps(case)}")
             else:
