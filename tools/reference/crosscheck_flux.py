@@ -2,9 +2,17 @@
 check for the general behaviour the committed fixtures do not pin (prompts from the tokenizer corpus,
 sizes, step counts, custom sigmas, guidance, seeds, batch sizes, true CFG, scheduler config variants).
 Not a fixture script (nothing is written under tests/); prints one line per case and exits 1 if any
-case's final latents differ by more than the pipeline tests' bound (max |d| / max |ref| <= 1e-3).
+case's final latents differ by more than the pipeline tests' bound (max |d| / max |ref| <= 1e-3) or its
+image by more than their PSNR bound (>= 40 dB).
 
   tools/.venv/bin/python tools/reference/crosscheck_flux.py [--cases 20] [--seed 0] [--build build]
+      [--random-models]
+
+--random-models: every case also gets its own freshly built pipeline with a random config (CLIP width,
+heads, layers, activation and eos id; T5 width, heads, d_kv, layers, gated-gelu or relu feed-forward,
+bucket counts; FLUX heads, head dim and RoPE axes, double/single block counts, latent channels,
+guidance embedding; VAE depth, widths, groups, layers per block, quant convs, mid-block attention,
+scaling/shift factors), random weights, the tiny pipelines' tokenizers.
 """
 from __future__ import annotations
 
@@ -31,9 +39,63 @@ def scheduler_variant(rng: random.Random) -> dict:
     ])
 
 
-def make_case(rng: random.Random, corpus: list[str]) -> dict:
+def random_model_config(rng: random.Random) -> dict:
+    clip_w = rng.choice([8, 16, 32])
+    t5_w = rng.choice([8, 16])
+    head_dim = rng.choice([8, 12, 16])
+    a = 2 * rng.randint(1, head_dim // 2 - 2)
+    b = 2 * rng.randint(1, (head_dim - a) // 2 - 1)
+    groups = rng.choice([4, 8])
+    depth = rng.randint(1, 3)
+    widths = sorted(groups * rng.choice([1, 2, 4]) for _ in range(depth))
+    return dict(
+        clip=dict(vocab_size=49408, hidden_size=clip_w, intermediate_size=rng.randint(8, 40),
+                  num_hidden_layers=rng.randint(1, 3), num_attention_heads=rng.choice([h for h in (1, 2, 4) if clip_w % h == 0]),
+                  max_position_embeddings=77, hidden_act=rng.choice(["quick_gelu", "gelu"]), projection_dim=8,
+                  layer_norm_eps=1e-5, bos_token_id=0, eos_token_id=rng.choice([2, 49407]), pad_token_id=1),
+        t5=dict(vocab_size=32128, d_model=t5_w, d_kv=rng.choice([4, 8]), d_ff=rng.randint(8, 40),
+                num_layers=rng.randint(1, 3), num_heads=rng.choice([1, 2, 4]),
+                relative_attention_num_buckets=rng.choice([8, 32]), relative_attention_max_distance=rng.choice([16, 128]),
+                feed_forward_proj=rng.choice(["gated-gelu", "relu"]), dropout_rate=0.0, layer_norm_epsilon=1e-6,
+                tie_word_embeddings=False, is_encoder_decoder=False, use_cache=False, pad_token_id=0, eos_token_id=1,
+                decoder_start_token_id=0),
+        flux=dict(patch_size=1, in_channels=None, num_layers=rng.randint(0, 2), num_single_layers=rng.randint(1, 2),
+                  attention_head_dim=head_dim, num_attention_heads=rng.randint(1, 3), joint_attention_dim=t5_w,
+                  pooled_projection_dim=clip_w, axes_dims_rope=(a, b, head_dim - a - b),
+                  guidance_embeds=rng.random() < 0.5),
+        vae=dict(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * depth,
+                 up_block_types=("UpDecoderBlock2D",) * depth, block_out_channels=tuple(widths),
+                 layers_per_block=rng.randint(1, 2), act_fn="silu", latent_channels=rng.choice([4, 16]),
+                 norm_num_groups=groups, sample_size=32, scaling_factor=round(rng.uniform(0.2, 1.5), 4),
+                 shift_factor=round(rng.uniform(-0.2, 0.2), 4), force_upcast=True,
+                 use_quant_conv=rng.random() < 0.5, use_post_quant_conv=rng.random() < 0.5,
+                 mid_block_add_attention=rng.random() < 0.5))
+
+
+def build_random_pipeline(cfg: dict, seed: int, dst: Path) -> None:
+    """tiny-flux's folder (tokenizers, model_index.json) with every model replaced by a random one."""
+    import torch
+    from diffusers import AutoencoderKL, FluxTransformer2DModel
+    from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
+    from make_tiny_flux import perturb_constants
+
+    shutil.copytree(FIXTURES / "tiny-flux", dst, ignore=shutil.ignore_patterns("reference"))
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    flux = dict(cfg["flux"], in_channels=4 * cfg["vae"]["latent_channels"])
+    models = dict(text_encoder=CLIPTextModel(CLIPTextConfig(**cfg["clip"])),
+                  text_encoder_2=T5EncoderModel(T5Config(**cfg["t5"])),
+                  transformer=FluxTransformer2DModel(**flux), vae=AutoencoderKL(**cfg["vae"]))
+    for name, m in models.items():
+        perturb_constants(m.eval(), gen)
+        shutil.rmtree(dst / name)
+        m.save_pretrained(dst / name, safe_serialization=True)
+
+
+def make_case(rng: random.Random, corpus: list[str], mult: int = 4) -> dict:
     folder = rng.choice(["tiny-flux", "tiny-flux-schnell"])
-    case = dict(folder=folder, prompt=rng.choice(corpus), height=4 * rng.randint(2, 16), width=4 * rng.randint(2, 16),
+    case = dict(folder=folder, prompt=rng.choice(corpus), height=mult * rng.randint(1, 8),
+                width=mult * rng.randint(1, 8),
                 guidance_scale=round(rng.uniform(0.0, 6.0), 2), seed=rng.randrange(2**63),
                 max_sequence_length=rng.choice([1, 8, 33, 77, 128]), num_images_per_prompt=rng.choice([1, 1, 2]),
                 scheduler=scheduler_variant(rng))
@@ -55,16 +117,18 @@ def diffusers_latents(case: dict, folder: Path):
 
     pipe = FluxPipeline.from_pretrained(folder, dtype=torch.float32)
     pipe.set_progress_bar_config(disable=True)
-    kw = {k: v for k, v in case.items() if k not in ("folder", "seed", "scheduler")}
+    kw = {k: v for k, v in case.items() if k not in ("folder", "seed", "scheduler", "model")}
     final = {}
 
     def catch(p, i, t, cb):
         final["latents"] = cb["latents"].clone()
         return {}
 
-    pipe(**kw, generator=torch.Generator("cpu").manual_seed(case["seed"]), output_type="latent",
-         callback_on_step_end=catch, callback_on_step_end_tensor_inputs=["latents"])
-    return final["latents"]
+    images = pipe(**kw, generator=torch.Generator("cpu").manual_seed(case["seed"]), output_type="np",
+                  callback_on_step_end=catch, callback_on_step_end_tensor_inputs=["latents"]).images
+    import numpy as np
+
+    return final["latents"], np.round(images * 255).astype(np.uint8)
 
 
 def diffq_latents(case: dict, folder: Path, diffq: Path, out: Path):
@@ -74,7 +138,7 @@ def diffq_latents(case: dict, folder: Path, diffq: Path, out: Path):
     args = [str(diffq), "generate", "-m", str(folder), "-p", case["prompt"], "--seed", str(case["seed"]),
             "--width", str(case["width"]), "--height", str(case["height"]), "--guidance", str(case["guidance_scale"]),
             "--max-sequence-length", str(case["max_sequence_length"]), "--num-images", str(case["num_images_per_prompt"]),
-            "--output-type", "latent", "-o", str(out)]
+            "-o", str(out.with_suffix(".png")), "--output-latents", str(out)]
     if "sigmas" in case:
         args += ["--sigmas", ",".join(str(s) for s in case["sigmas"])]
     else:
@@ -86,7 +150,20 @@ def diffq_latents(case: dict, folder: Path, diffq: Path, out: Path):
     r = subprocess.run(args, capture_output=True, text=True)
     if r.returncode != 0:
         return None, r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit {r.returncode}"
-    return load_file(str(out))["latents"].to(torch.float32), ""
+    import numpy as np
+    from PIL import Image
+
+    n = case["num_images_per_prompt"]
+    pngs = [out.with_suffix(".png")] if n == 1 else [out.with_name(f"{out.stem}-{i}.png") for i in range(n)]
+    images = np.stack([np.asarray(Image.open(p).convert("RGB")) for p in pngs])
+    return (load_file(str(out))["latents"].to(torch.float32), images), ""
+
+
+def psnr(a, b) -> float:
+    import numpy as np
+
+    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
+    return float("inf") if mse == 0 else 10 * np.log10(255.0**2 / mse)
 
 
 def main() -> int:
@@ -94,6 +171,7 @@ def main() -> int:
     ap.add_argument("--cases", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--build", default=str(ROOT / "build"))
+    ap.add_argument("--random-models", action="store_true")
     a = ap.parse_args()
     deterministic(0)
     corpus_file = json.loads((FIXTURES / "tokenizers" / "corpus.json").read_text())
@@ -105,15 +183,26 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         for i in range(a.cases):
-            case = make_case(rng, corpus)
             folder = tmp / f"pipe{i}"
-            shutil.copytree(FIXTURES / case["folder"], folder, ignore=shutil.ignore_patterns("reference"))
+            if a.random_models:
+                model = random_model_config(rng)
+                vsf = 2 ** (len(model["vae"]["block_out_channels"]) - 1)
+                case = make_case(rng, corpus, mult=2 * vsf)
+                case["folder"] = "random"
+                case["model"] = model
+                build_random_pipeline(model, rng.randrange(2**31), folder)
+                if not model["flux"]["guidance_embeds"]:
+                    case["guidance_scale"] = 0.0
+            else:
+                case = make_case(rng, corpus)
+                shutil.copytree(FIXTURES / case["folder"], folder, ignore=shutil.ignore_patterns("reference"))
             cfg_path = folder / "scheduler" / "scheduler_config.json"
             cfg = json.loads(cfg_path.read_text())
             cfg.update(case["scheduler"])
             cfg_path.write_text(json.dumps(cfg, indent=2))
-            ref = diffusers_latents(case, folder)
+            ref, ref_img = diffusers_latents(case, folder)
             got, err = diffq_latents(case, folder, diffq, tmp / f"out{i}.safetensors")
+            got, img = got if got is not None else (None, None)
             if not bool(ref.isfinite().all()):
                 # Diffusers computed NaN/inf (e.g. shift_terminal with one step divides 0 by 0): diffq
                 # must refuse with a clear error rather than produce it.
@@ -126,9 +215,11 @@ def main() -> int:
                 print(f"case {i}: FAIL ({err or f'shape {tuple(got.shape)} vs {tuple(ref.shape)}'}) {json.dumps(case)}")
             else:
                 rel = float((got - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
-                ok = rel <= 1e-3
+                db = psnr(img, ref_img) if img.shape == ref_img.shape else float("nan")
+                ok = rel <= 1e-3 and db >= 40.0
                 bad += not ok
-                print(f"case {i}: {'ok  ' if ok else 'FAIL'} rel {rel:.2e} {json.dumps(case, ensure_ascii=False)}")
+                print(f"case {i}: {'ok  ' if ok else 'FAIL'} rel {rel:.2e} PSNR {db:.1f} dB "
+                      f"{json.dumps(case, ensure_ascii=False)}")
             shutil.rmtree(folder)
     print(f"{a.cases - bad}/{a.cases} cases agree")
     return 1 if bad else 0
