@@ -55,21 +55,13 @@ void BM_int8_madd_peak(benchmark::State& state) {
       benchmark::Counter(2 * macs * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// 1 and 2 threads, wall time, whole-process CPU time.
+void peak_args(benchmark::internal::Benchmark* b) {
+  b->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->MeasureProcessCPUTime()->Unit(benchmark::kMillisecond);
+}
+
 }  // namespace
 
-BENCHMARK(BM_int8_madd_peak)
-    ->ArgName("threads")
-    ->Arg(1)
-    ->Arg(2)
-    ->UseRealTime()
-    ->MeasureProcessCPUTime()
-    ->Unit(benchmark::kMillisecond);
-
-BENCHMARK(BM_fma_peak)
-    ->ArgName("threads")
-    ->Arg(1)
-    ->Arg(2)
-    ->UseRealTime()
-    ->MeasureProcessCPUTime()
-    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_int8_madd_peak)->Apply(peak_args);
+BENCHMARK(BM_fma_peak)->Apply(peak_args);
 BENCHMARK_MAIN();
