@@ -24,6 +24,11 @@ struct GemmSplitPlan {
 };
 GemmSplitPlan gemm_split_plan(int64_t m, int64_t n, int64_t k, int threads, const Tuning& t);
 
+// Whether sgemm / gemm_bf16 compute the parts of this GEMM with diffq's blocked kernel
+// (sgemm_kernel.h) rather than OpenBLAS: t.gemm_kernel, and for GemmKernel::best a fixed function of
+// the shape and thread count (where the blocked kernel measured faster).
+bool gemm_uses_diffq_kernel(int64_t m, int64_t n, int64_t k, int threads, const Tuning& t);
+
 // C[M, N] = alpha * op(A) @ op(B) + beta * C, row-major, f32. op(X) = X^T when trans_X.
 // lda/ldb/ldc are row strides in elements. Multithreaded with the diffq thread count.
 void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
