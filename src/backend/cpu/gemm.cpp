@@ -1,9 +1,15 @@
-// GEMM through OpenBLAS (cblas_sgemm), chosen by measurement: docs/benchmarks.md "CPU GEMM (issue 2)".
-// bf16: OpenBLAS's cblas_sbgemm is not exported by Debian's build, BLIS has no bf16 GEMM and oneDNN
-// 2.6 has no bf16 matmul without AVX512-BF16/AMX; so bf16 A/B are widened to f32 (exact) block by
-// block into a reused scratch buffer and multiplied with sgemm (f32 accumulation). Blocks stay
-// around L3 size, so the widened copy is consumed from cache and no full-size f32 copy of a weight
-// is ever made.
+// sgemm / gemm_bf16: C split into static parts over diffq's pool (for_each_part), each part computed by
+// one single-threaded kernel, chosen per GEMM by gemm_uses_diffq_kernel (measured: docs/benchmarks.md
+// "CPU GEMM (issue 2)"):
+// - f32: OpenBLAS cblas_sgemm (diffq's blocked kernel measured on par, not faster).
+// - bf16 from 16 rows and columns: diffq's blocked kernel (sgemm_kernel.h), which widens bf16 (exactly)
+//   while packing, so no widened copy is made (1.0-1.46x faster than the path below).
+// - other bf16: OpenBLAS's cblas_sbgemm is not exported by Debian's build, BLIS has no bf16 GEMM and
+//   oneDNN 2.6 has no bf16 matmul without AVX512-BF16/AMX; so bf16 A/B are widened to f32 (exact) block
+//   by block into a reused scratch buffer and multiplied with sgemm (f32 accumulation). Blocks stay
+//   around L3 size, so the widened copy is consumed from cache and no full-size f32 copy of a weight
+//   is ever made.
+// Tuning::gemm_kernel forces either kernel (benchmarks, tests).
 #include "backend/cpu/gemm.h"
 
 #include <cblas.h>
@@ -119,14 +125,18 @@ namespace {
 int pool_threads() { return in_parallel_region() ? 1 : num_threads(); }
 }  // namespace
 
-bool gemm_uses_diffq_kernel(int64_t m, int64_t n, int64_t k, int threads, const Tuning& t) {
+bool gemm_uses_diffq_kernel(bool bf16, int64_t m, int64_t n, int64_t k, int threads, const Tuning& t) {
+  (void)k;
   (void)threads;
   switch (t.gemm_kernel) {
     case GemmKernel::diffq: return true;
     case GemmKernel::openblas: return false;
     case GemmKernel::best: break;
   }
-  return m >= 16 && n >= 16 && k >= 16;
+  // Measured (docs/benchmarks.md "diffq's blocked kernel"): f32 on par with OpenBLAS (0.93-1.09x on
+  // the FLUX shapes, 1 and 2 threads), so OpenBLAS stays; bf16 1.0-1.46x faster than widening +
+  // OpenBLAS (no widening pass). Below 16 rows or columns most of a 6 x 16 tile would be padding.
+  return bf16 && m >= 16 && n >= 16;
 }
 
 namespace {
@@ -183,7 +193,7 @@ void part_gemm(bool own, bool trans_a, bool trans_b, int64_t m, int64_t n, int64
 void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m <= 0 || n <= 0) return;
-  const bool own = gemm_uses_diffq_kernel(m, n, k, pool_threads(), current_tuning());
+  const bool own = gemm_uses_diffq_kernel(false, m, n, k, pool_threads(), current_tuning());
   if (!own) blas_single_threaded();
   for_each_part(m, n, k, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
     part_gemm(own, trans_a, trans_b, r1 - r0, c1 - c0, k, alpha, a_rows_at(a, trans_a, lda, r0), lda,
@@ -194,7 +204,7 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
 void sgemm_parts(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                  int64_t lda, const float* b, int64_t ldb, float beta, const GemmParts& parts) {
   if (m <= 0 || n <= 0) return;
-  const bool own = gemm_uses_diffq_kernel(m, n, k, pool_threads(), current_tuning());
+  const bool own = gemm_uses_diffq_kernel(false, m, n, k, pool_threads(), current_tuning());
   if (!own) blas_single_threaded();
   for_each_part(m, n, k, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
     int64_t ld = 0;
@@ -245,7 +255,7 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
       for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
     return;
   }
-  if (gemm_uses_diffq_kernel(m, n, k, pool_threads(), current_tuning())) {
+  if (gemm_uses_diffq_kernel(true, m, n, k, pool_threads(), current_tuning())) {
     // The blocked kernel widens bf16 while packing: no widened copy.
     for_each_part(m, n, k, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
       sgemm_blocked_bf16(trans_a, trans_b, r1 - r0, c1 - c0, k, alpha, a_rows_at(a, trans_a, lda, r0), lda,
@@ -272,7 +282,7 @@ void gemm_bf16_parts(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
     parts.end(0, m, 0, n, c, ld);
     return;
   }
-  if (gemm_uses_diffq_kernel(m, n, k, pool_threads(), current_tuning())) {
+  if (gemm_uses_diffq_kernel(true, m, n, k, pool_threads(), current_tuning())) {
     for_each_part(m, n, k, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
       int64_t ld = 0;
       float* c = parts.begin(r0, r1, c0, c1, &ld);

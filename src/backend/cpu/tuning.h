@@ -18,7 +18,8 @@ enum class GemmSplit : uint8_t {
 };
 
 // Which kernel computes each part of sgemm / gemm_bf16 (gemm.h). Not autotuned: `best` is a fixed
-// function of the shape and thread count (gemm.cpp), so results stay deterministic.
+// function of the shape and thread count (gemm.cpp), so results stay deterministic. The default can be
+// overridden with DIFFQ_GEMM_KERNEL=best|diffq|openblas (for benchmarks).
 enum class GemmKernel : uint8_t {
   best,      // the one measured faster for the shape (docs/benchmarks.md "CPU GEMM (issue 2)")
   diffq,     // diffq's own blocked kernel (sgemm_kernel.h)
@@ -35,7 +36,8 @@ struct Tuning {
   bool operator==(const Tuning&) const = default;
 };
 
-// The calling thread's current tuning (the defaults unless a ScopedTuning is alive on it).
+// The calling thread's current tuning (the defaults, with DIFFQ_GEMM_KERNEL, unless a ScopedTuning is
+// alive on it).
 const Tuning& current_tuning();
 
 // Installs `t` on the calling thread for its lifetime; nests.
