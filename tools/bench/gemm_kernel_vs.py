@@ -6,10 +6,11 @@
   tools/bench/gemm_kernel_vs.py vs.json
 
 Per dtype, shape and thread count: the best repetition of each kernel as contention-corrected GFLOP/s
-(2MNK / (process CPU time / threads)) and wall GFLOP/s, and the ratio diffq / OpenBLAS of each.
+(2MNK / (process CPU time / threads)) and wall GFLOP/s, and the ratio diffq / OpenBLAS of each; then min / median / max of the ratios.
 """
 import json
 import re
+import statistics
 import sys
 
 NAME = re.compile(r"^kernel_vs_(?P<dt>f32|bf16)_(?P<kern>openblas|diffq)/M:(?P<m>\d+)/N:(?P<n>\d+)/K:(?P<k>\d+)/threads:(?P<t>\d+)")
@@ -41,6 +42,21 @@ def main(path):
         (ow, oc), (dw, dc) = best[key], best[d]
         dt, t, m, n, k, _ = key
         print(f"| {dt} | {t} | {m} | {n} | {k} | {oc:.1f} | {dc:.1f} | {dc / oc:.3f} | {dw / ow:.3f} |")
+    print()
+    print("| dtype | threads | shapes | ratio cpu min / median / max | ratio wall median | diffq cpu GF/s median |")
+    print("|---|---|---|---|---|---|")
+    groups = sorted({key[:2] for key in best})
+    for dt, t in groups:
+        rc, rw, g = [], [], []
+        for key in best:
+            d = key[:5] + ("diffq",)
+            if key[:2] == (dt, t) and key[5] == "openblas" and d in best:
+                rc.append(best[d][1] / best[key][1])
+                rw.append(best[d][0] / best[key][0])
+                g.append(best[d][1])
+        if rc:
+            print(f"| {dt} | {t} | {len(rc)} | {min(rc):.2f} / {statistics.median(rc):.2f} / {max(rc):.2f} | "
+                  f"{statistics.median(rw):.2f} | {statistics.median(g):.1f} |")
 
 
 if __name__ == "__main__":
