@@ -133,7 +133,7 @@ bool gemm_uses_diffq_kernel(bool bf16, int64_t m, int64_t n, int64_t k, int thre
     case GemmKernel::openblas: return false;
     case GemmKernel::best: break;
   }
-  // Measured (docs/benchmarks.md "diffq's blocked kernel"): f32 on par with OpenBLAS (0.93-1.09x on
+  // Measured (docs/benchmarks.md "diffq's blocked kernel"): f32 on par with OpenBLAS (median 1.00x on
   // the FLUX shapes, 1 and 2 threads), so OpenBLAS stays; bf16 1.0-1.46x faster than widening +
   // OpenBLAS (no widening pass). Below 16 rows or columns most of a 6 x 16 tile would be padding.
   return bf16 && m >= 16 && n >= 16;
@@ -177,7 +177,6 @@ template <class T>
 const T* b_cols_at(const T* b, bool trans_b, int64_t ldb, int64_t c0) {
   return trans_b ? b + c0 * ldb : b + c0;
 }
-
 
 // One part of C, by diffq's blocked kernel (own) or OpenBLAS.
 void part_gemm(bool own, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,

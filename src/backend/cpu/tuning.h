@@ -14,7 +14,7 @@ enum class GemmSplit : uint8_t {
   longer_side,  // split n when n >= m, else m
   rows,         // split m
   cols,         // split n
-  none,         // one BLAS call on the calling thread
+  none,         // one kernel call on the calling thread
 };
 
 // Which kernel computes each part of sgemm / gemm_bf16 (gemm.h). Not autotuned: `best` is a fixed
