@@ -8,6 +8,7 @@
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/int8_gemm.h"
 #include "backend/cpu/threads.h"
+#include "backend/cpu/tuning.h"
 #include "gemm_bench_common.h"
 
 using namespace gemm_bench;
@@ -36,6 +37,59 @@ void diffq_gemm_bf16(benchmark::State& state, const Shape& s, int threads) {
     benchmark::DoNotOptimize(c.data());
   }
   cpu::set_num_threads(0);
+}
+
+// The FLUX-small linears (C = A @ W^T): M in {1152, 1024, 128} x (N, K) of its layers.
+std::vector<Shape> flux_small_shapes() {
+  std::vector<Shape> out;
+  for (const int64_t m : {1152, 1024, 128})
+    for (const auto& [n, k] : std::vector<std::pair<int64_t, int64_t>>{
+             {2304, 768}, {768, 768}, {3072, 768}, {768, 3072}, {768, 3840}, {768, 4096}})
+      out.push_back({m, n, k});
+  return out;
+}
+
+// sgemm / gemm_bf16 with the part kernel forced (GemmKernel::diffq or ::openblas), registered shape by
+// shape with both kernels next to each other so that a noisy machine hits both alike.
+template <bool kBf16>
+void kernel_vs(benchmark::State& state, const Shape& s, int threads, cpu::GemmKernel kernel) {
+  cpu::set_num_threads(threads);
+  cpu::Tuning tuning;
+  tuning.gemm_kernel = kernel;
+  cpu::ScopedTuning scope(tuning);
+  std::vector<float> c(size_t(s.m * s.n));
+  if constexpr (kBf16) {
+    const auto a = random_bf16(size_t(s.m * s.k), 1), b = random_bf16(size_t(s.n * s.k), 2);
+    for (auto _ : state) {
+      cpu::gemm_bf16(false, true, s.m, s.n, s.k, 1.0f, a.data(), s.k, b.data(), s.k, 0.0f, c.data(), s.n);
+      benchmark::DoNotOptimize(c.data());
+    }
+  } else {
+    const auto a = random_f32(size_t(s.m * s.k), 1), b = random_f32(size_t(s.n * s.k), 2);
+    for (auto _ : state) {
+      cpu::sgemm(false, true, s.m, s.n, s.k, 1.0f, a.data(), s.k, b.data(), s.k, 0.0f, c.data(), s.n);
+      benchmark::DoNotOptimize(c.data());
+    }
+  }
+  cpu::set_num_threads(0);
+}
+
+template <bool kBf16>
+void register_kernel_vs(const std::string& name) {
+  for (const int t : thread_counts())
+    for (const Shape& s : flux_small_shapes())
+      for (const auto& [tag, kernel] : std::vector<std::pair<std::string, cpu::GemmKernel>>{
+               {"openblas", cpu::GemmKernel::openblas}, {"diffq", cpu::GemmKernel::diffq}})
+        benchmark::RegisterBenchmark((name + "_" + tag).c_str(),
+                                     [s, t, kernel](benchmark::State& st) {
+                                       kernel_vs<kBf16>(st, s, t, kernel);
+                                       set_counters(st, s);
+                                     })
+            ->ArgNames({"M", "N", "K", "threads"})
+            ->Args({s.m, s.n, s.k, t})
+            ->UseRealTime()
+            ->MeasureProcessCPUTime()
+            ->Unit(benchmark::kMillisecond);
 }
 
 std::vector<int8_t> random_s8(size_t n, uint32_t seed) {
@@ -93,6 +147,8 @@ void diffq_gemm_s8_packed_bf16out(benchmark::State& state, const Shape& s, int t
 }  // namespace
 
 int main(int argc, char** argv) {
+  register_kernel_vs<false>("kernel_vs_f32");
+  register_kernel_vs<true>("kernel_vs_bf16");
   register_gemm("diffq_sgemm_f32", diffq_sgemm);
   register_gemm("diffq_gemm_bf16", diffq_gemm_bf16);
   register_gemm("diffq_gemm_bf16_flux_small", diffq_gemm_bf16, int8_shapes());

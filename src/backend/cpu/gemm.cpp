@@ -1,9 +1,15 @@
-// GEMM through OpenBLAS (cblas_sgemm), chosen by measurement: docs/benchmarks.md "CPU GEMM (issue 2)".
-// bf16: OpenBLAS's cblas_sbgemm is not exported by Debian's build, BLIS has no bf16 GEMM and oneDNN
-// 2.6 has no bf16 matmul without AVX512-BF16/AMX; so bf16 A/B are widened to f32 (exact) block by
-// block into a reused scratch buffer and multiplied with sgemm (f32 accumulation). Blocks stay
-// around L3 size, so the widened copy is consumed from cache and no full-size f32 copy of a weight
-// is ever made.
+// sgemm / gemm_bf16: C split into static parts over diffq's pool (for_each_part), each part computed by
+// one single-threaded kernel, chosen per GEMM by gemm_uses_diffq_kernel (measured: docs/benchmarks.md
+// "CPU GEMM (issue 2)"):
+// - f32: OpenBLAS cblas_sgemm (diffq's blocked kernel measured on par, not faster).
+// - bf16 from 16 rows and columns: diffq's blocked kernel (sgemm_kernel.h), which widens bf16 (exactly)
+//   while packing, so no widened copy is made (1.0-1.46x faster than the path below).
+// - other bf16: OpenBLAS's cblas_sbgemm is not exported by Debian's build, BLIS has no bf16 GEMM and
+//   oneDNN 2.6 has no bf16 matmul without AVX512-BF16/AMX; so bf16 A/B are widened to f32 (exact) block
+//   by block into a reused scratch buffer and multiplied with sgemm (f32 accumulation). Blocks stay
+//   around L3 size, so the widened copy is consumed from cache and no full-size f32 copy of a weight
+//   is ever made.
+// Tuning::gemm_kernel forces either kernel (benchmarks, tests).
 #include "backend/cpu/gemm.h"
 
 #include <cblas.h>
@@ -13,6 +19,7 @@
 #include <functional>
 #include <memory>
 
+#include "backend/cpu/sgemm_kernel.h"
 #include "backend/cpu/threads.h"
 #include "backend/cpu/tuning.h"
 
@@ -114,6 +121,25 @@ GemmSplitPlan gemm_split_plan(int64_t m, int64_t n, int64_t k, int threads, cons
 }
 
 namespace {
+// The threads a GEMM called here may split over: 1 inside a pool task (nested parallel_for runs inline).
+int pool_threads() { return in_parallel_region() ? 1 : num_threads(); }
+}  // namespace
+
+bool gemm_uses_diffq_kernel(bool bf16, int64_t m, int64_t n, int64_t k, int threads, const Tuning& t) {
+  (void)k;
+  (void)threads;
+  switch (t.gemm_kernel) {
+    case GemmKernel::diffq: return true;
+    case GemmKernel::openblas: return false;
+    case GemmKernel::best: break;
+  }
+  // Measured (docs/benchmarks.md "diffq's blocked kernel"): f32 on par with OpenBLAS (median 1.00x on
+  // the FLUX shapes, 1 and 2 threads), so OpenBLAS stays; bf16 1.0-1.46x faster than widening +
+  // OpenBLAS (no widening pass). Below 16 rows or columns most of a 6 x 16 tile would be padding.
+  return bf16 && m >= 16 && n >= 16;
+}
+
+namespace {
 
 // The parts sgemm splits C[m, n] into (gemm_split_plan), each given to f(r0, r1, c0, c1) on the pool thread that owns
 // it (one part on the calling thread when the GEMM is small, single-threaded or nested in a pool
@@ -122,7 +148,7 @@ namespace {
 // the same bits.
 void for_each_part(int64_t m, int64_t n, int64_t k,
                    const std::function<void(int64_t, int64_t, int64_t, int64_t)>& f) {
-  const GemmSplitPlan plan = gemm_split_plan(m, n, k, in_parallel_region() ? 1 : num_threads(), current_tuning());
+  const GemmSplitPlan plan = gemm_split_plan(m, n, k, pool_threads(), current_tuning());
   if (plan.parts <= 1) {
     f(0, m, 0, n);
     return;
@@ -143,11 +169,22 @@ void for_each_part(int64_t m, int64_t n, int64_t k,
 }
 
 // op(A)[r0:r1, :] and op(B)[:, c0:c1] as BLAS operands.
-const float* a_rows_at(const float* a, bool trans_a, int64_t lda, int64_t r0) {
+template <class T>
+const T* a_rows_at(const T* a, bool trans_a, int64_t lda, int64_t r0) {
   return trans_a ? a + r0 : a + r0 * lda;
 }
-const float* b_cols_at(const float* b, bool trans_b, int64_t ldb, int64_t c0) {
+template <class T>
+const T* b_cols_at(const T* b, bool trans_b, int64_t ldb, int64_t c0) {
   return trans_b ? b + c0 * ldb : b + c0;
+}
+
+// One part of C, by diffq's blocked kernel (own) or OpenBLAS.
+void part_gemm(bool own, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+               int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (own)
+    sgemm_blocked(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  else
+    blas_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 }  // namespace
@@ -155,22 +192,24 @@ const float* b_cols_at(const float* b, bool trans_b, int64_t ldb, int64_t c0) {
 void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m <= 0 || n <= 0) return;
-  blas_single_threaded();
+  const bool own = gemm_uses_diffq_kernel(false, m, n, k, pool_threads(), current_tuning());
+  if (!own) blas_single_threaded();
   for_each_part(m, n, k, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-    blas_sgemm(trans_a, trans_b, r1 - r0, c1 - c0, k, alpha, a_rows_at(a, trans_a, lda, r0), lda,
-               b_cols_at(b, trans_b, ldb, c0), ldb, beta, c + r0 * ldc + c0, ldc);
+    part_gemm(own, trans_a, trans_b, r1 - r0, c1 - c0, k, alpha, a_rows_at(a, trans_a, lda, r0), lda,
+              b_cols_at(b, trans_b, ldb, c0), ldb, beta, c + r0 * ldc + c0, ldc);
   });
 }
 
 void sgemm_parts(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                  int64_t lda, const float* b, int64_t ldb, float beta, const GemmParts& parts) {
   if (m <= 0 || n <= 0) return;
-  blas_single_threaded();
+  const bool own = gemm_uses_diffq_kernel(false, m, n, k, pool_threads(), current_tuning());
+  if (!own) blas_single_threaded();
   for_each_part(m, n, k, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
     int64_t ld = 0;
     float* c = parts.begin(r0, r1, c0, c1, &ld);
-    blas_sgemm(trans_a, trans_b, r1 - r0, c1 - c0, k, alpha, a_rows_at(a, trans_a, lda, r0), lda,
-               b_cols_at(b, trans_b, ldb, c0), ldb, beta, c, ld);
+    part_gemm(own, trans_a, trans_b, r1 - r0, c1 - c0, k, alpha, a_rows_at(a, trans_a, lda, r0), lda,
+              b_cols_at(b, trans_b, ldb, c0), ldb, beta, c, ld);
     parts.end(r0, r1, c0, c1, c, ld);
   });
 }
@@ -215,6 +254,14 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
       for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
     return;
   }
+  if (gemm_uses_diffq_kernel(true, m, n, k, pool_threads(), current_tuning())) {
+    // The blocked kernel widens bf16 while packing: no widened copy.
+    for_each_part(m, n, k, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+      sgemm_blocked_bf16(trans_a, trans_b, r1 - r0, c1 - c0, k, alpha, a_rows_at(a, trans_a, lda, r0), lda,
+                         b_cols_at(b, trans_b, ldb, c0), ldb, beta, c + r0 * ldc + c0, ldc);
+    });
+    return;
+  }
   bf16_blocks(trans_a, trans_b, m, n, k, a, lda, b, ldb,
               [&](int64_t mr, int64_t nr, const float* aw, int64_t lda_w, const float* bw, int64_t ldb_w,
                   int64_t i0, int64_t j0) {
@@ -232,6 +279,16 @@ void gemm_bf16_parts(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) c[i * ld + j] = beta == 0.0f ? 0.0f : beta * c[i * ld + j];
     parts.end(0, m, 0, n, c, ld);
+    return;
+  }
+  if (gemm_uses_diffq_kernel(true, m, n, k, pool_threads(), current_tuning())) {
+    for_each_part(m, n, k, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+      int64_t ld = 0;
+      float* c = parts.begin(r0, r1, c0, c1, &ld);
+      sgemm_blocked_bf16(trans_a, trans_b, r1 - r0, c1 - c0, k, alpha, a_rows_at(a, trans_a, lda, r0), lda,
+                         b_cols_at(b, trans_b, ldb, c0), ldb, beta, c, ld);
+      parts.end(r0, r1, c0, c1, c, ld);
+    });
     return;
   }
   bf16_blocks(trans_a, trans_b, m, n, k, a, lda, b, ldb,

@@ -1,6 +1,8 @@
-// The CPU GEMM entry points every matmul-shaped op uses. Which library implements them is chosen by
+// The CPU GEMM entry points every matmul-shaped op uses. Which kernel implements them is chosen by
 // measurement (docs/benchmarks.md "CPU GEMM (issue 2)", bench/bench_gemm_*.cpp,
-// bench/run_gemm_bench.sh); callers never name a library. Currently OpenBLAS (see gemm.cpp).
+// bench/run_gemm_bench.sh); callers never name a library. Currently: f32 OpenBLAS; bf16 diffq's own
+// blocked kernel (sgemm_kernel.h, bf16 widened while packing) from 16 rows and columns, otherwise
+// widened blocks + OpenBLAS (see gemm.cpp, gemm_uses_diffq_kernel).
 #pragma once
 
 #include <cstdint>
@@ -24,13 +26,18 @@ struct GemmSplitPlan {
 };
 GemmSplitPlan gemm_split_plan(int64_t m, int64_t n, int64_t k, int threads, const Tuning& t);
 
+// Whether sgemm (bf16 = false) / gemm_bf16 (bf16 = true) compute the parts of this GEMM with diffq's
+// blocked kernel (sgemm_kernel.h) rather than OpenBLAS: t.gemm_kernel, and for GemmKernel::best a
+// fixed function of the dtype, shape and thread count (where the blocked kernel measured faster).
+bool gemm_uses_diffq_kernel(bool bf16, int64_t m, int64_t n, int64_t k, int threads, const Tuning& t);
+
 // C[M, N] = alpha * op(A) @ op(B) + beta * C, row-major, f32. op(X) = X^T when trans_X.
 // lda/ldb/ldc are row strides in elements. Multithreaded with the diffq thread count.
 void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
-// Same with bf16 (raw uint16 bits) A and B, f32 accumulation and f32 C. Uses up to 2 x 16 MiB of
-// per-thread scratch (kept between calls).
+// Same with bf16 (raw uint16 bits) A and B, f32 accumulation and f32 C. Uses per-thread scratch kept
+// between calls (packed blocks; up to 2 x 16 MiB of widened blocks on the OpenBLAS path).
 void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
                int64_t ldc);

@@ -1,15 +1,37 @@
 // The calling thread's kernel tuning (see tuning.h).
 #include "backend/cpu/tuning.h"
 
+#include <cstdlib>
+#include <string>
+
+#include "diffq/error.h"
+
 namespace diffq::backend::cpu {
 namespace {
 
-const Tuning kDefaults{};
-thread_local const Tuning* t_current = &kDefaults;
+// Tuning{} with DIFFQ_GEMM_KERNEL (best, diffq or openblas) applied, read once.
+const Tuning& defaults() {
+  static const Tuning t = [] {
+    Tuning d;
+    if (const char* env = std::getenv("DIFFQ_GEMM_KERNEL"); env && *env) {
+      const std::string v = env;
+      if (v == "diffq")
+        d.gemm_kernel = GemmKernel::diffq;
+      else if (v == "openblas")
+        d.gemm_kernel = GemmKernel::openblas;
+      else
+        check(v == "best", "tuning", "DIFFQ_GEMM_KERNEL='", v, "' is not one of best, diffq, openblas");
+    }
+    return d;
+  }();
+  return t;
+}
+
+thread_local const Tuning* t_current = nullptr;
 
 }  // namespace
 
-const Tuning& current_tuning() { return *t_current; }
+const Tuning& current_tuning() { return t_current ? *t_current : defaults(); }
 
 ScopedTuning::ScopedTuning(const Tuning& t) : prev_(t_current), mine_(t) { t_current = &mine_; }
 

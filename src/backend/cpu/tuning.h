@@ -14,11 +14,21 @@ enum class GemmSplit : uint8_t {
   longer_side,  // split n when n >= m, else m
   rows,         // split m
   cols,         // split n
-  none,         // one BLAS call on the calling thread
+  none,         // one kernel call on the calling thread
+};
+
+// Which kernel computes each part of sgemm / gemm_bf16 (gemm.h). Not autotuned: `best` is a fixed
+// function of the shape and thread count (gemm.cpp), so results stay deterministic. The default can be
+// overridden with DIFFQ_GEMM_KERNEL=best|diffq|openblas (for benchmarks).
+enum class GemmKernel : uint8_t {
+  best,      // the one measured faster for the shape (docs/benchmarks.md "CPU GEMM (issue 2)")
+  diffq,     // diffq's own blocked kernel (sgemm_kernel.h)
+  openblas,  // OpenBLAS cblas_sgemm (bf16: widened to f32 block by block first)
 };
 
 struct Tuning {
   GemmSplit gemm_split = GemmSplit::longer_side;
+  GemmKernel gemm_kernel = GemmKernel::best;
   int gemm_parts_per_thread = 1;  // parts = threads * this (more, smaller parts balance uneven cores)
   int64_t attn_bq = 48;   // attention: query rows per tile (rounded up to a multiple of 6)
   int64_t attn_bk = 256;  // attention: keys per block of the online softmax (rounded up to 2 vectors)
@@ -26,7 +36,8 @@ struct Tuning {
   bool operator==(const Tuning&) const = default;
 };
 
-// The calling thread's current tuning (the defaults unless a ScopedTuning is alive on it).
+// The calling thread's current tuning (the defaults, with DIFFQ_GEMM_KERNEL, unless a ScopedTuning is
+// alive on it).
 const Tuning& current_tuning();
 
 // Installs `t` on the calling thread for its lifetime; nests.
