@@ -192,3 +192,19 @@ TEST(ElideConcat, FluxSingleBlocksConcatIsElidedAndTheArenaShrinks) {
               "the pass, %lld without\n", (long long)placed[1], (long long)arena[1], (long long)arena[0]);
   model->uncompile();
 }
+
+TEST(ElideConcat, Bf16PlacedWritersGiveTheUnplacedBits) {
+  // bf16: GEMM writers round through a scratch tile into the slice; every writer rounds as before.
+  CatBlock blk;
+  init_parameters_randn(blk, DType::bf16, 7, 0.3);
+  const Tensor x = randn({2, 5, 16}, 3, DType::bf16, 1.f);
+  CompileOptions on, off;
+  on.fullgraph = off.fullgraph = true;
+  off.elide_concat = false;
+  CompiledModule a(cat_block_fn(), on), b(cat_block_fn(), off);
+  const Tensor ya = a.run(blk, {x})[0], yb = b.run(blk, {x})[0];
+  EXPECT_EQ(a.stats().last_passes.placed_in_concat, 5);
+  ASSERT_EQ(ya.dtype(), DType::bf16);
+  EXPECT_EQ(ya.to_f64_vector(), yb.to_f64_vector());
+  EXPECT_LE(max_rel(ya, blk.forward(x)), 1e-2);
+}
