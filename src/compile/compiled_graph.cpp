@@ -35,7 +35,6 @@ void copy_into_slices(const Node& n, const Resolve& resolve, Tensor& out) {
     at += width;
   }
 }
-}  // namespace
 
 // DIFFQ_COMPILE_DUMP=1: the graph after the passes, then the arena and the buffers alive at its peak.
 void dump_plan(const Graph& g, const MemoryPlan& p) {
@@ -50,6 +49,7 @@ void dump_plan(const Graph& g, const MemoryPlan& p) {
                  b.node >= 0 ? shape_str(g.nodes[size_t(b.node)].out.shape).c_str() : "", double(b.size) / 1048576.0,
                  b.first, b.last);
 }
+}  // namespace
 
 CompiledGraph compile_graph(Graph g, const CompileOptions& o) {
   CompiledGraph c;

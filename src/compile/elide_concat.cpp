@@ -52,6 +52,14 @@ bool reshape_strides(const Shape& view_shape, const Shape& view_strides, const S
 
 bool is_float(DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f16; }
 
+// Whether (shape, strides) lays the elements out row-major without gaps (size-1 dims' strides ignored).
+bool dense_row_major(const Shape& shape, const Shape& strides) {
+  const Shape c = contiguous_strides(shape);
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (shape[d] != 1 && strides[d] != c[d]) return false;
+  return true;
+}
+
 // Whether node n can write its output through (n.out.shape, strides).
 bool can_write_strided(const Node& n, const Shape& strides) {
   if (n.kind == Node::Kind::opaque || !n.out.device.is_cpu()) return false;
@@ -152,7 +160,9 @@ int64_t elide_concats(Graph& g) {
           shape_numel(r.shape) == 0 || r.strides != contiguous_strides(r.shape))
         continue;
       Shape ps;
-      if (!reshape_strides(r.shape, hs, p.out.shape, ps) || !can_write_strided(p, ps)) continue;
+      if (!reshape_strides(r.shape, hs, p.out.shape, ps)) continue;
+      if (dense_row_major(p.out.shape, ps)) ps = contiguous_strides(p.out.shape);  // a contiguous slice
+      if (!can_write_strided(p, ps)) continue;
       p.host = int32_t(c);
       p.host_strides = ps;
       p.host_offset = slot;

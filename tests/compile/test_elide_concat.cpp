@@ -208,3 +208,25 @@ TEST(ElideConcat, Bf16PlacedWritersGiveTheUnplacedBits) {
   EXPECT_EQ(ya.to_f64_vector(), yb.to_f64_vector());
   EXPECT_LE(max_rel(ya, blk.forward(x)), 1e-2);
 }
+
+TEST(ElideConcat, SlicesContiguousButForSizeOneDimsTakeAnyWriter) {
+  // [1, 8] + [1, 8] -> [1, 16] along the last dim: each slice is contiguous (only the size-1 dim's
+  // stride differs), so plain elementwise op nodes write there too.
+  struct Empty : Module {
+    Empty() : Module("Empty") {}
+  } m;
+  const ForwardFn fn = [](Module&, const std::vector<Tensor>& in) {
+    const Tensor c = ops::concat({ops::unary(in[0], ops::UnaryFn::exp), ops::silu(in[0])}, 1);
+    return std::vector<Tensor>{ops::mul(c, ops::add_scalar(c, 1.0))};
+  };
+  const Tensor x = randn({1, 8}, 6, DType::f32, 1.f);
+  const CompiledGraph cg = compile_graph(capture(m, fn, {x}), CompileOptions{});
+  const auto cats = concats(cg.graph);
+  ASSERT_EQ(cats.size(), 1u);
+  EXPECT_EQ(cats[0]->placed, (std::vector<bool>{true, true})) << cg.graph.dump();
+  const Tensor eager = fn(m, {x})[0];
+  for (const auto& [name, o] : pass_settings()) {
+    CompiledModule cm(fn, o);
+    EXPECT_LE(max_rel(cm.run(m, {x})[0], eager), 1e-5) << name;
+  }
+}
