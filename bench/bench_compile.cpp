@@ -2,7 +2,8 @@
 // activation peak (allocator peak minus the weights), and compile time of full vs regional compile;
 // then max-autotune (full compile): its first run with a fresh cache file (compile + tuning), a second
 // compiled module reusing the file (nothing timed), regional max-autotune on the same file, and an A/B
-// of the default and the tuned full compile, one step each in turn (the machine may be shared).
+// of the default and the tuned full compile, one step each in turn (the machine may be shared); before
+// that an A/B of full compile without and with concat elision (elide_concat).
 // A micro benchmark: one process, a few steps; run it on a quiet machine for numbers.
 //   bench_compile [config=flux-small] [image_side=256] [text_tokens=64] [steps=3] [autotune_cache=a fresh temp file]
 #include <chrono>
@@ -113,6 +114,26 @@ int main(int argc, char** argv) {
               regional.step_s, regional.activation_peak / 1048576.0, regional_compile, eager.step_s / regional.step_s,
               double(regional.activation_peak) / double(eager.activation_peak), regional_compile / full_compile);
 
+  // A/B under the same load: one step of full compile with options a, then one with options b,
+  // alternating; the first call after each compile is not timed. Returns {a s/step, b s/step}.
+  auto alternate = [&](const compile::CompileOptions& a, const compile::CompileOptions& b) {
+    double t[2] = {0, 0};
+    for (int r = 0; r < steps; ++r)
+      for (int k = 0; k < 2; ++k) {
+        m.compile(k == 0 ? a : b);
+        m(in.hidden, in.encoder, in.pooled, in.timestep, in.guidance, in.txt_ids, in.img_ids);
+        const auto t0 = clock_type::now();
+        m(in.hidden, in.encoder, in.pooled, in.timestep, in.guidance, in.txt_ids, in.img_ids);
+        t[k] += seconds(t0);
+      }
+    return std::pair<double, double>{t[0] / steps, t[1] / steps};
+  };
+  compile::CompileOptions no_elide;
+  no_elide.elide_concat = false;
+  const auto [t_no_elide, t_elide] = alternate(no_elide, compile::CompileOptions{});
+  std::printf("A/B alternating, %d rounds: full without elide_concat step %.3f s, full step %.3f s (%.3fx)\n", steps,
+              t_no_elide, t_elide, t_no_elide / t_elide);
+
   const std::string cache = argc > 5 ? std::string(argv[5])
                                      : (std::filesystem::temp_directory_path() /
                                         ("diffq_bench_autotune_" + std::to_string(getpid()) + ".json"))
@@ -144,18 +165,8 @@ int main(int argc, char** argv) {
   autotuned("tune-full  (fresh cache) ", false);
   autotuned("tune-full  (cache reused)", false);
   autotuned("tune-regional (reused)   ", true);
-  // A/B under the same load: one step of the default full compile, then one of the tuned full compile
-  // (the cache reused), alternating; the first call after each compile is not timed.
-  double t_default = 0, t_tuned = 0;
-  for (int r = 0; r < steps; ++r)
-    for (bool tuned : {false, true}) {
-      if (tuned) m.compile(at);
-      else m.compile(compile::CompileOptions{});
-      m(in.hidden, in.encoder, in.pooled, in.timestep, in.guidance, in.txt_ids, in.img_ids);
-      const auto t0 = clock_type::now();
-      m(in.hidden, in.encoder, in.pooled, in.timestep, in.guidance, in.txt_ids, in.img_ids);
-      (tuned ? t_tuned : t_default) += seconds(t0);
-    }
+  // The default and the tuned full compile (the cache reused) under the same load.
+  const auto [t_default, t_tuned] = alternate(compile::CompileOptions{}, at);
   std::printf("A/B alternating, %d rounds: full step %.3f s, tuned full step %.3f s (%.3fx)\n", steps,
               t_default / steps, t_tuned / steps, t_default / t_tuned);
   if (argc <= 5) std::filesystem::remove(cache);

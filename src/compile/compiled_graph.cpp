@@ -1,9 +1,13 @@
 // The executor: runs a compiled graph's nodes in order on real buffers (arena views when planned).
 #include "compiled_graph.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <optional>
+#include <string_view>
 
 #include "compile/fused_kernel.h"
+#include "compile/placed_linear.h"
 #include "compile/passes.h"
 #include "diffq/error.h"
 #include "modules/module.h"
@@ -13,6 +17,37 @@ namespace diffq::compile {
 namespace {
 Tensor view_of(const Tensor& base, const Ref& r) {
   return Tensor(base.storage(), r.shape, r.strides, base.offset() + r.offset, r.dtype);
+}
+
+// An elided concat: the inputs whose producers did not write into `out` are copied into their slices.
+template <class Resolve>
+void copy_into_slices(const Node& n, const Resolve& resolve, Tensor& out) {
+  const int64_t rank = out.dim(), dim = n.attrs.i0 < 0 ? n.attrs.i0 + rank : n.attrs.i0;
+  static const ops::KernelFn copy = ops::find_kernel(ops::OpKind::copy, DeviceKind::cpu);
+  int64_t at = 0;
+  for (size_t k = 0; k < n.inputs.size(); ++k) {
+    const Ref& r = n.inputs[k];
+    const int64_t width = r.shape[size_t(dim)];
+    if (!n.placed[k] && width > 0 && shape_numel(r.shape) > 0) {
+      Tensor slice(out.storage(), r.shape, out.strides(), out.offset() + at * out.strides()[size_t(dim)], out.dtype());
+      copy(ops::OpCall{ops::OpKind::copy, {resolve(r)}, {}}, slice);
+    }
+    at += width;
+  }
+}
+
+// DIFFQ_COMPILE_DUMP=1: the graph after the passes, then the arena and the buffers alive at its peak.
+void dump_plan(const Graph& g, const MemoryPlan& p) {
+  std::fprintf(stderr, "%s", g.dump().c_str());
+  const LivePeak peak = live_peak(p);
+  std::fprintf(stderr, "arena %.2f MiB (%.2f MiB unplanned); most alive at %%%d: %.2f MiB in %zu buffers\n",
+               double(p.arena_bytes) / 1048576.0, double(p.unplanned_bytes) / 1048576.0, peak.at,
+               double(peak.bytes) / 1048576.0, peak.live.size());
+  for (const PlannedBuffer& b : peak.live)
+    std::fprintf(stderr, "  %%%d %s %s, %.2f MiB, alive %%%d..%%%d\n", b.node,
+                 b.node >= 0 ? g.nodes[size_t(b.node)].label().substr(0, 60).c_str() : "?",
+                 b.node >= 0 ? shape_str(g.nodes[size_t(b.node)].out.shape).c_str() : "", double(b.size) / 1048576.0,
+                 b.first, b.last);
 }
 }  // namespace
 
@@ -28,7 +63,9 @@ CompiledGraph compile_graph(Graph g, const CompileOptions& o) {
   if (o.fuse && o.fuse_norm) c.stats.fused_norms = fuse_norm_prologue(g);
   if (o.fuse_epilogue) c.stats.fused_epilogues = fuse_gemm_epilogue(g);
   if (o.fuse_rope) c.stats.fused_ropes = fuse_norm_rope(g);
+  if (o.elide_concat) c.stats.placed_in_concat = elide_concats(g);
   c.plan = plan_memory(g, o.plan, o.inplace);
+  if (const char* d = std::getenv("DIFFQ_COMPILE_DUMP"); d && *d && std::string_view(d) != "0") dump_plan(g, c.plan);
   c.stats.final_nodes = int64_t(g.nodes.size());
   c.stats.fused_nodes = g.count(Node::Kind::fused);
   c.stats.opaque_nodes = g.count(Node::Kind::opaque);
@@ -66,6 +103,20 @@ std::vector<Tensor> CompiledGraph::run(const std::vector<Tensor>& inputs, const 
   if (plan.enabled && plan.arena_bytes > 0) arena = Storage::allocate(size_t(plan.arena_bytes), plan.device);
 
   std::vector<Tensor> values(g.nodes.size());
+  // Node i's own buffer: its arena bytes when planned, else a fresh allocation.
+  auto own_buffer = [&](size_t i) {
+    const Node& n = g.nodes[i];
+    if (plan.offset[i] >= 0) {
+      const int64_t es = int64_t(dtype_size(n.out.dtype));
+      return Tensor(arena, n.out.shape, contiguous_strides(n.out.shape), plan.offset[i] / es, n.out.dtype);
+    }
+    return Tensor::empty(n.out.shape, n.out.dtype, n.out.device);
+  };
+  // An elided concat's buffer, made when its first producer runs.
+  auto host_buffer = [&](size_t h) -> const Tensor& {
+    if (!values[h].defined()) values[h] = own_buffer(h);
+    return values[h];
+  };
   auto resolve = [&](const Ref& r) -> Tensor {
     switch (r.src) {
       case Ref::Src::none: return Tensor();
@@ -93,13 +144,15 @@ std::vector<Tensor> CompiledGraph::run(const std::vector<Tensor>& inputs, const 
       values[i] = y.is_contiguous() && y.offset() == 0 ? y : y.contiguous();
     } else {
       Tensor out;
-      if (plan.offset[i] >= 0) {
-        const int64_t es = int64_t(dtype_size(n.out.dtype));
-        out = Tensor(arena, n.out.shape, contiguous_strides(n.out.shape), plan.offset[i] / es, n.out.dtype);
+      if (n.host >= 0) {
+        const Tensor& h = host_buffer(size_t(n.host));
+        out = Tensor(h.storage(), n.out.shape, n.host_strides, h.offset() + n.host_offset, n.out.dtype);
       } else {
-        out = Tensor::empty(n.out.shape, n.out.dtype, n.out.device);
+        out = n.elided ? host_buffer(i) : own_buffer(i);
       }
-      if (n.kind == Node::Kind::fused) {
+      if (n.elided) {
+        copy_into_slices(n, resolve, out);
+      } else if (n.kind == Node::Kind::fused) {
         std::vector<Tensor> leaves;
         leaves.reserve(n.inputs.size());
         for (const Ref& r : n.inputs) leaves.push_back(resolve(r));
@@ -120,6 +173,8 @@ std::vector<Tensor> CompiledGraph::run(const std::vector<Tensor>& inputs, const 
         if (i < tuning.size() && tuning[i] != backend::cpu::Tuning{}) tuned.emplace(tuning[i]);
         if (kernels[i] == nullptr) {
           out = ops::execute(call);  // to_device: the backend picks the side
+        } else if (n.op == ops::OpKind::linear && !out.is_contiguous()) {
+          run_linear_strided(call.inputs, out);  // placed in a concat: the GEMM writes with the slice's ld
         } else if (out.numel() > 0) {
           kernels[i](call, out);
         }

@@ -9,6 +9,7 @@
 #include "backend/cpu/row_kernels.h"
 #include "backend/cpu/threads.h"
 #include "compile/fused_kernel.h"
+#include "compile/passes.h"
 #include "diffq/error.h"
 
 namespace diffq::compile {
@@ -103,6 +104,7 @@ void run_fused_rows(const FusedProgram& p, const std::vector<Tensor>& leaves, Te
   const int64_t D = shape.back(), rows = out.numel() / D, rank = int64_t(shape.size());
   std::vector<Shape> st;
   for (const Tensor& t : leaves) st.push_back(t.expand(shape).strides());
+  const Shape& ost = out.strides();  // last stride 1 (run_fused checks)
   auto f32_row = [&](int32_t leaf) {  // w / b as f32 vectors (broadcast to [D])
     std::vector<float> v(static_cast<size_t>(D));
     if (leaf >= 0) load_chunk(leaves[size_t(leaf)], leaves[size_t(leaf)].offset(), st[size_t(leaf)].back(), v.data(), D);
@@ -115,11 +117,12 @@ void run_fused_rows(const FusedProgram& p, const std::vector<Tensor>& leaves, Te
     std::vector<int64_t> base(leaves.size());
     for (int64_t r = r0; r < r1; ++r) {
       for (size_t l = 0; l < leaves.size(); ++l) base[l] = leaves[l].offset();
-      int64_t rem = r;
+      int64_t rem = r, orow = 0;
       for (int64_t d = rank - 2; d >= 0; --d) {
         const int64_t i = rem % shape[size_t(d)];
         rem /= shape[size_t(d)];
         for (size_t l = 0; l < leaves.size(); ++l) base[l] += i * st[l][size_t(d)];
+        orow += i * ost[size_t(d)];
       }
       load_chunk(leaves[size_t(np.x)], base[size_t(np.x)], st[size_t(np.x)].back(), xr.data(), D);
       double s = 0, q = 0;
@@ -145,7 +148,7 @@ void run_fused_rows(const FusedProgram& p, const std::vector<Tensor>& leaves, Te
             load_chunk(leaves[size_t(in.a)], base[size_t(in.a)] + c0 * s1, s1, dst, n);
           }
         }
-        store_chunk(regs.data() + int64_t(nreg - 1) * kChunk, out, r * D + c0, n);
+        store_chunk(regs.data() + int64_t(nreg - 1) * kChunk, out, orow + c0, n);
       }
     }
   });
@@ -160,19 +163,21 @@ void run_fused_rows(const FusedProgram& p, const std::vector<Tensor>& leaves, Te
 void run_fused_gemm(const FusedProgram& p, const std::vector<Tensor>& leaves, Tensor& out) {
   const GemmPrologue& gp = *p.gemm;
   const Shape& shape = out.shape();
-  const int64_t D = shape.back(), rank = int64_t(shape.size());
+  const int64_t rank = int64_t(shape.size());
   std::vector<Shape> st(leaves.size());
   for (const Instr& in : p.code)
     if (in.op == Instr::Op::load && in.a != gp.leaf && st[size_t(in.a)].empty())
       st[size_t(in.a)] = leaves[size_t(in.a)].expand(shape).strides();
   const bool direct = out.dtype() == DType::f32 && gp.dtype == DType::f32;
   float* const out_f32 = direct ? out.data<float>() : nullptr;
+  const int64_t ldo = uniform_row_stride(shape, out.strides());  // D when contiguous; a concat's width when placed
+  check(ldo >= 0, "compile", "a GEMM-prologue node's output rows must be one stride apart, got ", out.str());
   const size_t nreg = p.code.size();
   backend::cpu::GemmParts parts;
   parts.begin = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t* ld) -> float* {
     if (direct) {
-      *ld = D;
-      return out_f32 + r0 * D + c0;
+      *ld = ldo;
+      return out_f32 + r0 * ldo + c0;
     }
     thread_local std::vector<float> tile;
     tile.resize(size_t((r1 - r0) * (c1 - c0)));
@@ -207,7 +212,7 @@ void run_fused_gemm(const FusedProgram& p, const std::vector<Tensor>& leaves, Te
             load_chunk(leaves[size_t(in.a)], base[size_t(in.a)] + c * s1, s1, dst, n);
           }
         }
-        store_chunk(regs.data() + int64_t(nreg - 1) * kChunk, out, r * D + c, n);
+        store_chunk(regs.data() + int64_t(nreg - 1) * kChunk, out, r * ldo + c, n);
       }
     }
   };
@@ -226,7 +231,9 @@ std::vector<float> f32_table(const Tensor& t) {
 }  // namespace
 
 void run_norm_rope(const NormRope& p, const std::vector<Tensor>& leaves, Tensor& out) {
-  check(out.is_contiguous() && out.dim() == 4, "compile", "norm_rope output must be contiguous [B, S, H, D]");
+  check(out.dim() == 4 && out.strides()[3] == 1, "compile", "norm_rope output must be [B, S, H, D] with rows of D, got ",
+        out.str());
+  const Shape& ost = out.strides();
   const int64_t S = out.size(1), H = out.size(2), D = out.size(3), rows = out.numel() / std::max<int64_t>(D, 1);
   if (rows == 0 || D == 0) return;
   const std::vector<float> cs = f32_table(leaves[size_t(p.cos)]), sn = f32_table(leaves[size_t(p.sin)]);
@@ -253,13 +260,15 @@ void run_norm_rope(const NormRope& p, const std::vector<Tensor>& leaves, Tensor&
       backend::cpu::normalize_row_f32(xr.data(), yr.data(), D, 0.f, rstd, seg.w >= 0 ? w[k].data() : nullptr, nullptr);
       round_chunk(yr.data(), D, p.norm_dtype);
       backend::cpu::rope_row_f32(yr.data(), cs.data() + s * D, sn.data() + s * D, zr.data(), D);
-      store_chunk(zr.data(), out, r * D, D);
+      store_chunk(zr.data(), out, b * ost[0] + s * ost[1] + h * ost[2], D);
     }
   });
 }
 
 void run_fused(const FusedProgram& p, const std::vector<Tensor>& leaves, Tensor& out) {
-  check(out.is_contiguous(), "compile", "fused output must be contiguous");
+  // Contiguous, or a strided view with rows of the last dim (a slice of an elided concat's buffer).
+  check(out.is_contiguous() || (out.dim() > 0 && out.strides().back() == 1), "compile",
+        "fused output rows must be contiguous, got ", out.str());
   if (out.numel() == 0) return;
   if (p.norm) return run_fused_rows(p, leaves, out);
   if (p.gemm) return run_fused_gemm(p, leaves, out);
@@ -267,7 +276,7 @@ void run_fused(const FusedProgram& p, const std::vector<Tensor>& leaves, Tensor&
   Shape shape = out.shape();
   std::vector<Shape> st;
   for (const Tensor& t : leaves) st.push_back(t.expand(shape).strides());
-  st.push_back(contiguous_strides(shape));
+  st.push_back(out.strides());
   Shape cs;
   std::vector<Shape> cst(st.size());
   for (size_t d = 0; d < shape.size(); ++d) {
@@ -287,19 +296,22 @@ void run_fused(const FusedProgram& p, const std::vector<Tensor>& leaves, Tensor&
     for (auto& s : cst) s.push_back(0);
   }
   const int64_t inner = cs.back(), rows = out.numel() / inner;
+  check(inner == 1 || cst.back().back() == 1, "compile", "fused output rows must be contiguous, got ", out.str());
   const int64_t per_row = (inner + kChunk - 1) / kChunk;
   const size_t nreg = p.code.size();
   backend::cpu::parallel_for(rows * per_row, 4, [&](int64_t beg, int64_t end) {
     std::vector<float> regs(nreg * size_t(kChunk));
     std::vector<int64_t> base(leaves.size());
+    const Shape& ocst = cst.back();
     for (int64_t it = beg; it < end; ++it) {
       const int64_t r = it / per_row, c0 = (it % per_row) * kChunk, n = std::min(kChunk, inner - c0);
       for (size_t l = 0; l < leaves.size(); ++l) base[l] = leaves[l].offset();
-      int64_t rem = r;
+      int64_t rem = r, orow = 0;
       for (int64_t d = int64_t(cs.size()) - 2; d >= 0; --d) {
         const int64_t i = rem % cs[size_t(d)];
         rem /= cs[size_t(d)];
         for (size_t l = 0; l < leaves.size(); ++l) base[l] += i * cst[l][size_t(d)];
+        orow += i * ocst[size_t(d)];
       }
       for (size_t k = 0; k < nreg; ++k) {
         const Instr& in = p.code[k];
@@ -310,7 +322,7 @@ void run_fused(const FusedProgram& p, const std::vector<Tensor>& leaves, Tensor&
           exec_instr(in, regs.data(), int64_t(k), n);
         }
       }
-      store_chunk(regs.data() + int64_t(nreg - 1) * kChunk, out, r * inner + c0, n);
+      store_chunk(regs.data() + int64_t(nreg - 1) * kChunk, out, orow + c0, n);
     }
   });
 }

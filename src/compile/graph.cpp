@@ -97,7 +97,10 @@ std::string Graph::dump() const {
     const Node& n = nodes[i];
     s << "%" << i << " = " << n.label() << "(";
     for (size_t j = 0; j < n.inputs.size(); ++j) s << (j ? ", " : "") << ref(n.inputs[j]);
-    s << ") " << shape_str(n.out.shape) << " " << dtype_name(n.out.dtype) << "\n";
+    s << ") " << shape_str(n.out.shape) << " " << dtype_name(n.out.dtype);
+    if (n.host >= 0) s << " -> %" << n.host << "@" << n.host_offset;
+    if (n.elided) s << " elided";
+    s << "\n";
   }
   s << "return";
   for (const Ref& r : outputs) s << " " << ref(r);
@@ -119,6 +122,33 @@ void compact(Graph& g, const std::vector<bool>& keep) {
     check(remap[size_t(r.index)] >= 0, "compile", "internal: a removed node %", r.index, " is still read");
     r.index = remap[size_t(r.index)];
   });
+  for (Node& n : g.nodes)
+    if (n.host >= 0) {
+      check(remap[size_t(n.host)] >= 0, "compile", "internal: the host %", n.host, " of a placed node was removed");
+      n.host = remap[size_t(n.host)];
+    }
+}
+
+void reorder(Graph& g, const std::vector<int32_t>& order) {
+  check(order.size() == g.nodes.size(), "compile", "internal: reorder of ", g.nodes.size(), " nodes with ",
+        order.size(), " positions");
+  std::vector<int32_t> remap(g.nodes.size(), -1);
+  std::vector<Node> out;
+  out.reserve(order.size());
+  for (int32_t i : order) {
+    check(remap[size_t(i)] < 0, "compile", "internal: node %", i, " twice in a reorder");
+    remap[size_t(i)] = int32_t(out.size());
+    for (const Ref& r : g.nodes[size_t(i)].inputs)
+      check(r.src != Ref::Src::value || remap[size_t(r.index)] >= 0, "compile", "internal: reorder puts %", i,
+            " before its input %", r.index);
+    out.push_back(std::move(g.nodes[size_t(i)]));
+  }
+  g.nodes = std::move(out);
+  for_each_ref(g, [&](Ref& r) {
+    if (r.src == Ref::Src::value) r.index = remap[size_t(r.index)];
+  });
+  for (Node& n : g.nodes)
+    if (n.host >= 0) n.host = remap[size_t(n.host)];
 }
 
 void redirect(Graph& g, int32_t from, int32_t to) {

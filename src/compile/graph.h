@@ -116,6 +116,15 @@ struct Node {
   std::shared_ptr<const NormRope> norm_rope;    // norm_rope
   std::string module_path;                      // opaque
   OpaqueFn opaque;                              // opaque
+  // Concat elision (elide_concat.cpp): the node writes its output straight into node `host`'s buffer,
+  // as the view (out.shape, host_strides, host_offset in elements) of it, and has no buffer of its own.
+  int32_t host = -1;
+  Shape host_strides;
+  int64_t host_offset = 0;
+  // A concat whose buffer its producers write into: it runs no kernel, it only copies the inputs whose
+  // producers do not write in place (inputs[k] with placed[k] false) into their slices.
+  bool elided = false;
+  std::vector<bool> placed;  // elided: per input
   std::string label() const;                    // op name, "fused[...]", "opaque(path)" or "norm_rope[...]"
 };
 
@@ -139,6 +148,9 @@ struct Graph {
 
 // Keeps the nodes with keep[i] (in order) and renumbers value references.
 void compact(Graph& g, const std::vector<bool>& keep);
+// Puts the nodes in the order `order` (a permutation of the node indices in which every node comes after
+// the nodes it reads) and renumbers value references.
+void reorder(Graph& g, const std::vector<int32_t>& order);
 // Replaces every read of node `from`'s buffer by node `to`'s (same meta).
 void redirect(Graph& g, int32_t from, int32_t to);
 

@@ -30,6 +30,15 @@ int64_t fuse_gemm_epilogue(Graph& g);
 // single and the joint blocks). CPU graphs. Returns the number of rope ops matched.
 int64_t fuse_norm_rope(Graph& g);
 
+// elide_concat.cpp: a concat's producers that only it reads and that can write through a strided view
+// (plan below) compute their output straight into their slice of the concat's buffer (Node::host); the
+// concat becomes `elided` (it copies only the other inputs) and the placed producers move to just
+// before it. CPU graphs. Returns the number of producers placed.
+int64_t elide_concats(Graph& g);
+// The one row stride of a view of `shape` with `strides` whose last stride is 1 and whose outer dims
+// (size-1 dims ignored) merge into one run of rows, else -1 (the GEMM writers' `ld`).
+int64_t uniform_row_stride(const Shape& shape, const Shape& strides);
+
 // Whether a node is a float elementwise op the fuser (and the in-place planner) understands.
 bool is_fusable_elementwise(const Graph& g, const Node& n);
 

@@ -62,15 +62,35 @@ MemoryPlan plan_memory(const Graph& g, bool enabled, bool inplace) {
   };
   std::vector<Buffer> bufs;
   std::vector<int32_t> buf_of(n, -1);
+  auto planned = [&](size_t i) {
+    const Node& nd = g.nodes[i];
+    return nd.kind != Node::Kind::opaque && nd.host < 0 && !g.is_output(int32_t(i)) && nd.out.device == p.device &&
+           nd.out.nbytes() > 0;
+  };
   for (size_t i = 0; i < n; ++i) {
     const Node& nd = g.nodes[i];
-    if (nd.kind == Node::Kind::opaque || g.is_output(int32_t(i)) || nd.out.device != p.device || nd.out.nbytes() == 0)
+    if (nd.host >= 0) {
+      // Written into its host's (an elided concat's) buffer: that buffer is alive from here on.
+      const size_t h = size_t(nd.host);
+      if (planned(h) && buf_of[h] < 0) {
+        buf_of[h] = int32_t(bufs.size());
+        bufs.push_back({aligned(int64_t(g.nodes[h].out.nbytes())), -1, int32_t(i), int32_t(i), {}});
+        p.unplanned_bytes += bufs.back().size;
+      }
       continue;
+    }
+    if (!planned(i)) continue;
+    if (buf_of[i] >= 0) {  // a host whose producers came first
+      Buffer& bf = bufs[size_t(buf_of[i])];
+      bf.nodes.push_back(int32_t(i));
+      bf.last = std::max(bf.last, p.last_use[i]);
+      continue;
+    }
     p.unplanned_bytes += aligned(int64_t(nd.out.nbytes()));
     int32_t into = -1;
     if (inplace)
       for (const Ref& r : nd.inputs)
-        if (r.src == Ref::Src::value && buf_of[size_t(r.index)] >= 0 && p.last_use[size_t(r.index)] == int32_t(i) &&
+        if (!nd.elided && r.src == Ref::Src::value && buf_of[size_t(r.index)] >= 0 && p.last_use[size_t(r.index)] == int32_t(i) &&
             bufs[size_t(buf_of[size_t(r.index)])].nodes.back() == r.index && can_overwrite(g, i, r.index)) {
           into = buf_of[size_t(r.index)];
           p.inplace_of[i] = r.index;
@@ -110,7 +130,23 @@ MemoryPlan plan_memory(const Graph& g, bool enabled, bool inplace) {
   }
   for (size_t i = 0; i < n; ++i)
     if (buf_of[i] >= 0) p.offset[i] = bufs[size_t(buf_of[i])].off;
+  for (const Buffer& bf : bufs)
+    p.buffers.push_back({bf.off, bf.size, bf.first, bf.last, bf.nodes.empty() ? -1 : bf.nodes.front()});
   return p;
+}
+
+LivePeak live_peak(const MemoryPlan& p) {
+  LivePeak peak;
+  int32_t end = 0;
+  for (const PlannedBuffer& b : p.buffers) end = std::max(end, b.last);
+  for (int32_t t = 0; t <= end; ++t) {
+    int64_t bytes = 0;
+    for (const PlannedBuffer& b : p.buffers) bytes += b.first <= t && t <= b.last ? b.size : 0;
+    if (bytes > peak.bytes) peak.bytes = bytes, peak.at = t;
+  }
+  for (const PlannedBuffer& b : p.buffers)
+    if (b.first <= peak.at && peak.at <= b.last) peak.live.push_back(b);
+  return peak;
 }
 
 }  // namespace diffq::compile

@@ -266,7 +266,7 @@ TEST(CompileOptions, DisableListAndEnv) {
   EXPECT_FALSE(o.fuse);
   EXPECT_FALSE(o.cse);
   EXPECT_TRUE(o.dce && o.plan && o.inplace);
-  EXPECT_EQ(o.passes_str(), "dce,fuse_norm,fuse_epilogue,fuse_rope,plan,inplace");
+  EXPECT_EQ(o.passes_str(), "dce,fuse_norm,fuse_epilogue,fuse_rope,elide_concat,plan,inplace");
   EXPECT_THROW(disable_passes({}, "fusion", "DIFFQ_COMPILE_DISABLE"), Error);
   setenv("DIFFQ_COMPILE_DISABLE", "plan", 1);
   EXPECT_FALSE(apply_env({}).plan);

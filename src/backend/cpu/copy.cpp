@@ -1,5 +1,6 @@
-// copy / cast / to_device on the CPU: any strided view into a fresh contiguous tensor, converting
-// dtype with torch's rounding. Fast paths for same-dtype rows and f32 <-> bf16/f16.
+// copy / cast / to_device on the CPU: any strided view into a fresh contiguous tensor (or, for compiled
+// graphs, a view whose last stride is 1: a slice of a concat's buffer), converting dtype with torch's
+// rounding. Fast paths for same-dtype rows and f32 <-> bf16/f16.
 #include <cstring>
 
 #include "backend/cpu/kernels.h"
@@ -65,13 +66,17 @@ void copy_cast(const OpCall& c, Tensor& out) {
   const auto* base = static_cast<const uint8_t*>(x.storage()->data());
   auto* dst = static_cast<uint8_t*>(out.data_ptr());
   const size_t ses = dtype_size(st), des = dtype_size(dt);
-  const RowIterator rows(x.shape(), x.strides());
+  const RowIterator rows(x.shape(), x.strides()), out_rows(out.shape(), out.strides());
+  const bool contiguous = out.is_contiguous();
+  check(contiguous || (out.shape() == x.shape() && (out_rows.row_stride() == 1 || out_rows.row_len() <= 1)), "copy",
+        "output rows must be contiguous, got ", out.str());
   parallel_for(rows.num_rows(), std::max<int64_t>(1, 16384 / std::max<int64_t>(rows.row_len(), 1)),
                [&](int64_t b, int64_t e) {
                  for (int64_t r = b; r < e; ++r) {
                    const int64_t so = x.offset() + rows.row_offset(r);
                    convert_row(base + so * int64_t(ses), rows.row_stride(), st,
-                               dst + r * rows.row_len() * int64_t(des), dt, rows.row_len());
+                               dst + (contiguous ? r * rows.row_len() : out_rows.row_offset(r)) * int64_t(des), dt,
+                               rows.row_len());
                  }
                });
 }
