@@ -3,7 +3,8 @@
 // then max-autotune (full compile): its first run with a fresh cache file (compile + tuning), a second
 // compiled module reusing the file (nothing timed), regional max-autotune on the same file, and an A/B
 // of the default and the tuned full compile, one step each in turn (the machine may be shared); before
-// that an A/B of full compile without and with concat elision (elide_concat).
+// that an A/B of full compile without and with concat elision (elide_concat); last, eager and full compile
+// in turn on two models with the same weights.
 // A micro benchmark: one process, a few steps; run it on a quiet machine for numbers.
 //   bench_compile [config=flux-small] [image_side=256] [text_tokens=64] [steps=3] [autotune_cache=a fresh temp file]
 #include <chrono>
@@ -168,7 +169,29 @@ int main(int argc, char** argv) {
   // The default and the tuned full compile (the cache reused) under the same load.
   const auto [t_default, t_tuned] = alternate(compile::CompileOptions{}, at);
   std::printf("A/B alternating, %d rounds: full step %.3f s, tuned full step %.3f s (%.3fx)\n", steps,
-              t_default / steps, t_tuned / steps, t_default / t_tuned);
+              t_default, t_tuned, t_default / t_tuned);
+
+  // Eager and full compile under the same load: a second, uncompiled model with the same weights, one
+  // step of each in turn (the machine's speed drifts between the separate measurements above).
+  {
+    FluxTransformer2DModel e(b.transformer);
+    init_parameters_randn(e, DType::f32, 1);
+    m.compile(compile::CompileOptions{});
+    auto run = [&](FluxTransformer2DModel& x) {
+      return x(in.hidden, in.encoder, in.pooled, in.timestep, in.guidance, in.txt_ids, in.img_ids);
+    };
+    run(m);
+    run(e);
+    double t[2] = {0, 0};
+    for (int r = 0; r < steps; ++r)
+      for (int k = 0; k < 2; ++k) {
+        const auto t0 = clock_type::now();
+        run(k == 0 ? e : m);
+        t[k] += seconds(t0);
+      }
+    std::printf("A/B alternating, %d rounds: eager step %.3f s, full step %.3f s (%.3fx eager)\n", steps,
+                t[0] / steps, t[1] / steps, t[0] / t[1]);
+  }
   if (argc <= 5) std::filesystem::remove(cache);
   return 0;
 }

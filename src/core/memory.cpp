@@ -54,8 +54,23 @@ Device Device::parse(std::string_view s) {
 namespace {
 
 // 64-byte aligned host memory (cache lines, AVX-512 loads).
+//
+// glibc hands blocks above its mmap threshold to fresh mmap()s and trims freed memory at the heap's top
+// back to the OS, so a forward that allocates and frees the same activation sizes step after step
+// page-faults (and the kernel zeroes) every one of those pages again: ~40k faults per FLUX-small step
+// (`/usr/bin/time -f %R`). Blocks up to 32 MiB (glibc's largest mmap threshold on 64-bit) therefore come
+// from the heap, and the heap is not trimmed below 1 GiB of free top: freed activations are reused
+// in place. Memory is still returned where diffq knows it was released for good
+// (return_freed_memory_to_os: after loading, offloading). Measured: faults per fp32 bench run halved
+// (372k -> 191k, the rest is first-touching the weights), peak RSS unchanged or lower.
 class CpuAllocator final : public Allocator {
  public:
+  CpuAllocator() {
+#if defined(__GLIBC__)
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
+  }
   void* allocate(size_t nbytes) override {
     const size_t rounded = (nbytes + 63) / 64 * 64;
     void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
