@@ -96,80 +96,85 @@ int main(int argc, char** argv) {
 
   std::printf("%s, %lldx%lld image (%lld tokens) + %lld text tokens, f32, %d timed steps\n", name.c_str(),
               (long long)side, (long long)side, (long long)N, (long long)T, steps);
-  const Result eager = measure(m, in, steps, weights);
-  std::printf("eager     step %.3f s  activation peak %.1f MiB\n", eager.step_s, eager.activation_peak / 1048576.0);
+  // BENCH_COMPILE_AB_ONLY=1: only the last A/B (eager vs full compile in turn), e.g. to compare passes
+  // switched off with DIFFQ_COMPILE_DISABLE under the same load.
+  if (std::getenv("BENCH_COMPILE_AB_ONLY") == nullptr) {
+    const Result eager = measure(m, in, steps, weights);
+    std::printf("eager     step %.3f s  activation peak %.1f MiB\n", eager.step_s, eager.activation_peak / 1048576.0);
 
-  m.compile(compile::CompileOptions{});
-  const Result full = measure(m, in, steps, weights);
-  const double full_compile = m.compiled_modules()[0]->stats().compile_seconds;
-  std::printf("full      step %.3f s  activation peak %.1f MiB  compile %.3f s  (%.2fx eager, peak %.2fx)\n",
-              full.step_s, full.activation_peak / 1048576.0, full_compile, eager.step_s / full.step_s,
-              double(full.activation_peak) / double(eager.activation_peak));
+    m.compile(compile::CompileOptions{});
+    const Result full = measure(m, in, steps, weights);
+    const double full_compile = m.compiled_modules()[0]->stats().compile_seconds;
+    std::printf("full      step %.3f s  activation peak %.1f MiB  compile %.3f s  (%.2fx eager, peak %.2fx)\n",
+                full.step_s, full.activation_peak / 1048576.0, full_compile, eager.step_s / full.step_s,
+                double(full.activation_peak) / double(eager.activation_peak));
 
-  m.compile_repeated_blocks(compile::CompileOptions{});
-  const Result regional = measure(m, in, steps, weights);
-  double regional_compile = 0;
-  for (const auto* cm : m.compiled_modules()) regional_compile += cm->stats().compile_seconds;
-  std::printf("regional  step %.3f s  activation peak %.1f MiB  compile %.3f s  (%.2fx eager, peak %.2fx; "
-              "compile %.2fx full's)\n",
-              regional.step_s, regional.activation_peak / 1048576.0, regional_compile, eager.step_s / regional.step_s,
-              double(regional.activation_peak) / double(eager.activation_peak), regional_compile / full_compile);
+    m.compile_repeated_blocks(compile::CompileOptions{});
+    const Result regional = measure(m, in, steps, weights);
+    double regional_compile = 0;
+    for (const auto* cm : m.compiled_modules()) regional_compile += cm->stats().compile_seconds;
+    std::printf("regional  step %.3f s  activation peak %.1f MiB  compile %.3f s  (%.2fx eager, peak %.2fx; "
+                "compile %.2fx full's)\n",
+                regional.step_s, regional.activation_peak / 1048576.0, regional_compile, eager.step_s / regional.step_s,
+                double(regional.activation_peak) / double(eager.activation_peak), regional_compile / full_compile);
 
-  // A/B under the same load: one step of full compile with options a, then one with options b,
-  // alternating; the first call after each compile is not timed. Returns {a s/step, b s/step}.
-  auto alternate = [&](const compile::CompileOptions& a, const compile::CompileOptions& b) {
-    double t[2] = {0, 0};
-    for (int r = 0; r < steps; ++r)
-      for (int k = 0; k < 2; ++k) {
-        m.compile(k == 0 ? a : b);
-        m(in.hidden, in.encoder, in.pooled, in.timestep, in.guidance, in.txt_ids, in.img_ids);
-        const auto t0 = clock_type::now();
-        m(in.hidden, in.encoder, in.pooled, in.timestep, in.guidance, in.txt_ids, in.img_ids);
-        t[k] += seconds(t0);
+    // A/B under the same load: one step of full compile with options a, then one with options b,
+    // alternating; the first call after each compile is not timed. Returns {a s/step, b s/step}.
+    auto alternate = [&](const compile::CompileOptions& a, const compile::CompileOptions& b) {
+      double t[2] = {0, 0};
+      for (int r = 0; r < steps; ++r)
+        for (int k = 0; k < 2; ++k) {
+          m.compile(k == 0 ? a : b);
+          m(in.hidden, in.encoder, in.pooled, in.timestep, in.guidance, in.txt_ids, in.img_ids);
+          const auto t0 = clock_type::now();
+          m(in.hidden, in.encoder, in.pooled, in.timestep, in.guidance, in.txt_ids, in.img_ids);
+          t[k] += seconds(t0);
+        }
+      return std::pair<double, double>{t[0] / steps, t[1] / steps};
+    };
+    compile::CompileOptions no_elide;
+    no_elide.elide_concat = false;
+    const auto [t_no_elide, t_elide] = alternate(no_elide, compile::CompileOptions{});
+    std::printf("A/B alternating, %d rounds: full without elide_concat step %.3f s, full step %.3f s (%.3fx)\n", steps,
+                t_no_elide, t_elide, t_no_elide / t_elide);
+
+    const std::string cache = argc > 5 ? std::string(argv[5])
+                                       : (std::filesystem::temp_directory_path() /
+                                          ("diffq_bench_autotune_" + std::to_string(getpid()) + ".json"))
+                                             .string();
+    if (argc <= 5) std::filesystem::remove(cache);
+    compile::CompileOptions at;
+    at.mode = compile::CompileMode::max_autotune;
+    at.autotune_cache = cache;
+    auto autotuned = [&](const char* label, bool regional_compile_) {
+      if (regional_compile_) m.compile_repeated_blocks(at);
+      else m.compile(at);
+      const Result r = measure(m, in, steps, weights);
+      double comp = 0;
+      compile::AutotuneStats a;
+      for (const auto* cm : m.compiled_modules()) {
+        const auto st = cm->stats();
+        comp += st.compile_seconds;
+        a.nodes += st.autotune.nodes, a.tuned += st.autotune.tuned, a.candidates += st.autotune.candidates;
+        a.cache_hits += st.autotune.cache_hits, a.non_default += st.autotune.non_default, a.seconds += st.autotune.seconds;
       }
-    return std::pair<double, double>{t[0] / steps, t[1] / steps};
-  };
-  compile::CompileOptions no_elide;
-  no_elide.elide_concat = false;
-  const auto [t_no_elide, t_elide] = alternate(no_elide, compile::CompileOptions{});
-  std::printf("A/B alternating, %d rounds: full without elide_concat step %.3f s, full step %.3f s (%.3fx)\n", steps,
-              t_no_elide, t_elide, t_no_elide / t_elide);
-
-  const std::string cache = argc > 5 ? std::string(argv[5])
-                                     : (std::filesystem::temp_directory_path() /
-                                        ("diffq_bench_autotune_" + std::to_string(getpid()) + ".json"))
-                                           .string();
-  if (argc <= 5) std::filesystem::remove(cache);
-  compile::CompileOptions at;
-  at.mode = compile::CompileMode::max_autotune;
-  at.autotune_cache = cache;
-  auto autotuned = [&](const char* label, bool regional_compile_) {
-    if (regional_compile_) m.compile_repeated_blocks(at);
-    else m.compile(at);
-    const Result r = measure(m, in, steps, weights);
-    double comp = 0;
-    compile::AutotuneStats a;
-    for (const auto* cm : m.compiled_modules()) {
-      const auto st = cm->stats();
-      comp += st.compile_seconds;
-      a.nodes += st.autotune.nodes, a.tuned += st.autotune.tuned, a.candidates += st.autotune.candidates;
-      a.cache_hits += st.autotune.cache_hits, a.non_default += st.autotune.non_default, a.seconds += st.autotune.seconds;
-    }
-    std::printf("%s step %.3f s  first run %.3f s (compile %.3f s, tuning %.3f s: %lld nodes, %lld timed with %lld "
-                "candidates, %lld from the cache, %lld not default)  (%.2fx eager, %.2fx full)\n",
-                label, r.step_s, r.first_s, comp, a.seconds, (long long)a.nodes, (long long)a.tuned,
-                (long long)a.candidates, (long long)a.cache_hits, (long long)a.non_default, eager.step_s / r.step_s,
-                full.step_s / r.step_s);
-    return r;
-  };
-  std::printf("max-autotune, cache %s\n", cache.c_str());
-  autotuned("tune-full  (fresh cache) ", false);
-  autotuned("tune-full  (cache reused)", false);
-  autotuned("tune-regional (reused)   ", true);
-  // The default and the tuned full compile (the cache reused) under the same load.
-  const auto [t_default, t_tuned] = alternate(compile::CompileOptions{}, at);
-  std::printf("A/B alternating, %d rounds: full step %.3f s, tuned full step %.3f s (%.3fx)\n", steps,
-              t_default, t_tuned, t_default / t_tuned);
+      std::printf("%s step %.3f s  first run %.3f s (compile %.3f s, tuning %.3f s: %lld nodes, %lld timed with %lld "
+                  "candidates, %lld from the cache, %lld not default)  (%.2fx eager, %.2fx full)\n",
+                  label, r.step_s, r.first_s, comp, a.seconds, (long long)a.nodes, (long long)a.tuned,
+                  (long long)a.candidates, (long long)a.cache_hits, (long long)a.non_default, eager.step_s / r.step_s,
+                  full.step_s / r.step_s);
+      return r;
+    };
+    std::printf("max-autotune, cache %s\n", cache.c_str());
+    autotuned("tune-full  (fresh cache) ", false);
+    autotuned("tune-full  (cache reused)", false);
+    autotuned("tune-regional (reused)   ", true);
+    // The default and the tuned full compile (the cache reused) under the same load.
+    const auto [t_default, t_tuned] = alternate(compile::CompileOptions{}, at);
+    std::printf("A/B alternating, %d rounds: full step %.3f s, tuned full step %.3f s (%.3fx)\n", steps,
+                t_default, t_tuned, t_default / t_tuned);
+    if (argc <= 5) std::filesystem::remove(cache);
+  }
 
   // Eager and full compile under the same load: a second, uncompiled model with the same weights, one
   // step of each in turn (the machine's speed drifts between the separate measurements above).
@@ -192,6 +197,5 @@ int main(int argc, char** argv) {
     std::printf("A/B alternating, %d rounds: eager step %.3f s, full step %.3f s (%.3fx eager)\n", steps,
                 t[0] / steps, t[1] / steps, t[0] / t[1]);
   }
-  if (argc <= 5) std::filesystem::remove(cache);
   return 0;
 }
