@@ -80,16 +80,9 @@ void register_kernel_vs(const std::string& name) {
     for (const Shape& s : flux_small_shapes())
       for (const auto& [tag, kernel] : std::vector<std::pair<std::string, cpu::GemmKernel>>{
                {"openblas", cpu::GemmKernel::openblas}, {"diffq", cpu::GemmKernel::diffq}})
-        benchmark::RegisterBenchmark((name + "_" + tag).c_str(),
-                                     [s, t, kernel](benchmark::State& st) {
-                                       kernel_vs<kBf16>(st, s, t, kernel);
-                                       set_counters(st, s);
-                                     })
-            ->ArgNames({"M", "N", "K", "threads"})
-            ->Args({s.m, s.n, s.k, t})
-            ->UseRealTime()
-            ->MeasureProcessCPUTime()
-            ->Unit(benchmark::kMillisecond);
+        register_shape(name + "_" + tag, s, t, [kernel](benchmark::State& st, const Shape& sh, int th) {
+          kernel_vs<kBf16>(st, sh, th, kernel);
+        });
 }
 
 std::vector<int8_t> random_s8(size_t n, uint32_t seed) {

@@ -86,20 +86,24 @@ inline void set_counters(benchmark::State& state, const Shape& s) {
 // <name>/M:../N:../K:../threads:..
 using BenchFn = std::function<void(benchmark::State&, const Shape&, int)>;
 
+// One benchmark `name` of shape s on t threads: body(state, s, t), then the shape's counters.
+template <class Body>
+void register_shape(const std::string& name, const Shape& s, int t, Body body) {
+  benchmark::RegisterBenchmark(name.c_str(),
+                               [body, s, t](benchmark::State& st) {
+                                 body(st, s, t);
+                                 set_counters(st, s);
+                               })
+      ->ArgNames({"M", "N", "K", "threads"})
+      ->Args({s.m, s.n, s.k, t})
+      ->UseRealTime()
+      ->MeasureProcessCPUTime()
+      ->Unit(benchmark::kMillisecond);
+}
+
 inline void register_gemm(const std::string& name, BenchFn fn, const std::vector<Shape>& list = shapes()) {
   for (const int t : thread_counts())
-    for (const Shape& s : list) {
-      benchmark::RegisterBenchmark(name.c_str(),
-                                   [fn, s, t](benchmark::State& st) {
-                                     fn(st, s, t);
-                                     set_counters(st, s);
-                                   })
-          ->ArgNames({"M", "N", "K", "threads"})
-          ->Args({s.m, s.n, s.k, t})
-          ->UseRealTime()
-          ->MeasureProcessCPUTime()
-          ->Unit(benchmark::kMillisecond);
-    }
+    for (const Shape& s : list) register_shape(name, s, t, fn);
 }
 
 }  // namespace gemm_bench
