@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,13 @@ inline double max_rel(const diffq::Tensor& a, const diffq::Tensor& b) {
     den = std::max(den, std::fabs(y[i]));
   }
   return num / den;
+}
+
+// Same shape, dtype and bytes.
+inline bool same_bits(const diffq::Tensor& a, const diffq::Tensor& b) {
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
+  const diffq::Tensor x = a.contiguous(), y = b.contiguous();
+  return std::memcmp(x.data_ptr(), y.data_ptr(), size_t(x.numel()) * diffq::dtype_size(x.dtype())) == 0;
 }
 
 // Every pass on, then each pass off in turn, then all off.

@@ -243,7 +243,9 @@ TEST(Autotune, CachedChoicesAreInstalledAroundTheKernels) {
     for (const Tuning& t : g_seen_sdpa) EXPECT_EQ(t, forced) << run;
     const int64_t forced_linears = std::count(g_seen_linear.begin(), g_seen_linear.end(), forced);
     // Tunable linears run under the file's choice, the small ones (nothing to split) under the defaults.
-    if (num_threads() > 1) EXPECT_GT(forced_linears, 0) << run;  // one thread: no GEMM is tunable
+    if (num_threads() > 1) {  // one thread: no GEMM is tunable
+      EXPECT_GT(forced_linears, 0) << run;
+    }
     EXPECT_EQ(forced_linears + std::count(g_seen_linear.begin(), g_seen_linear.end(), Tuning{}),
               int64_t(g_seen_linear.size()));
   }

@@ -16,7 +16,9 @@
 #include "compile/compiled_module.h"
 #include "compile/fused_kernel.h"
 #include "compile/passes.h"
+#include "common/uniform_vec.h"
 #include "compile_test_util.h"
+#include "flux_pass_ab.h"
 #include "io/safetensors.h"
 #include "models/flux/flux_transformer.h"
 #include "modules/layers.h"
@@ -26,29 +28,14 @@
 using namespace diffq;
 using namespace diffq::compile;
 using compile_test::max_rel;
+using compile_test::same_bits;
+using diffq::testing::uniform_vec;
+
+// Inputs uniform in [-1, 1).
+Tensor randn(const Shape& s, uint64_t seed, DType dt = DType::f32) { return compile_test::randn(s, seed, dt, 1.f); }
 namespace cpu = diffq::backend::cpu;
 
 namespace {
-
-std::vector<float> random_vec(size_t n, uint64_t seed) {
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-  std::vector<float> v(n);
-  for (auto& x : v) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    x = float(int32_t(s >> 32)) * (1.0f / 2147483648.0f);
-  }
-  return v;
-}
-
-Tensor randn(const Shape& s, uint64_t seed, DType dt = DType::f32) {
-  return Tensor::from_vector(random_vec(size_t(shape_numel(s)), seed), s, dt);
-}
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
-  const Tensor x = a.contiguous(), y = b.contiguous();
-  return std::memcmp(x.data_ptr(), y.data_ptr(), size_t(x.numel()) * dtype_size(x.dtype())) == 0;
-}
 
 struct GemmCase {
   bool ta, tb;
@@ -60,11 +47,11 @@ struct GemmCase {
 void check_parts(const GemmCase& cs, bool bf16, float beta, bool scratch) {
   const int64_t lda = (cs.ta ? cs.m : cs.k) + 2, ldb = (cs.tb ? cs.k : cs.n) + 1, ldc = cs.n + 3;
   const int64_t a_rows = cs.ta ? cs.k : cs.m, b_rows = cs.tb ? cs.n : cs.k;
-  const auto a = random_vec(size_t(a_rows * lda), 1), b = random_vec(size_t(b_rows * ldb), 2);
+  const auto a = uniform_vec(size_t(a_rows * lda), 1), b = uniform_vec(size_t(b_rows * ldb), 2);
   std::vector<uint16_t> ah(a.size()), bh(b.size());
   for (size_t i = 0; i < a.size(); ++i) ah[i] = f32_to_bf16(a[i]);
   for (size_t i = 0; i < b.size(); ++i) bh[i] = f32_to_bf16(b[i]);
-  const auto c0 = random_vec(size_t(cs.m * ldc), 3);
+  const auto c0 = uniform_vec(size_t(cs.m * ldc), 3);
   auto want = c0, got = c0;
   std::vector<int> covered(size_t(cs.m * cs.n), 0);
   if (bf16)
@@ -209,28 +196,9 @@ TEST(FuseEpilogue, MlpMatchedBitIdenticalToUnfusedAndEqualsEager) {
   }
 }
 
-namespace {
-const std::filesystem::path kDev = std::filesystem::path(DIFFQ_SOURCE_DIR) / "tests/fixtures/tiny-flux";
-}
-
 TEST(FuseEpilogue, FluxTransformerMatchedAndBitIdenticalToUnfused) {
-  auto model = models::flux::FluxTransformer2DModel::from_pretrained(kDev / "transformer");
-  const io::SafetensorsFile ref = io::SafetensorsFile::open(kDev / "reference/transformer_forward.safetensors");
-  auto run = [&] {
-    return (*model)(ref.tensor("in.hidden_states"), ref.tensor("in.encoder_hidden_states"),
-                    ref.tensor("in.pooled_projections"), ref.tensor("in.timestep"), ref.tensor("in.guidance"),
-                    ref.tensor("in.txt_ids"), ref.tensor("in.img_ids"));
-  };
-  const Tensor eager = run();
-  CompileOptions on, off;
-  on.fullgraph = off.fullgraph = true;
-  off.fuse_epilogue = false;
-  model->compile(off);
-  const Tensor y_off = run();
-  const PassStats s_off = model->compiled_modules()[0]->stats().last_passes;
-  model->compile(on);
-  const Tensor y_on = run();
-  const PassStats s_on = model->compiled_modules()[0]->stats().last_passes;
+  auto [model, eager, y_off, y_on, diffusers_out, s_off, s_on] =
+      compile_test::flux_pass_ab([](CompileOptions& o) { o.fuse_epilogue = false; });
   EXPECT_TRUE(same_bits(y_on, y_off));
   EXPECT_LE(max_rel(y_on, eager), 1e-5);
   EXPECT_EQ(s_off.fused_epilogues, 0);

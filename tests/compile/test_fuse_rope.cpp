@@ -12,6 +12,7 @@
 #include "compile/compiled_module.h"
 #include "compile/fused_kernel.h"
 #include "compile_test_util.h"
+#include "flux_pass_ab.h"
 #include "io/safetensors.h"
 #include "models/flux/flux_transformer.h"
 #include "modules/layers.h"
@@ -22,14 +23,9 @@ using namespace diffq;
 using namespace diffq::compile;
 using compile_test::max_rel;
 using compile_test::randn;
+using compile_test::same_bits;
 
 namespace {
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
-  const Tensor x = a.contiguous(), y = b.contiguous();
-  return std::memcmp(x.data_ptr(), y.data_ptr(), size_t(x.numel()) * dtype_size(x.dtype())) == 0;
-}
 
 }  // namespace
 
@@ -117,27 +113,11 @@ TEST(FuseRope, ToyQkPathMatchedAndBitIdenticalToEager) {
 }
 
 TEST(FuseRope, FluxTransformerMatchedAndBitIdenticalToUnfused) {
-  const std::filesystem::path dev = std::filesystem::path(DIFFQ_SOURCE_DIR) / "tests/fixtures/tiny-flux";
-  auto model = models::flux::FluxTransformer2DModel::from_pretrained(dev / "transformer");
-  const io::SafetensorsFile ref = io::SafetensorsFile::open(dev / "reference/transformer_forward.safetensors");
-  auto run = [&] {
-    return (*model)(ref.tensor("in.hidden_states"), ref.tensor("in.encoder_hidden_states"),
-                    ref.tensor("in.pooled_projections"), ref.tensor("in.timestep"), ref.tensor("in.guidance"),
-                    ref.tensor("in.txt_ids"), ref.tensor("in.img_ids"));
-  };
-  const Tensor eager = run();
-  CompileOptions on, off;
-  on.fullgraph = off.fullgraph = true;
-  off.fuse_rope = false;
-  model->compile(off);
-  const Tensor y_off = run();
-  const PassStats s_off = model->compiled_modules()[0]->stats().last_passes;
-  model->compile(on);
-  const Tensor y_on = run();
-  const PassStats s_on = model->compiled_modules()[0]->stats().last_passes;
+  auto [model, eager, y_off, y_on, diffusers_out, s_off, s_on] =
+      compile_test::flux_pass_ab([](CompileOptions& o) { o.fuse_rope = false; });
   EXPECT_TRUE(same_bits(y_on, y_off));
   EXPECT_LE(max_rel(y_on, eager), 1e-5);
-  EXPECT_LE(max_rel(y_on, ref.tensor("out")), 1e-4);  // Diffusers' output of the fixture
+  EXPECT_LE(max_rel(y_on, diffusers_out), 1e-4);  // Diffusers' output of the fixture
   const int64_t blocks = int64_t(model->transformer_blocks.size() + model->single_transformer_blocks.size());
   EXPECT_EQ(s_off.fused_ropes, 0);
   EXPECT_EQ(s_on.fused_ropes, 2 * blocks);  // q and k of every block

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/cpu/gemm.h"
+#include "common/uniform_vec.h"
 #include "backend/cpu/threads.h"
 #include "backend/cpu/tuning.h"
 #include "diffq/dtype.h"
@@ -16,21 +17,12 @@ namespace cpu = diffq::backend::cpu;
 
 namespace {
 
+using diffq::testing::uniform_vec;
+
 struct Case {
   bool ta, tb;
   int64_t m, n, k;
 };
-
-// Uniform in [-1, 1) from a 64-bit LCG (fast: the blocked cases need tens of millions of values).
-std::vector<float> random_vec(size_t n, uint64_t seed) {
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-  std::vector<float> v(n);
-  for (auto& x : v) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    x = float(int32_t(s >> 32)) * (1.0f / 2147483648.0f);
-  }
-  return v;
-}
 
 // Runs one case through f32 (bf16=false) or bf16 inputs and compares C with the reference
 // (sgemm_reference; or sgemm on the exact f32 values when sgemm_oracle, for sizes where the scalar
@@ -40,13 +32,13 @@ void check_case(const Case& cs, bool bf16, float alpha, float beta, bool sgemm_o
   const int64_t a_rows = cs.ta ? cs.k : cs.m, a_cols = cs.ta ? cs.m : cs.k;
   const int64_t b_rows = cs.tb ? cs.n : cs.k, b_cols = cs.tb ? cs.k : cs.n;
   const int64_t lda = a_cols + pad, ldb = b_cols + pad, ldc = cs.n + pad;
-  auto a = random_vec(size_t(a_rows * lda), 1), b = random_vec(size_t(b_rows * ldb), 2);
+  auto a = uniform_vec(size_t(a_rows * lda), 1), b = uniform_vec(size_t(b_rows * ldb), 2);
   std::vector<uint16_t> ah(a.size()), bh(b.size());
   if (bf16) {  // the f32 operands become exactly the bf16 values
     for (size_t i = 0; i < a.size(); ++i) ah[i] = diffq::f32_to_bf16(a[i]), a[i] = diffq::bf16_to_f32(ah[i]);
     for (size_t i = 0; i < b.size(); ++i) bh[i] = diffq::f32_to_bf16(b[i]), b[i] = diffq::bf16_to_f32(bh[i]);
   }
-  const auto c0 = random_vec(size_t(cs.m * ldc), 3);
+  const auto c0 = uniform_vec(size_t(cs.m * ldc), 3);
   auto c = c0, ref = c0;
   (sgemm_oracle ? cpu::sgemm : cpu::sgemm_reference)(cs.ta, cs.tb, cs.m, cs.n, cs.k, alpha, a.data(),
                                                      lda, b.data(), ldb, beta, ref.data(), ldc);
@@ -138,7 +130,7 @@ TEST(Gemm, ThreadSplitsAreRightAndDeterministic) {
       check_case(cs, false, 1.0f, 0.0f);
       const int64_t a_rows = cs.ta ? cs.k : cs.m, a_cols = cs.ta ? cs.m : cs.k;
       const int64_t b_rows = cs.tb ? cs.n : cs.k, b_cols = cs.tb ? cs.k : cs.n;
-      const auto a = random_vec(size_t(a_rows * a_cols), 5), b = random_vec(size_t(b_rows * b_cols), 6);
+      const auto a = uniform_vec(size_t(a_rows * a_cols), 5), b = uniform_vec(size_t(b_rows * b_cols), 6);
       std::vector<float> c1(size_t(cs.m * cs.n)), c2(c1.size());
       for (auto* c : {&c1, &c2})
         cpu::sgemm(cs.ta, cs.tb, cs.m, cs.n, cs.k, 1.f, a.data(), a_cols, b.data(), b_cols, 0.f, c->data(), cs.n);

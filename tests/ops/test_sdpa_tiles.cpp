@@ -8,22 +8,13 @@
 
 #include "backend/cpu/threads.h"
 #include "backend/cpu/tuning.h"
+#include "common/uniform_vec.h"
 #include "ops/ops.h"
 
 using namespace diffq;
 namespace cpu = diffq::backend::cpu;
 
 namespace {
-
-std::vector<float> lcg(size_t n, uint64_t seed) {
-  std::vector<float> v(n);
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 7;
-  for (auto& x : v) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    x = float(int32_t(s >> 32)) * (2.0f / 2147483648.0f);
-  }
-  return v;
-}
 
 // out[b, h, i, :] in f64 for [B, H, S, D] row-major inputs; mask [Sq, Sk] additive (may be empty).
 std::vector<double> naive_sdpa(const std::vector<float>& q, const std::vector<float>& k,
@@ -53,8 +44,9 @@ std::vector<double> naive_sdpa(const std::vector<float>& q, const std::vector<fl
 
 TEST(SdpaTiles, EveryTilingMatchesTheF64Result) {
   const int64_t B = 1, H = 3, Sq = 70, Sk = 301, D = 16;
-  const auto q = lcg(size_t(B * H * Sq * D), 1), k = lcg(size_t(B * H * Sk * D), 2),
-             v = lcg(size_t(B * H * Sk * D), 3), m = lcg(size_t(Sq * Sk), 4);
+  using diffq::testing::uniform_vec;
+  const auto q = uniform_vec(size_t(B * H * Sq * D), 1, 2.0f), k = uniform_vec(size_t(B * H * Sk * D), 2, 2.0f),
+             v = uniform_vec(size_t(B * H * Sk * D), 3, 2.0f), m = uniform_vec(size_t(Sq * Sk), 4, 2.0f);
   const Tensor tq = Tensor::from_vector(q, {B, H, Sq, D}), tk = Tensor::from_vector(k, {B, H, Sk, D}),
                tv = Tensor::from_vector(v, {B, H, Sk, D}), tm = Tensor::from_vector(m, {Sq, Sk});
   cpu::set_num_threads(2);
