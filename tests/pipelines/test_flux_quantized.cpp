@@ -87,8 +87,8 @@ INSTANTIATE_TEST_SUITE_P(
         // Same scheme in Diffusers + the library on the CPU.
         Case{"nf4", "nf4", 1e-4}, Case{"fp4", "fp4", 1e-4}, Case{"int8", "int8", 1e-3}, Case{"int8wo", "int8wo", 1e-4},
         // int8dq: 2.7e-3 from Diffusers+torchao in the pipeline although a single linear matches torchao
-        // bit for bit (tests/quant): Diffusers moves by 3.0e-3 against itself when the noise is nudged by
-        // 1 ulp (activation codes flip), see docs/quantization.md.
+        // bit for bit (tests/quant): Diffusers moves by up to ~6e-3 against itself when the noise is nudged
+        // by 1 ulp (activation codes flip; tools/reference/crosscheck_flux.py), see docs/quantization.md.
         Case{"int8dq", "int8dq", 5e-3}, Case{"fp8wo", "fp8wo", 1e-4}, Case{"quanto-int8", "quanto-int8", 1e-4},
         Case{"quanto-int4", "quanto-int4", 1e-4}, Case{"quanto-int2", "quanto-int2", 1e-4},
         Case{"quanto-fp8", "quanto-fp8", 1e-4},
