@@ -231,7 +231,7 @@ TEST_P(BlockedThroughGemm, SgemmMatchesReferenceAndPartsAreBitIdentical) {
     for (const bool ta : {false, true})
       for (const bool tb : {false, true})
         for (const float beta : {0.0f, 0.5f}) {
-          ASSERT_TRUE(cpu::gemm_uses_diffq_kernel(false, d.m, d.n, d.k, GetParam(), cpu::current_tuning()));
+          ASSERT_TRUE(cpu::gemm_uses_diffq_kernel(false, d.m, d.n, cpu::current_tuning()));
           const Problem p(ta, tb, d, 1.5f, beta, seed++);
           std::vector<float> c = p.c0;
           cpu::sgemm(ta, tb, d.m, d.n, d.k, p.alpha, p.a.data(), p.lda, p.b.data(), p.ldb, beta, c.data(), p.ldc);
@@ -281,15 +281,15 @@ namespace {
 // stays on OpenBLAS, thin bf16 GEMMs (fewer than 16 rows or columns) too; a forced kernel wins.
 TEST(SgemmKernelChoice, DefaultsFollowTheMeasurement) {
   const cpu::Tuning def;
-  EXPECT_TRUE(cpu::gemm_uses_diffq_kernel(true, 1152, 2304, 768, 2, def));
-  EXPECT_TRUE(cpu::gemm_uses_diffq_kernel(true, 128, 768, 3072, 1, def));
-  EXPECT_FALSE(cpu::gemm_uses_diffq_kernel(true, 1, 3072, 768, 2, def));
-  EXPECT_FALSE(cpu::gemm_uses_diffq_kernel(false, 1152, 2304, 768, 2, def));
+  EXPECT_TRUE(cpu::gemm_uses_diffq_kernel(true, 1152, 2304, def));
+  EXPECT_TRUE(cpu::gemm_uses_diffq_kernel(true, 128, 768, def));
+  EXPECT_FALSE(cpu::gemm_uses_diffq_kernel(true, 1, 3072, def));
+  EXPECT_FALSE(cpu::gemm_uses_diffq_kernel(false, 1152, 2304, def));
   cpu::Tuning forced;
   forced.gemm_kernel = cpu::GemmKernel::diffq;
-  EXPECT_TRUE(cpu::gemm_uses_diffq_kernel(false, 1, 1, 1, 1, forced));
+  EXPECT_TRUE(cpu::gemm_uses_diffq_kernel(false, 1, 1, forced));
   forced.gemm_kernel = cpu::GemmKernel::openblas;
-  EXPECT_FALSE(cpu::gemm_uses_diffq_kernel(true, 1152, 2304, 768, 2, forced));
+  EXPECT_FALSE(cpu::gemm_uses_diffq_kernel(true, 1152, 2304, forced));
 }
 
 }  // namespace

@@ -125,9 +125,7 @@ namespace {
 int pool_threads() { return in_parallel_region() ? 1 : num_threads(); }
 }  // namespace
 
-bool gemm_uses_diffq_kernel(bool bf16, int64_t m, int64_t n, int64_t k, int threads, const Tuning& t) {
-  (void)k;
-  (void)threads;
+bool gemm_uses_diffq_kernel(bool bf16, int64_t m, int64_t n, const Tuning& t) {
   switch (t.gemm_kernel) {
     case GemmKernel::diffq: return true;
     case GemmKernel::openblas: return false;
@@ -192,7 +190,7 @@ void part_gemm(bool own, bool trans_a, bool trans_b, int64_t m, int64_t n, int64
 void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m <= 0 || n <= 0) return;
-  const bool own = gemm_uses_diffq_kernel(false, m, n, k, pool_threads(), current_tuning());
+  const bool own = gemm_uses_diffq_kernel(false, m, n, current_tuning());
   if (!own) blas_single_threaded();
   for_each_part(m, n, k, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
     part_gemm(own, trans_a, trans_b, r1 - r0, c1 - c0, k, alpha, a_rows_at(a, trans_a, lda, r0), lda,
@@ -203,7 +201,7 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
 void sgemm_parts(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                  int64_t lda, const float* b, int64_t ldb, float beta, const GemmParts& parts) {
   if (m <= 0 || n <= 0) return;
-  const bool own = gemm_uses_diffq_kernel(false, m, n, k, pool_threads(), current_tuning());
+  const bool own = gemm_uses_diffq_kernel(false, m, n, current_tuning());
   if (!own) blas_single_threaded();
   for_each_part(m, n, k, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
     int64_t ld = 0;
@@ -254,7 +252,7 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
       for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
     return;
   }
-  if (gemm_uses_diffq_kernel(true, m, n, k, pool_threads(), current_tuning())) {
+  if (gemm_uses_diffq_kernel(true, m, n, current_tuning())) {
     // The blocked kernel widens bf16 while packing: no widened copy.
     for_each_part(m, n, k, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
       sgemm_blocked_bf16(trans_a, trans_b, r1 - r0, c1 - c0, k, alpha, a_rows_at(a, trans_a, lda, r0), lda,
@@ -281,7 +279,7 @@ void gemm_bf16_parts(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
     parts.end(0, m, 0, n, c, ld);
     return;
   }
-  if (gemm_uses_diffq_kernel(true, m, n, k, pool_threads(), current_tuning())) {
+  if (gemm_uses_diffq_kernel(true, m, n, current_tuning())) {
     for_each_part(m, n, k, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
       int64_t ld = 0;
       float* c = parts.begin(r0, r1, c0, c1, &ld);

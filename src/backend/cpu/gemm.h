@@ -28,8 +28,8 @@ GemmSplitPlan gemm_split_plan(int64_t m, int64_t n, int64_t k, int threads, cons
 
 // Whether sgemm (bf16 = false) / gemm_bf16 (bf16 = true) compute the parts of this GEMM with diffq's
 // blocked kernel (sgemm_kernel.h) rather than OpenBLAS: t.gemm_kernel, and for GemmKernel::best a
-// fixed function of the dtype, shape and thread count (where the blocked kernel measured faster).
-bool gemm_uses_diffq_kernel(bool bf16, int64_t m, int64_t n, int64_t k, int threads, const Tuning& t);
+// fixed function of the dtype and shape (where the blocked kernel measured faster).
+bool gemm_uses_diffq_kernel(bool bf16, int64_t m, int64_t n, const Tuning& t);
 
 // C[M, N] = alpha * op(A) @ op(B) + beta * C, row-major, f32. op(X) = X^T when trans_X.
 // lda/ldb/ldc are row strides in elements. Multithreaded with the diffq thread count.
