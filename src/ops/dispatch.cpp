@@ -76,7 +76,8 @@ Tensor execute(const OpCall& call) {
     const auto t0 = std::chrono::steady_clock::now();
     Tensor out = Tensor::empty(meta.shape, meta.dtype, meta.device);
     if (out.numel() > 0) fn(call, out);
-    op_profile_record(call.kind, meta.dtype,
+    op_profile_record(call.kind, meta.dtype, op_profile_shapes() ? op_profile_shapes_of(call) : std::string(),
+                      op_profile_flops(call),
                       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     return out;
   }
