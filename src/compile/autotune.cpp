@@ -101,6 +101,7 @@ std::vector<Tuning> autotune_candidates(const Node& n, const ops::OpCall& call, 
   const auto& in = call.inputs;
   if (n.kind == Node::Kind::fused && n.program && n.program->gemm) {  // a linear with its epilogue
     const GemmPrologue& gp = *n.program->gemm;
+    if (!gp.module.empty()) return {};  // a quantized GEMM: its scheme's kernel, not tuned (as opaque ones)
     const Tensor &x = in[size_t(gp.x)], &w = in[size_t(gp.w)];
     const int64_t k = x.size(-1);
     return gemm_candidates(k > 0 ? x.numel() / k : 0, w.size(0), k, threads);

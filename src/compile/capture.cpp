@@ -5,6 +5,7 @@
 
 #include "diffq/error.h"
 #include "modules/layers.h"
+#include "quant/quantized_weight.h"
 #include "ops/trace.h"
 
 namespace diffq::compile {
@@ -14,6 +15,7 @@ namespace {
 struct Opaque {
   std::string path;
   OpaqueFn fn;
+  bool quantized_linear = false;  // a hook-free Linear whose quantized weight has a tile linear
 };
 
 class Capturer : public CaptureHook {
@@ -43,7 +45,9 @@ class Capturer : public CaptureHook {
     check(x.defined() && x.is_symbolic(), "compile", "opaque call of '", path(m), "' on a non-traced input");
     ops::Attrs a;
     a.i0 = int64_t(opaques_.size());
-    opaques_.push_back({path(m), std::move(run)});
+    auto* lin = dynamic_cast<Linear*>(&m);
+    const bool qlin = lin && m.hooks().empty() && lin->weight.is_quantized() && lin->weight.quantized().has_tile_linear();
+    opaques_.push_back({path(m), std::move(run), qlin});
     return trace_.record(ops::OpCall{ops::OpKind::count_, {x}, a}, output_meta(m, x));
   }
 
@@ -180,6 +184,7 @@ Graph capture(Module& root, const ForwardFn& fwd, const std::vector<Tensor>& exa
       n.kind = Node::Kind::opaque;
       n.module_path = o.path;
       n.opaque = o.fn;
+      n.quantized_linear = o.quantized_linear;
     } else {
       n.kind = Node::Kind::op;
       n.op = on.call.kind;

@@ -18,6 +18,7 @@ std::string CompileOptions::passes_str() const {
   add(fuse, "fuse");
   add(fuse_norm, "fuse_norm");
   add(fuse_epilogue, "fuse_epilogue");
+  add(fuse_dequant, "fuse_dequant");
   add(fuse_rope, "fuse_rope");
   add(elide_concat, "elide_concat");
   add(plan, "plan");
@@ -51,14 +52,15 @@ CompileOptions disable_passes(CompileOptions o, std::string_view list, std::stri
     else if (item == "fuse") o.fuse = false;
     else if (item == "fuse_norm") o.fuse_norm = false;
     else if (item == "fuse_epilogue") o.fuse_epilogue = false;
+    else if (item == "fuse_dequant") o.fuse_dequant = false;
     else if (item == "fuse_rope") o.fuse_rope = false;
     else if (item == "elide_concat") o.elide_concat = false;
     else if (item == "plan") o.plan = false;
     else if (item == "inplace") o.inplace = false;
-    else if (item == "all") o.dce = o.cse = o.fuse = o.fuse_norm = o.fuse_epilogue = o.fuse_rope = o.elide_concat = o.plan = o.inplace =
+    else if (item == "all") o.dce = o.cse = o.fuse = o.fuse_norm = o.fuse_epilogue = o.fuse_dequant = o.fuse_rope = o.elide_concat = o.plan = o.inplace =
           false;
     else if (!item.empty())
-      fail("compile", source, ": unknown pass '", item, "' (expected dce, cse, fuse, fuse_norm, fuse_epilogue, fuse_rope, elide_concat, plan, inplace or all)");
+      fail("compile", source, ": unknown pass '", item, "' (expected dce, cse, fuse, fuse_norm, fuse_epilogue, fuse_dequant, fuse_rope, elide_concat, plan, inplace or all)");
     if (comma == std::string_view::npos) break;
     pos = comma + 1;
   }

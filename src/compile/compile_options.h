@@ -1,5 +1,6 @@
 // Options of a compiled forward (the seeds' torch.compile knobs, plus one switch per pass so each can be
-// turned off for debugging). DIFFQ_COMPILE_DISABLE=dce,cse,fuse,fuse_norm,fuse_epilogue,fuse_rope,elide_concat,plan,inplace turns passes off for the
+// turned off for debugging). DIFFQ_COMPILE_DISABLE=dce,cse,fuse,fuse_norm,fuse_epilogue,fuse_dequant,fuse_rope,elide_concat,plan,inplace
+// turns passes off for the
 // whole process on top of what the options say.
 #pragma once
 
@@ -19,6 +20,9 @@ struct CompileOptions {
   bool fuse = true;     // elementwise fusion (CPU graphs)
   bool fuse_norm = true;  // pattern fusion: a LayerNorm/RMSNorm computed inside the fused node reading it
   bool fuse_epilogue = true;  // pattern fusion: a linear run as the GEMM prologue of the elementwise node reading it
+  // pattern fusion: a quantized linear (a scheme that dequantizes W into the f32 GEMM) run as such a GEMM
+  // prologue too: "dequantize inside the GEMM" (needs fuse_epilogue)
+  bool fuse_dequant = true;
   bool fuse_rope = true;      // pattern fusion: RMSNorm + RoPE on q/k as one node
   bool elide_concat = true;   // a concat's producers write straight into its buffer (no copy, no extra buffer)
   bool plan = true;     // static memory planning (one arena per run, liveness-based reuse)
@@ -32,7 +36,8 @@ struct CompileOptions {
   int autotune_max_candidates = 0;  // 0 = every candidate; else the first N of each node (fast tests)
   double autotune_margin = 0.03;    // a candidate replaces the defaults only when this much faster
 
-  // A short stable description ("dce,cse,fuse,fuse_norm,fuse_epilogue,fuse_rope,elide_concat,plan,inplace") used in cache keys and messages.
+  // A short stable description ("dce,cse,fuse,fuse_norm,fuse_epilogue,fuse_dequant,fuse_rope,elide_concat,plan,
+  // inplace") used in cache keys and messages.
   std::string passes_str() const;
 };
 

@@ -10,7 +10,9 @@
 #include "compile/placed_linear.h"
 #include "compile/passes.h"
 #include "diffq/error.h"
+#include "modules/layers.h"
 #include "modules/module.h"
+#include "quant/quantized_weight.h"
 
 namespace diffq::compile {
 
@@ -34,6 +36,22 @@ void copy_into_slices(const Node& n, const Resolve& resolve, Tensor& out) {
     }
     at += width;
   }
+}
+
+// The GEMM of a quantized GEMM prologue: the quantized Linear at `path` under the module being run (in
+// regional compilation, the block being run), its scheme's tile linear with its bias.
+QuantizedGemm quantized_gemm(Module* root, const std::string& path) {
+  check(root != nullptr, "compile", "the quantized GEMM of ", path, " needs the root module");
+  auto* lin = dynamic_cast<Linear*>(root->find_module(path));
+  check(lin != nullptr, "compile", "module '", path, "' is not a Linear under ", root->type_name());
+  check(lin->weight.is_quantized() && lin->weight.quantized().has_tile_linear() && lin->hooks().empty(), "compile",
+        "'", path, "' was captured as a quantized Linear with a tile linear and no hooks, but is not one now");
+  return [lin](const Tensor& x, const backend::cpu::GemmParts& parts) {
+    const Tensor bias = lin->has_bias ? lin->bias.dense() : Tensor();
+    const std::optional<quant::TileLinearPlan> plan = lin->weight.quantized().tile_linear_plan(x, bias);
+    check(plan.has_value(), "compile", "'", lin->type_name(), "' gave no tile linear plan");
+    quant::tile_linear_parts(*plan, parts, /*round=*/true);
+  };
 }
 
 // DIFFQ_COMPILE_DUMP=1: the graph after the passes, then the arena and the buffers alive at its peak.
@@ -61,7 +79,7 @@ CompiledGraph compile_graph(Graph g, const CompileOptions& o) {
   }
   if (o.fuse) c.stats.fused_ops = fuse_elementwise(g);
   if (o.fuse && o.fuse_norm) c.stats.fused_norms = fuse_norm_prologue(g);
-  if (o.fuse_epilogue) c.stats.fused_epilogues = fuse_gemm_epilogue(g);
+  if (o.fuse_epilogue) c.stats.fused_epilogues = fuse_gemm_epilogue(g, o.fuse_dequant);
   if (o.fuse_rope) c.stats.fused_ropes = fuse_norm_rope(g);
   if (o.elide_concat) c.stats.placed_in_concat = elide_concats(g);
   c.plan = plan_memory(g, o.plan, o.inplace);
@@ -69,6 +87,7 @@ CompiledGraph compile_graph(Graph g, const CompileOptions& o) {
   c.stats.final_nodes = int64_t(g.nodes.size());
   c.stats.fused_nodes = g.count(Node::Kind::fused);
   c.stats.opaque_nodes = g.count(Node::Kind::opaque);
+  for (const Node& n : g.nodes) c.stats.fused_dequant += n.kind == Node::Kind::fused && n.program->gemm && !n.program->gemm->module.empty();
   for (const Node& n : g.nodes) {
     ops::KernelFn fn = nullptr;
     if (n.kind == Node::Kind::op) {
@@ -159,7 +178,9 @@ std::vector<Tensor> CompiledGraph::run(const std::vector<Tensor>& inputs, const 
         if (before_op && n.program->gemm) before_op(i, ops::OpCall{n.op, leaves, n.attrs});
         std::optional<backend::cpu::ScopedTuning> tuned;  // the GEMM prologue's split
         if (i < tuning.size() && tuning[i] != backend::cpu::Tuning{}) tuned.emplace(tuning[i]);
-        run_fused(*n.program, leaves, out);
+        QuantizedGemm qgemm;
+        if (n.program->gemm && !n.program->gemm->module.empty()) qgemm = quantized_gemm(root, n.program->gemm->module);
+        run_fused(*n.program, leaves, out, &qgemm);
       } else if (n.kind == Node::Kind::norm_rope) {
         std::vector<Tensor> leaves;
         for (const Ref& r : n.inputs) leaves.push_back(resolve(r));

@@ -15,6 +15,7 @@ struct PassStats {
   int64_t captured_nodes = 0;
   int64_t dce_removed = 0, cse_merged = 0, fused_ops = 0, fused_norms = 0;
   int64_t fused_epilogues = 0, fused_ropes = 0;  // linears run as GEMM prologues; RMSNorm + RoPE nodes
+  int64_t fused_dequant = 0;  // of fused_epilogues: quantized linears (dequantize inside the GEMM)
   int64_t placed_in_concat = 0;  // producers writing straight into a concat's buffer (elide_concat)
   int64_t final_nodes = 0, fused_nodes = 0, opaque_nodes = 0;
 };

@@ -38,7 +38,7 @@ Node as_fused(const Node& n) {
 }
 }  // namespace
 
-int64_t fuse_gemm_epilogue(Graph& g) {
+int64_t fuse_gemm_epilogue(Graph& g, bool quantized) {
   const std::vector<int> uses = g.use_counts();
   const size_t n = g.nodes.size();
   std::vector<int32_t> reader(n, -1);
@@ -49,12 +49,14 @@ int64_t fuse_gemm_epilogue(Graph& g) {
   int64_t folded = 0;
   for (size_t i = 0; i < n; ++i) {
     const Node& lin = g.nodes[i];
-    if (lin.kind != Node::Kind::op || lin.op != ops::OpKind::linear || !lin.out.device.is_cpu() ||
-        !is_float(lin.out.dtype) || uses[i] != 1 || g.is_output(int32_t(i)) || reader[i] < 0 || lin.inputs.size() < 2)
+    const bool dense = lin.kind == Node::Kind::op && lin.op == ops::OpKind::linear && lin.inputs.size() >= 2;
+    const bool quant = quantized && lin.kind == Node::Kind::opaque && lin.quantized_linear && lin.inputs.size() == 1;
+    if ((!dense && !quant) || !lin.out.device.is_cpu() || !is_float(lin.out.dtype) || uses[i] != 1 ||
+        g.is_output(int32_t(i)) || reader[i] < 0)
       continue;
     bool float_inputs = true;
     for (const Ref& in : lin.inputs) float_inputs &= !in.defined() || is_float(in.dtype);
-    if (!float_inputs || lin.inputs[1].shape.size() != 2) continue;
+    if (!float_inputs || (dense && lin.inputs[1].shape.size() != 2)) continue;
     Node& f = g.nodes[size_t(reader[i])];
     const bool fused = f.kind == Node::Kind::fused && !f.program->norm && !f.program->gemm;
     if ((!fused && !is_fusable_elementwise(g, f)) || f.out.shape != lin.out.shape || f.out.shape.empty()) continue;
@@ -76,8 +78,12 @@ int64_t fuse_gemm_epilogue(Graph& g) {
       return int32_t(f.inputs.size() - 1);
     };
     gp.x = add_leaf(lin.inputs[0]);
-    gp.w = add_leaf(lin.inputs[1]);
-    gp.b = lin.inputs.size() > 2 && lin.inputs[2].defined() ? add_leaf(lin.inputs[2]) : -1;
+    if (quant) {
+      gp.module = lin.module_path;
+    } else {
+      gp.w = add_leaf(lin.inputs[1]);
+      gp.b = lin.inputs.size() > 2 && lin.inputs[2].defined() ? add_leaf(lin.inputs[2]) : -1;
+    }
     prog.gemm = gp;
     f.inputs[size_t(k)] = Ref{};  // the part of the GEMM's output, not a buffer
     f.program = std::make_shared<const FusedProgram>(std::move(prog));

@@ -160,7 +160,7 @@ void run_fused_rows(const FusedProgram& p, const std::vector<Tensor>& leaves, Te
 // the part is computed straight into the output and the program overwrites it (each chunk is loaded
 // before it is stored; the planner never lets this node overwrite another input); otherwise a
 // per-thread scratch tile holds it.
-void run_fused_gemm(const FusedProgram& p, const std::vector<Tensor>& leaves, Tensor& out) {
+void run_fused_gemm(const FusedProgram& p, const std::vector<Tensor>& leaves, Tensor& out, const QuantizedGemm* qgemm) {
   const GemmPrologue& gp = *p.gemm;
   const Shape& shape = out.shape();
   const int64_t rank = int64_t(shape.size());
@@ -216,6 +216,11 @@ void run_fused_gemm(const FusedProgram& p, const std::vector<Tensor>& leaves, Te
       }
     }
   };
+  if (!gp.module.empty()) {
+    check(qgemm != nullptr && *qgemm, "compile", "the quantized GEMM prologue of '", gp.module, "' has no GEMM bound");
+    (*qgemm)(leaves[size_t(gp.x)], parts);
+    return;
+  }
   const Tensor bias = gp.b >= 0 ? leaves[size_t(gp.b)] : Tensor();
   backend::cpu::linear_parts(leaves[size_t(gp.x)], leaves[size_t(gp.w)], bias, parts);
 }
@@ -265,13 +270,13 @@ void run_norm_rope(const NormRope& p, const std::vector<Tensor>& leaves, Tensor&
   });
 }
 
-void run_fused(const FusedProgram& p, const std::vector<Tensor>& leaves, Tensor& out) {
+void run_fused(const FusedProgram& p, const std::vector<Tensor>& leaves, Tensor& out, const QuantizedGemm* qgemm) {
   // Contiguous, or a strided view with rows of the last dim (a slice of an elided concat's buffer).
   check(out.is_contiguous() || (out.dim() > 0 && out.strides().back() == 1), "compile",
         "fused output rows must be contiguous, got ", out.str());
   if (out.numel() == 0) return;
   if (p.norm) return run_fused_rows(p, leaves, out);
-  if (p.gemm) return run_fused_gemm(p, leaves, out);
+  if (p.gemm) return run_fused_gemm(p, leaves, out, qgemm);
   // Broadcast strides of every operand over out's shape, then merge dims that are contiguous for all.
   Shape shape = out.shape();
   std::vector<Shape> st;

@@ -85,6 +85,7 @@ Tensor reference_norm(const NormPrologue& np, const std::vector<Tensor>& leaves,
 // The GEMM prologue's output (x @ w^T + b, f64 accumulation) as a tensor of out's shape, rounded to f32
 // and then to its dtype.
 Tensor reference_linear(const GemmPrologue& gp, const std::vector<Tensor>& leaves, const Shape& shape) {
+  check(gp.module.empty(), "compile", "the scalar reference has no quantized GEMM (", gp.module, ")");
   const Tensor& w = leaves[size_t(gp.w)];
   const int64_t N = w.size(0), K = w.size(1), M = shape_numel(shape) / N;
   const auto xv = leaves[size_t(gp.x)].contiguous().to_f64_vector();

@@ -34,7 +34,9 @@ std::string FusedProgram::str() const {
     s = std::string(norm->rms ? "rms_norm" : "layer_norm") + "(x" + std::to_string(norm->x) + ",w" +
         std::to_string(norm->w) + ",b" + std::to_string(norm->b) + ",eps" + std::to_string(norm->eps) + ")->leaf" +
         std::to_string(norm->leaf) + ";";
-  if (gemm)
+  if (gemm && !gemm->module.empty())
+    s += "qlinear(x" + std::to_string(gemm->x) + "," + gemm->module + ")->leaf" + std::to_string(gemm->leaf) + ";";
+  else if (gemm)
     s += "linear(x" + std::to_string(gemm->x) + ",w" + std::to_string(gemm->w) + ",b" + std::to_string(gemm->b) +
          ")->leaf" + std::to_string(gemm->leaf) + ";";
   for (const Instr& i : code) s += (s.empty() || s.back() == ';' ? "" : " ") + instr_str(i);

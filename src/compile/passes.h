@@ -23,7 +23,9 @@ int64_t fuse_norm_prologue(Graph& g);
 // a float elementwise op of the same shape becomes that node's GEMM prologue: the GEMM runs part by
 // part and the elementwise program (bias + GELU, gate * x + residual) runs on each part right after it
 // (GemmPrologue). Returns the number of linears folded.
-int64_t fuse_gemm_epilogue(Graph& g);
+// With `quantized`, opaque quantized Linears with a tile linear (Node::quantized_linear) are folded too
+// (GemmPrologue::module: dequantize inside the GEMM).
+int64_t fuse_gemm_epilogue(Graph& g, bool quantized = true);
 
 // fuse_rope.cpp (pattern fusion): rope(rms_norm(x)) and rope(concat_dim1(rms_norm(a), rms_norm(b), ...)),
 // each intermediate read once, become one norm_rope node computing both per row (FLUX's q / k in the

@@ -19,21 +19,32 @@ int64_t dequant_tile_rows(int64_t N, int64_t K) {
   return std::min(N, cap);
 }
 
-Tensor dequant_tile_linear(const Tensor& x, const Tensor& bias, int64_t N, int64_t K, const DequantRows& dequant_rows) {
-  check(x.dim() >= 1 && x.shape().back() == K, "quant.linear", "input's last dimension is ",
-        x.dim() ? x.shape().back() : 0, ", the weight has in_features ", K);
+namespace {
+
+void validate(const TileLinearPlan& p) {
+  const Tensor& x = p.x;
+  check(x.dim() >= 1 && x.shape().back() == p.K, "quant.linear", "input's last dimension is ",
+        x.dim() ? x.shape().back() : 0, ", the weight has in_features ", p.K);
   check(x.dtype() == DType::f32 || x.dtype() == DType::bf16 || x.dtype() == DType::f16, "quant.linear",
         "input dtype ", dtype_name(x.dtype()), " is not float32, bfloat16 or float16");
   check(x.device().is_cpu(), "quant.linear", "the CPU quantized linear got a tensor on ", x.device().str());
-  if (bias.defined())
-    check(bias.dim() == 1 && bias.shape()[0] == N, "quant.linear", "bias must be [", N, "]");
-  const Tensor xf = x.to(DType::f32).contiguous();
+  if (p.bias.defined())
+    check(p.bias.dim() == 1 && p.bias.shape()[0] == p.N, "quant.linear", "bias must be [", p.N, "]");
+}
+
+}  // namespace
+
+void tile_linear_parts(const TileLinearPlan& p, const cpu::GemmParts& parts, bool round) {
+  validate(p);
+  const int64_t N = p.N, K = p.K;
+  const Tensor xf = p.x.to(DType::f32).contiguous();
   const int64_t M = xf.numel() / std::max<int64_t>(K, 1);
-  Shape out_shape = x.shape();
-  out_shape.back() = N;
-  Tensor y = Tensor::empty(out_shape, DType::f32);
-  float* yp = y.data<float>();
+  if (M == 0 || N == 0) return;
   const float* xp = xf.data<float>();
+  Tensor bf;
+  if (p.bias.defined()) bf = p.bias.to(DType::f32).contiguous();
+  const float* bp = bf.defined() ? bf.data<float>() : nullptr;
+  const DType rd = round ? p.x.dtype() : DType::f32;
 
   const int64_t tn = dequant_tile_rows(N, K);
   static thread_local std::vector<float> tile;
@@ -41,19 +52,50 @@ Tensor dequant_tile_linear(const Tensor& x, const Tensor& bias, int64_t N, int64
   for (int64_t n0 = 0; n0 < N; n0 += tn) {
     const int64_t n1 = std::min(N, n0 + tn);
     float* tp = tile.data();
-    // Dequantize the tile in parallel (16-row chunks), then one multithreaded GEMM consumes it.
-    cpu::parallel_for(n1 - n0, 16, [&](int64_t r0, int64_t r1) { dequant_rows(n0 + r0, n0 + r1, tp + r0 * K); });
-    if (M > 0) cpu::sgemm(false, true, M, n1 - n0, K, 1.0f, xp, K, tp, K, 0.0f, yp + n0, N);
+    // Dequantize the tile in parallel (16-row chunks), then one multithreaded GEMM consumes it, part by
+    // part: the parts are columns [n0, n1) of y.
+    cpu::parallel_for(n1 - n0, 16, [&](int64_t r0, int64_t r1) { p.dequant_rows(n0 + r0, n0 + r1, tp + r0 * K); });
+    cpu::GemmParts shifted;
+    shifted.begin = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t* ld) {
+      return parts.begin(r0, r1, n0 + c0, n0 + c1, ld);
+    };
+    shifted.end = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1, const float* part, int64_t ld) {
+      // The part is the buffer parts.begin handed out for these rows and columns: writable.
+      float* w = const_cast<float*>(part);
+      if (bp)
+        for (int64_t r = 0; r < r1 - r0; ++r)
+          for (int64_t c = 0; c < c1 - c0; ++c) w[r * ld + c] += bp[n0 + c0 + c];
+      if (rd == DType::bf16)
+        for (int64_t r = 0; r < r1 - r0; ++r)
+          for (int64_t c = 0; c < c1 - c0; ++c) w[r * ld + c] = bf16_to_f32(f32_to_bf16(w[r * ld + c]));
+      else if (rd == DType::f16)
+        for (int64_t r = 0; r < r1 - r0; ++r)
+          for (int64_t c = 0; c < c1 - c0; ++c) w[r * ld + c] = f16_to_f32(f32_to_f16(w[r * ld + c]));
+      parts.end(r0, r1, n0 + c0, n0 + c1, part, ld);
+    };
+    cpu::sgemm_parts(false, true, M, n1 - n0, K, 1.0f, xp, K, tp, K, 0.0f, shifted);
   }
-  if (bias.defined()) {
-    const Tensor bf = bias.to(DType::f32).contiguous();
-    const float* bp = bf.data<float>();
-    cpu::parallel_for(M, 64, [&](int64_t m0, int64_t m1) {
-      for (int64_t m = m0; m < m1; ++m)
-        for (int64_t n = 0; n < N; ++n) yp[m * N + n] += bp[n];
-    });
-  }
-  return x.dtype() == DType::f32 ? y : y.to(x.dtype());
+}
+
+Tensor run_tile_linear(const TileLinearPlan& p) {
+  validate(p);
+  Shape out_shape = p.x.shape();
+  out_shape.back() = p.N;
+  Tensor y = Tensor::empty(out_shape, DType::f32);
+  float* yp = y.data<float>();
+  const int64_t N = p.N;
+  cpu::GemmParts parts;
+  parts.begin = [&](int64_t r0, int64_t, int64_t c0, int64_t, int64_t* ld) {
+    *ld = N;
+    return yp + r0 * N + c0;
+  };
+  parts.end = [](int64_t, int64_t, int64_t, int64_t, const float*, int64_t) {};
+  tile_linear_parts(p, parts);
+  return p.x.dtype() == DType::f32 ? y : y.to(p.x.dtype());
+}
+
+Tensor dequant_tile_linear(const Tensor& x, const Tensor& bias, int64_t N, int64_t K, const DequantRows& dequant_rows) {
+  return run_tile_linear({x, bias, N, K, dequant_rows});
 }
 
 }  // namespace diffq::quant

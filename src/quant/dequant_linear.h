@@ -1,10 +1,13 @@
-// The shared driver of every quantized CPU linear: y = x @ W^T + bias where W [N, K] is produced by
-// the scheme tile by tile (up to ~16 MiB of f32 rows at a time) and consumed at once
+// The shared driver of every quantized CPU linear that dequantizes: y = x @ W^T + bias where W [N, K]
+// is produced by the scheme tile by tile (up to ~16 MiB of f32 rows at a time) and consumed at once
 // by the f32 GEMM. The full-precision weight is never materialised beyond one tile.
 //
 // A scheme supplies `dequant_rows(n0, n1, dst)`: rows [n0, n1) of W as f32, row-major, K per row,
 // bit-identical to its reference dequantization. The driver calls it from several threads at once
 // on disjoint row ranges.
+//
+// The same computation can deliver y part by part (tile_linear_parts): compile's GEMM epilogue runs on
+// each part of a quantized linear's output as it does for a dense linear ("dequantize inside the GEMM").
 #pragma once
 
 #include <cstdint>
@@ -12,12 +15,33 @@
 
 #include "diffq/tensor.h"
 
+namespace diffq::backend::cpu {
+struct GemmParts;
+}
+
 namespace diffq::quant {
 
 using DequantRows = std::function<void(int64_t n0, int64_t n1, float* dst)>;
 
-// x [..., K] (f32, bf16 or f16, any strides) -> [..., N] in x's dtype; bias [N] optional.
-// f32 accumulation; for bf16/f16 x the result is rounded once at the end (as torch's CPU linear).
+// What a scheme's linear runs: y = x @ W^T + bias with f32 accumulation, then rounded once to x's dtype.
+// x: [..., K] as the scheme feeds the GEMM (already converted to its compute dtype where the scheme
+// does that); bias: [N] as the scheme adds it, undefined when absent.
+struct TileLinearPlan {
+  Tensor x;
+  Tensor bias;
+  int64_t N = 0, K = 0;
+  DequantRows dequant_rows;
+};
+
+// x [..., K] (f32, bf16 or f16, any strides) -> [..., N] in x's dtype.
+Tensor run_tile_linear(const TileLinearPlan& plan);
+// The same values part by part: parts.begin gives where each part of y [M, N] goes, parts.end gets it in
+// f32 with the bias added; with `round`, each value also rounded to x's dtype (run_tile_linear's result,
+// held in f32). The parts are the f32 GEMM's (sgemm_parts) within each tile of W's rows, so
+// run_tile_linear's bits.
+void tile_linear_parts(const TileLinearPlan& plan, const backend::cpu::GemmParts& parts, bool round = false);
+
+// run_tile_linear({x, bias, N, K, dequant_rows}).
 Tensor dequant_tile_linear(const Tensor& x, const Tensor& bias, int64_t N, int64_t K, const DequantRows& dequant_rows);
 
 // Rows per tile used for a given K (exposed for tests and benchmarks).

@@ -1,11 +1,23 @@
 #include "quant/quantized_weight.h"
 
+#include "diffq/error.h"
 #include "ops/ops.h"
 
 namespace diffq {
 
 Tensor QuantizedWeight::linear(const Tensor& x, const Tensor& bias) const {
   return ops::linear(x, dequantize(x.dtype()).to(x.device()), bias);
+}
+
+std::optional<quant::TileLinearPlan> QuantizedWeight::tile_linear_plan(const Tensor&, const Tensor&) const {
+  return std::nullopt;
+}
+
+Tensor QuantizedWeight::linear_by_plan(const Tensor& x, const Tensor& bias) const {
+  const std::optional<quant::TileLinearPlan> plan = tile_linear_plan(x, bias);
+  check(plan.has_value(), "quant.linear", scheme(), " has no tile linear plan");
+  const Tensor y = quant::run_tile_linear(*plan);
+  return y.dtype() == x.dtype() ? y : y.to(x.dtype());
 }
 
 size_t QuantizedWeight::nbytes() const {

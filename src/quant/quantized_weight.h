@@ -3,10 +3,12 @@
 // (bitsandbytes, torchao, GGUF, quanto) derive from this; the kernel is chosen by scheme and device.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "diffq/tensor.h"
+#include "quant/dequant_linear.h"
 
 namespace diffq {
 
@@ -21,8 +23,18 @@ class QuantizedWeight {
   // y = x @ W^T + b. Default: dequantize to x's dtype and run the dense linear op; schemes with a
   // fused kernel override it.
   virtual Tensor linear(const Tensor& x, const Tensor& bias) const;
+  // Schemes whose CPU linear dequantizes W tile by tile into the f32 GEMM (dequant_linear.h) describe
+  // that computation for x and bias here; linear() runs it (linear_by_plan) and compile runs it part by
+  // part with the consumer's epilogue ("dequantize inside the GEMM"). has_tile_linear() says, without an
+  // input, whether tile_linear_plan gives a plan; others (integer GEMMs, LLM.int8) return none.
+  virtual bool has_tile_linear() const { return false; }
+  virtual std::optional<quant::TileLinearPlan> tile_linear_plan(const Tensor& x, const Tensor& bias) const;
 
   size_t nbytes() const;  // bytes of the packed storage
+
+ protected:
+  // run_tile_linear(tile_linear_plan(x, bias)) rounded to x's dtype.
+  Tensor linear_by_plan(const Tensor& x, const Tensor& bias) const;
 };
 
 }  // namespace diffq

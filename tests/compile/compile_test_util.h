@@ -49,7 +49,7 @@ inline bool same_bits(const diffq::Tensor& a, const diffq::Tensor& b) {
 inline std::vector<std::pair<std::string, diffq::compile::CompileOptions>> pass_settings() {
   std::vector<std::pair<std::string, diffq::compile::CompileOptions>> out;
   out.emplace_back("all-on", diffq::compile::CompileOptions{});
-  for (const char* p : {"dce", "cse", "fuse", "fuse_norm", "fuse_epilogue", "fuse_rope", "elide_concat", "plan", "inplace",
+  for (const char* p : {"dce", "cse", "fuse", "fuse_norm", "fuse_epilogue", "fuse_dequant", "fuse_rope", "elide_concat", "plan", "inplace",
                         "all"})
     out.emplace_back(std::string("no-") + p, diffq::compile::disable_passes({}, p, "test"));
   for (auto& [n, o] : out) o.fullgraph = true;  // a capture failure must fail the test, not fall back

@@ -1,6 +1,6 @@
 // The tiny-flux fixture transformer (tests/fixtures/tiny-flux, with Diffusers' output) run eagerly, then
 // fully compiled (fullgraph) with one pass switched off and with every pass on: the outputs and pass
-// statistics the per-pass tests compare.
+// statistics the per-pass tests compare. `prepare` (optional) changes the model first (quantizes it).
 #pragma once
 
 #include <filesystem>
@@ -21,10 +21,13 @@ struct FluxPassAB {
   diffq::compile::PassStats s_off, s_on;
 };
 
-inline FluxPassAB flux_pass_ab(const std::function<void(diffq::compile::CompileOptions&)>& switch_off) {
+inline FluxPassAB flux_pass_ab(
+    const std::function<void(diffq::compile::CompileOptions&)>& switch_off,
+    const std::function<void(diffq::models::flux::FluxTransformer2DModel&)>& prepare = nullptr) {
   const std::filesystem::path dev = std::filesystem::path(DIFFQ_SOURCE_DIR) / "tests/fixtures/tiny-flux";
   FluxPassAB r;
   r.model = diffq::models::flux::FluxTransformer2DModel::from_pretrained(dev / "transformer");
+  if (prepare) prepare(*r.model);
   const auto ref = diffq::io::SafetensorsFile::open(dev / "reference/transformer_forward.safetensors");
   auto run = [&] {
     return (*r.model)(ref.tensor("in.hidden_states"), ref.tensor("in.encoder_hidden_states"),

@@ -198,7 +198,7 @@ TEST(CompileGraph, FusedKernelMatchesScalarReference) {
   EXPECT_LE(max_rel(fast, ref), 2e-6);
 }
 
-TEST(CompileGraph, QuantizedLinearBecomesAnOpaqueNode) {
+TEST(CompileGraph, QuantizedLinearBecomesAnOpaqueNodeOrAQuantizedGemmPrologue) {
   auto toy = make_toy(6);
   const auto [backend, kwargs] = quant::quant_shorthand("int8wo", "float32");
   const auto method = quant::make_quant_method(backend, kwargs);
@@ -206,14 +206,28 @@ TEST(CompileGraph, QuantizedLinearBecomesAnOpaqueNode) {
   ASSERT_TRUE(toy->fc.weight.is_quantized());
   const Tensor x = randn({2, 3, 16}, 7);
   const Tensor want = toy->forward(x);
-  CompileOptions o;
+  // Without fuse_dequant the quantized linear is an opaque call of the real module.
+  CompileOptions o = disable_passes({}, "fuse_dequant", "test");
   o.fullgraph = true;
   CompiledModule cm(toy_fn(), o);
-  EXPECT_LE(max_rel(cm.run(*toy, {x})[0], want), 1e-6);
+  const Tensor opaque = cm.run(*toy, {x})[0];
+  EXPECT_LE(max_rel(opaque, want), 1e-6);
   const auto g = cm.graph_for(*toy, {x});
   ASSERT_NE(g, nullptr);
   ASSERT_EQ(g->stats.opaque_nodes, 1);
+  EXPECT_EQ(g->stats.fused_dequant, 0);
   EXPECT_NE(g->graph.dump().find("opaque(fc)"), std::string::npos) << g->graph.dump();
+  // With it (the default), fc's output is read once by an elementwise op: the scheme's GEMM becomes that
+  // node's prologue (dequantize inside the GEMM), same bits.
+  CompileOptions on;
+  on.fullgraph = true;
+  CompiledModule fused(toy_fn(), on);
+  EXPECT_TRUE(compile_test::same_bits(fused.run(*toy, {x})[0], opaque));
+  const auto gf = fused.graph_for(*toy, {x});
+  ASSERT_NE(gf, nullptr);
+  EXPECT_EQ(gf->stats.opaque_nodes, 0) << gf->graph.dump();
+  EXPECT_EQ(gf->stats.fused_dequant, 1) << gf->graph.dump();
+  EXPECT_NE(gf->graph.dump().find("qlinear(x"), std::string::npos) << gf->graph.dump();
 }
 
 TEST(CompileGraph, HookedModuleIsOpaqueOrAnError) {
@@ -266,7 +280,9 @@ TEST(CompileOptions, DisableListAndEnv) {
   EXPECT_FALSE(o.fuse);
   EXPECT_FALSE(o.cse);
   EXPECT_TRUE(o.dce && o.plan && o.inplace);
-  EXPECT_EQ(o.passes_str(), "dce,fuse_norm,fuse_epilogue,fuse_rope,elide_concat,plan,inplace");
+  EXPECT_EQ(o.passes_str(), "dce,fuse_norm,fuse_epilogue,fuse_dequant,fuse_rope,elide_concat,plan,inplace");
+  EXPECT_FALSE(disable_passes({}, "fuse_dequant", "test").fuse_dequant);
+  EXPECT_FALSE(disable_passes({}, "all", "test").fuse_dequant);
   EXPECT_THROW(disable_passes({}, "fusion", "DIFFQ_COMPILE_DISABLE"), Error);
   setenv("DIFFQ_COMPILE_DISABLE", "plan", 1);
   EXPECT_FALSE(apply_env({}).plan);

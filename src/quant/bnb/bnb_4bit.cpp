@@ -477,19 +477,19 @@ Tensor Bnb4bitWeight::dequantize(DType dtype) const {
   return dtype == DType::f32 ? out : out.to(dtype);
 }
 
-Tensor Bnb4bitWeight::linear(const Tensor& x, const Tensor& bias) const {
+std::optional<TileLinearPlan> Bnb4bitWeight::tile_linear_plan(const Tensor& x, const Tensor& bias) const {
   const int64_t N = state_.shape[0], K = state_.shape[1];
   check(x.dim() >= 1 && x.shape().back() == K, kCtx, name_, ": input's last dimension is ",
         x.dim() ? x.shape().back() : 0, ", the weight has in_features ", K);
-  const DType in_dtype = x.dtype();
   const Tensor xc = x.to(compute_dtype_);
   Tensor bc;
-  if (bias.defined()) bc = bias.to(in_dtype).to(compute_dtype_);  // Linear4bit casts bias to x's dtype first
+  if (bias.defined()) bc = bias.to(x.dtype()).to(compute_dtype_);  // Linear4bit casts bias to x's dtype first
   const DType round_to = compute_dtype_;
-  Tensor y = dequant_tile_linear(xc, bc, N, K,
-                                 [this, round_to](int64_t n0, int64_t n1, float* dst) { dequant_rows(n0, n1, dst, round_to); });
-  return y.dtype() == in_dtype ? y : y.to(in_dtype);
+  // The result is in compute_dtype_, then cast back to x's dtype (linear_by_plan).
+  return TileLinearPlan{xc, bc, N, K, [this, round_to](int64_t n0, int64_t n1, float* dst) { dequant_rows(n0, n1, dst, round_to); }};
 }
+
+Tensor Bnb4bitWeight::linear(const Tensor& x, const Tensor& bias) const { return linear_by_plan(x, bias); }
 
 // ---- quantize --------------------------------------------------------------------------------------
 

@@ -146,28 +146,35 @@ Tensor Bnb8bitWeight::dequantize(DType dtype) const {
   return dtype == DType::f32 ? out : out.to(dtype);
 }
 
-Tensor Bnb8bitWeight::linear(const Tensor& x, const Tensor& bias) const {
+void Bnb8bitWeight::check_input(const Tensor& x, const Tensor& bias) const {
   const int64_t N = cb_.shape()[0], K = cb_.shape()[1];
   check(x.dim() >= 1 && x.shape().back() == K, kCtx, name_, ": input's last dimension is ",
         x.dim() ? x.shape().back() : 0, ", the weight has in_features ", K);
   check(x.dtype() == DType::f32 || x.dtype() == DType::bf16 || x.dtype() == DType::f16, kCtx, name_,
         ": input dtype ", dtype_name(x.dtype()), " is not float32, bfloat16 or float16");
   if (bias.defined()) check(bias.numel() == N, kCtx, name_, ": bias must have ", N, " elements");
-  return mode_ == Int8LinearMode::llm_int8 ? linear_llm_int8(x, bias) : linear_dequantize_fp(x, bias);
 }
 
-Tensor Bnb8bitWeight::linear_dequantize_fp(const Tensor& x, const Tensor& bias) const {
+Tensor Bnb8bitWeight::linear(const Tensor& x, const Tensor& bias) const {
+  check_input(x, bias);
+  return mode_ == Int8LinearMode::llm_int8 ? linear_llm_int8(x, bias) : linear_by_plan(x, bias);
+}
+
+// The dequantize-to-x's-dtype mode: W rounded to x's dtype, the f32 tiled GEMM, the bias in x's dtype.
+std::optional<TileLinearPlan> Bnb8bitWeight::tile_linear_plan(const Tensor& x, const Tensor& bias) const {
+  if (mode_ == Int8LinearMode::llm_int8) return std::nullopt;
+  check_input(x, bias);
   const int64_t N = cb_.shape()[0], K = cb_.shape()[1];
   const DType dt = x.dtype();
   const Tensor b = bias.defined() ? bias.to(dt) : Tensor();
-  return dequant_tile_linear(x, b, N, K, [this, K, dt](int64_t n0, int64_t n1, float* dst) {
-    const int8_t* q = cb_.data<int8_t>();
-    const float* s = scb_.data<float>();
-    for (int64_t n = n0; n < n1; ++n) {
-      const float sc = s[n] * kInv127;  // SCB.mul(1.0 / 127.0)
-      for (int64_t k = 0; k < K; ++k) *dst++ = round_to(float(q[n * K + k]) * sc, dt);
-    }
-  });
+  return TileLinearPlan{x, b, N, K, [this, K, dt](int64_t n0, int64_t n1, float* dst) {
+                          const int8_t* q = cb_.data<int8_t>();
+                          const float* s = scb_.data<float>();
+                          for (int64_t n = n0; n < n1; ++n) {
+                            const float sc = s[n] * kInv127;  // SCB.mul(1.0 / 127.0)
+                            for (int64_t k = 0; k < K; ++k) *dst++ = round_to(float(q[n * K + k]) * sc, dt);
+                          }
+                        }};
 }
 
 Tensor Bnb8bitWeight::linear_llm_int8(const Tensor& x, const Tensor& bias) const {

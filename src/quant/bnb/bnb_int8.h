@@ -49,6 +49,8 @@ class Bnb8bitWeight : public QuantizedWeight {
   Tensor dequantize(DType dtype) const override;  // int8_vectorwise_dequant (float32) .to(dtype)
   std::vector<Tensor> storage_tensors() const override { return {cb_, scb_}; }
   Tensor linear(const Tensor& x, const Tensor& bias) const override;
+  bool has_tile_linear() const override { return mode_ != Int8LinearMode::llm_int8; };
+  std::optional<quant::TileLinearPlan> tile_linear_plan(const Tensor& x, const Tensor& bias) const override;
 
   // Rows [n0, n1) of the dequantized weight in float32 (int8_vectorwise_dequant's values).
   void dequant_rows(int64_t n0, int64_t n1, float* dst) const;
@@ -62,7 +64,7 @@ class Bnb8bitWeight : public QuantizedWeight {
 
  private:
   Tensor linear_llm_int8(const Tensor& x, const Tensor& bias) const;
-  Tensor linear_dequantize_fp(const Tensor& x, const Tensor& bias) const;
+  void check_input(const Tensor& x, const Tensor& bias) const;
   Tensor cb_, scb_;
   double threshold_;
   Int8LinearMode mode_ = Int8LinearMode::llm_int8;

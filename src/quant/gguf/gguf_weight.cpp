@@ -150,10 +150,12 @@ Tensor GGUFQuantizedWeight::dequantize(DType dtype) const {
   return dtype == DType::f32 ? w : w.to(dtype);
 }
 
-Tensor GGUFQuantizedWeight::linear(const Tensor& x, const Tensor& bias) const {
+std::optional<TileLinearPlan> GGUFQuantizedWeight::tile_linear_plan(const Tensor& x, const Tensor& bias) const {
   // Diffusers' GGUFLinear rounds the bias to compute_dtype as well.
   const Tensor b = bias.defined() && compute_dtype_ != DType::f32 ? bias.to(compute_dtype_) : bias;
-  return dequant_tile_linear(x, b, N_, K_, [this](int64_t n0, int64_t n1, float* dst) { dequant_rows(n0, n1, dst); });
+  return TileLinearPlan{x, b, N_, K_, [this](int64_t n0, int64_t n1, float* dst) { dequant_rows(n0, n1, dst); }};
 }
+
+Tensor GGUFQuantizedWeight::linear(const Tensor& x, const Tensor& bias) const { return linear_by_plan(x, bias); }
 
 }  // namespace diffq::quant

@@ -197,13 +197,15 @@ Tensor QuantoWeight::dequantize(DType dtype) const {
   return out.to(dtype_).to(dtype);
 }
 
-Tensor QuantoWeight::linear(const Tensor& x, const Tensor& bias) const {
+std::optional<TileLinearPlan> QuantoWeight::tile_linear_plan(const Tensor& x, const Tensor& bias) const {
   const int64_t N = shape_[0], K = shape_[1];
   check(x.dim() >= 1 && x.shape().back() == K, kCtx, name_, ": input's last dimension is ",
         x.dim() ? x.shape().back() : 0, ", the weight has in_features ", K);
   const DType dt = x.dtype();
-  return dequant_tile_linear(x, bias, N, K, [this, dt](int64_t n0, int64_t n1, float* dst) { dequant_rows(n0, n1, dst, dt); });
+  return TileLinearPlan{x, bias, N, K, [this, dt](int64_t n0, int64_t n1, float* dst) { dequant_rows(n0, n1, dst, dt); }};
 }
+
+Tensor QuantoWeight::linear(const Tensor& x, const Tensor& bias) const { return linear_by_plan(x, bias); }
 
 std::shared_ptr<QuantoWeight> QuantoWeight::quantize(const Tensor& w, QuantoQType qt, std::string_view name) {
   check(w.dim() == 2, kCtx, name, ": a Linear weight must be 2-D, got ", shape_str(w.shape()));

@@ -79,6 +79,8 @@ class QuantoWeight : public QuantizedWeight {
   Tensor dequantize(DType dtype) const override;  // quanto's dequantize() (weight dtype), then dtype
   std::vector<Tensor> storage_tensors() const override;
   Tensor linear(const Tensor& x, const Tensor& bias) const override;
+  bool has_tile_linear() const override { return true; };
+  std::optional<quant::TileLinearPlan> tile_linear_plan(const Tensor& x, const Tensor& bias) const override;
 
   // Rows [n0, n1) of dequantize() as float32, each rounded through `round_to` (f32: none).
   void dequant_rows(int64_t n0, int64_t n1, float* dst, DType round_to = DType::f32) const;

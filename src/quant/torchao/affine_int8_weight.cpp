@@ -215,11 +215,14 @@ void AffineInt8Weight::dequant_rows(int64_t n0, int64_t n1, DType out, float* ds
   }
 }
 
+std::optional<TileLinearPlan> AffineInt8Weight::tile_linear_plan(const Tensor& x, const Tensor& bias) const {
+  if (act_) return std::nullopt;  // int8 x int8 GEMM (int8_dynamic_linear)
+  return TileLinearPlan{x, bias, n_, k_, [this](int64_t a, int64_t b, float* dst) { dequant_rows(a, b, DType::f32, dst); }};
+}
+
 Tensor AffineInt8Weight::linear(const Tensor& x, const Tensor& bias) const {
   if (act_) return int8_dynamic_linear(x, bias, *this);
-  return dequant_tile_linear(x, bias, n_, k_, [this](int64_t a, int64_t b, float* dst) {
-    dequant_rows(a, b, DType::f32, dst);
-  });
+  return linear_by_plan(x, bias);
 }
 
 }  // namespace diffq::quant::torchao

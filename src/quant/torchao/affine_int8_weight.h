@@ -33,6 +33,8 @@ class AffineInt8Weight final : public TorchaoWeight {
   std::vector<std::pair<std::string, Tensor>> tensor_data() const override;
   void dequant_rows(int64_t n0, int64_t n1, DType out, float* dst) const override;
   Tensor linear(const Tensor& x, const Tensor& bias) const override;
+  bool has_tile_linear() const override { return !act_; };
+  std::optional<quant::TileLinearPlan> tile_linear_plan(const Tensor& x, const Tensor& bias) const override;
 
   const Tensor& qdata() const { return qdata_; }
   const Tensor& scale() const { return scale_; }

@@ -122,12 +122,12 @@ void float8_quant_dequant_activations(const float* x, int64_t m, int64_t k, DTyp
   });
 }
 
-Tensor Float8Weight::linear(const Tensor& x, const Tensor& bias) const {
+std::optional<TileLinearPlan> Float8Weight::tile_linear_plan(const Tensor& x, const Tensor& bias) const {
   if (!act_) {
     // torchao: matmul(x, dequantize()) in x's dtype; here the dequantized weight (rounded to the weight
     // dtype as dequantize() does) feeds the f32 tiled GEMM.
     const DType wd = dtype_;
-    return dequant_tile_linear(x, bias, n_, k_, [this, wd](int64_t a, int64_t b, float* dst) { dequant_rows(a, b, wd, dst); });
+    return TileLinearPlan{x, bias, n_, k_, [this, wd](int64_t a, int64_t b, float* dst) { dequant_rows(a, b, wd, dst); }};
   }
   check(x.dim() >= 1 && x.shape().back() == k_, kCtx, "input's last dimension is ", x.dim() ? x.shape().back() : 0,
         ", the weight has in_features ", k_);
@@ -136,10 +136,9 @@ Tensor Float8Weight::linear(const Tensor& x, const Tensor& bias) const {
   Tensor xq = Tensor::empty(xf.shape(), DType::f32);
   float8_quant_dequant_activations(xf.data<float>(), m, k_, x.dtype(), *act_, xq.data<float>());
   // _scaled_mm: (x_fp8 * sx) @ (w_fp8 * sw)^T accumulated in f32, + bias, cast to x's dtype.
-  Tensor y = dequant_tile_linear(xq, bias, n_, k_, [this](int64_t a, int64_t b, float* dst) {
-    dequant_rows(a, b, DType::f32, dst);
-  });
-  return x.dtype() == DType::f32 ? y : y.to(x.dtype());
+  return TileLinearPlan{xq, bias, n_, k_, [this](int64_t a, int64_t b, float* dst) { dequant_rows(a, b, DType::f32, dst); }};
 }
+
+Tensor Float8Weight::linear(const Tensor& x, const Tensor& bias) const { return linear_by_plan(x, bias); }
 
 }  // namespace diffq::quant::torchao

@@ -89,10 +89,10 @@ void Int4Weight::dequant_rows(int64_t n0, int64_t n1, DType out, float* dst) con
   }
 }
 
-Tensor Int4Weight::linear(const Tensor& x, const Tensor& bias) const {
-  return dequant_tile_linear(x, bias, n_, k_, [this](int64_t a, int64_t b, float* dst) {
-    dequant_rows(a, b, DType::f32, dst);
-  });
+std::optional<TileLinearPlan> Int4Weight::tile_linear_plan(const Tensor& x, const Tensor& bias) const {
+  return TileLinearPlan{x, bias, n_, k_, [this](int64_t a, int64_t b, float* dst) { dequant_rows(a, b, DType::f32, dst); }};
 }
+
+Tensor Int4Weight::linear(const Tensor& x, const Tensor& bias) const { return linear_by_plan(x, bias); }
 
 }  // namespace diffq::quant::torchao

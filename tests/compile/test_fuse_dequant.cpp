@@ -1,0 +1,143 @@
+// Dequantize inside the GEMM (fuse_epilogue with fuse_dequant): a quantized Linear whose scheme runs a
+// dequantize-tile + f32 GEMM (QuantizedWeight::has_tile_linear) becomes the GEMM prologue of the fused
+// node reading its output, like a dense linear. The tiny FLUX transformer, quantized with each such
+// scheme, compiled with the pass on and off: the same bits, the quantized linears fused only with it on;
+// schemes without a tile linear (bnb LLM.int8, int8dq) stay opaque.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include "compile/compiled_module.h"
+#include "compile_test_util.h"
+#include "flux_pass_ab.h"
+#include "modules/quantize_on_load.h"
+#include "quant/quant_method.h"
+
+using namespace diffq;
+using namespace diffq::compile;
+using compile_test::max_rel;
+using compile_test::same_bits;
+using models::flux::FluxTransformer2DModel;
+
+namespace {
+
+// quant shorthand -> the model quantized with it (compute dtype `dtype`).
+std::function<void(FluxTransformer2DModel&)> quantize_with(const std::string& scheme, const std::string& dtype) {
+  return [scheme, dtype](FluxTransformer2DModel& m) {
+    const auto [backend, kwargs] = quant::quant_shorthand(scheme, dtype);
+    ASSERT_GT(quantize_module(m, *quant::make_quant_method(backend, kwargs)), 0) << scheme;
+  };
+}
+
+void off(CompileOptions& o) { o.fuse_dequant = false; }
+
+}  // namespace
+
+// Every scheme family with a tile linear: torchao (int8wo, int4wo, fp8wo, fp8dq: dequantized activations
+// into the same GEMM), bitsandbytes 4-bit, quanto, GGUF. The f32 fixture model.
+TEST(FuseDequant, QuantizedFluxSameBitsWithAndWithoutThePass) {
+  for (const char* scheme : {"int8wo", "int4wo", "fp8wo", "fp8dq", "nf4", "fp4", "quanto-int8", "quanto-int4", "q8_0",
+                             "q4_K"}) {
+    SCOPED_TRACE(scheme);
+    const compile_test::FluxPassAB r = compile_test::flux_pass_ab(off, quantize_with(scheme, "float32"));
+    EXPECT_TRUE(same_bits(r.y_on, r.y_off)) << max_rel(r.y_on, r.y_off);
+    EXPECT_LE(max_rel(r.y_on, r.eager), 1e-5);
+    EXPECT_EQ(r.s_off.fused_dequant, 0);
+    // FLUX's quantized linears read once by an elementwise op: the FeedForward's GELU linear, the gated
+    // residuals after to_out / to_add_out / ff / ff_context / proj_out, the single blocks' proj_mlp.
+    EXPECT_GT(r.s_on.fused_dequant, 0);
+    EXPECT_LT(r.s_on.opaque_nodes, r.s_off.opaque_nodes);
+    EXPECT_EQ(r.s_on.fused_epilogues - r.s_on.fused_dequant, r.s_off.fused_epilogues);
+  }
+}
+
+// The scheme's own roundings are kept: bnb 4-bit computing in bf16 under an f32 model (x rounded to bf16,
+// the result rounded to bf16 then back to f32), GGUF with a bf16 compute dtype (its bias rounded).
+TEST(FuseDequant, SchemeComputeDtypeRoundingsAreKept) {
+  for (const char* scheme : {"nf4", "q8_0"}) {
+    SCOPED_TRACE(scheme);
+    const compile_test::FluxPassAB r = compile_test::flux_pass_ab(off, quantize_with(scheme, "bfloat16"));
+    EXPECT_TRUE(same_bits(r.y_on, r.y_off)) << max_rel(r.y_on, r.y_off);
+    EXPECT_GT(r.s_on.fused_dequant, 0);
+  }
+}
+
+// bnb int8 (LLM.int8: outlier columns in f16, the rest int8 x int8) and torchao int8dq (int8 x int8) have no
+// tile linear: their linears stay opaque, and the pass changes nothing.
+TEST(FuseDequant, IntegerGemmSchemesStayOpaque) {
+  for (const char* scheme : {"int8", "int8dq"}) {
+    SCOPED_TRACE(scheme);
+    const compile_test::FluxPassAB r = compile_test::flux_pass_ab(off, quantize_with(scheme, "float32"));
+    EXPECT_TRUE(same_bits(r.y_on, r.y_off));
+    EXPECT_EQ(r.s_on.fused_dequant, 0);
+    EXPECT_EQ(r.s_on.opaque_nodes, r.s_off.opaque_nodes);
+    EXPECT_GT(r.s_on.opaque_nodes, 0);
+  }
+}
+
+// Regional compilation replays one captured block graph for every block: each fused node's quantized GEMM
+// must be the weight of the block being run, not of the block captured.
+TEST(FuseDequant, RegionalCompileUsesEachBlocksOwnWeights) {
+  auto model = FluxTransformer2DModel::from_pretrained(std::filesystem::path(DIFFQ_SOURCE_DIR) /
+                                                       "tests/fixtures/tiny-flux/transformer");
+  quantize_with("q8_0", "float32")(*model);
+  const auto ref = io::SafetensorsFile::open(std::filesystem::path(DIFFQ_SOURCE_DIR) /
+                                             "tests/fixtures/tiny-flux/reference/transformer_forward.safetensors");
+  auto run = [&] {
+    return (*model)(ref.tensor("in.hidden_states"), ref.tensor("in.encoder_hidden_states"),
+                    ref.tensor("in.pooled_projections"), ref.tensor("in.timestep"), ref.tensor("in.guidance"),
+                    ref.tensor("in.txt_ids"), ref.tensor("in.img_ids"));
+  };
+  ASSERT_GE(model->single_transformer_blocks.size(), 2u);
+  CompileOptions no;
+  no.fullgraph = true;
+  off(no);
+  model->compile_repeated_blocks(no);
+  const Tensor unfused = run();
+  CompileOptions o;
+  o.fullgraph = true;
+  model->compile_repeated_blocks(o);
+  const Tensor fused = run();
+  EXPECT_TRUE(same_bits(fused, unfused)) << max_rel(fused, unfused);
+  int64_t dequant = 0;
+  for (const auto* m : model->compiled_modules()) dequant += m->stats().last_passes.fused_dequant;
+  EXPECT_GT(dequant, 0);
+  model->uncompile();
+  EXPECT_LE(max_rel(fused, run()), 1e-5);
+}
+
+// max-autotune times the dense nodes and leaves the quantized GEMM prologues on their scheme's kernel.
+TEST(FuseDequant, MaxAutotuneRunsQuantizedProloguesUntuned) {
+  const std::filesystem::path dev = std::filesystem::path(DIFFQ_SOURCE_DIR) / "tests/fixtures/tiny-flux";
+  const std::filesystem::path cache =
+      std::filesystem::temp_directory_path() / ("diffq_fuse_dequant_" + std::to_string(::getpid()) + ".json");
+  std::filesystem::remove(cache);
+  auto model = FluxTransformer2DModel::from_pretrained(dev / "transformer");
+  quantize_with("int8wo", "float32")(*model);
+  const auto ref = io::SafetensorsFile::open(dev / "reference/transformer_forward.safetensors");
+  auto run = [&] {
+    return (*model)(ref.tensor("in.hidden_states"), ref.tensor("in.encoder_hidden_states"),
+                    ref.tensor("in.pooled_projections"), ref.tensor("in.timestep"), ref.tensor("in.guidance"),
+                    ref.tensor("in.txt_ids"), ref.tensor("in.img_ids"));
+  };
+  const Tensor eager = run();
+  CompileOptions o;
+  o.fullgraph = true;
+  o.mode = CompileMode::max_autotune;
+  o.autotune_cache = cache.string();
+  o.autotune_reps = 1;
+  o.autotune_max_candidates = 2;
+  model->compile(o);
+  EXPECT_LE(max_rel(run(), eager), 1e-5);
+  const CompiledModule& cm = *model->compiled_modules()[0];
+  EXPECT_GT(cm.stats().last_passes.fused_dequant, 0);
+  EXPECT_GT(cm.stats().autotune.nodes, 0);  // the dense nodes were tuned
+  int64_t quantized_keys = 0;
+  for (const auto& [key, t] : cm.autotune_choices()) quantized_keys += key.find("qlinear(") != std::string::npos;
+  EXPECT_FALSE(cm.autotune_choices().empty());
+  EXPECT_EQ(quantized_keys, 0);
+  std::filesystem::remove(cache);
+}
