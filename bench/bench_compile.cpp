@@ -5,6 +5,9 @@
 // of the default and the tuned full compile, one step each in turn (the machine may be shared); before
 // that an A/B of full compile without and with concat elision (elide_concat); last, eager and full compile
 // in turn on two models with the same weights.
+// BENCH_COMPILE_QUANT=<--quant shorthand> (e.g. q8_0, int8wo, nf4) quantizes both models' linears first, and
+// the first A/B is then full compile without and with fuse_dequant (dequantize inside the GEMM);
+// BENCH_COMPILE_NO_AUTOTUNE=1 skips the max-autotune part.
 // A micro benchmark: one process, a few steps; run it on a quiet machine for numbers.
 //   bench_compile [config=flux-small] [image_side=256] [text_tokens=64] [steps=3] [autotune_cache=a fresh temp file]
 #include <chrono>
@@ -17,7 +20,9 @@
 #include "compile/compiled_module.h"
 #include "diffq/memory.h"
 #include "models/flux/flux_builtin.h"
+#include "modules/quantize_on_load.h"
 #include "modules/random_init.h"
+#include "quant/quant_method.h"
 
 using namespace diffq;
 using namespace diffq::models::flux;
@@ -67,6 +72,14 @@ Result measure(FluxTransformer2DModel& m, const Inputs& in, int steps, int64_t w
   return r;
 }
 
+// The model's linears quantized with BENCH_COMPILE_QUANT's scheme (nothing when unset).
+void maybe_quantize(FluxTransformer2DModel& m) {
+  const char* q = std::getenv("BENCH_COMPILE_QUANT");
+  if (q == nullptr || *q == '\0') return;
+  const auto [backend, kwargs] = quant::quant_shorthand(q, "float32");
+  quantize_module(m, *quant::make_quant_method(backend, kwargs));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -77,6 +90,7 @@ int main(int argc, char** argv) {
   const FluxBuiltin b = builtin_flux(name);
   FluxTransformer2DModel m(b.transformer);
   init_parameters_randn(m, DType::f32, 1);
+  maybe_quantize(m);
   const int64_t weights = memory_stats(Device::cpu()).current_bytes;
   const auto& c = b.transformer;
   const int64_t N = (side / 16) * (side / 16);
@@ -94,8 +108,11 @@ int main(int argc, char** argv) {
   }
   in.img_ids = Tensor::from_vector(ids, {N, 3});
 
-  std::printf("%s, %lldx%lld image (%lld tokens) + %lld text tokens, f32, %d timed steps\n", name.c_str(),
-              (long long)side, (long long)side, (long long)N, (long long)T, steps);
+  const char* quant = std::getenv("BENCH_COMPILE_QUANT");
+  const bool quantized = quant != nullptr && *quant != '\0';
+  std::printf("%s%s%s, %lldx%lld image (%lld tokens) + %lld text tokens, f32, %d timed steps\n", name.c_str(),
+              quantized ? " + " : "", quantized ? quant : "", (long long)side, (long long)side, (long long)N,
+              (long long)T, steps);
   // BENCH_COMPILE_AB_ONLY=1: only the last A/B (eager vs full compile in turn), e.g. to compare passes
   // switched off with DIFFQ_COMPILE_DISABLE under the same load.
   if (std::getenv("BENCH_COMPILE_AB_ONLY") == nullptr) {
@@ -132,11 +149,18 @@ int main(int argc, char** argv) {
         }
       return std::pair<double, double>{t[0] / steps, t[1] / steps};
     };
-    compile::CompileOptions no_elide;
-    no_elide.elide_concat = false;
-    const auto [t_no_elide, t_elide] = alternate(no_elide, compile::CompileOptions{});
-    std::printf("A/B alternating, %d rounds: full without elide_concat step %.3f s, full step %.3f s (%.3fx)\n", steps,
-                t_no_elide, t_elide, t_no_elide / t_elide);
+    compile::CompileOptions without;
+    (quantized ? without.fuse_dequant : without.elide_concat) = false;
+    const auto [t_without, t_with] = alternate(without, compile::CompileOptions{});
+    std::printf("A/B alternating, %d rounds: full without %s step %.3f s, full step %.3f s (%.3fx)\n", steps,
+                quantized ? "fuse_dequant" : "elide_concat", t_without, t_with, t_without / t_with);
+    if (quantized) {  // the activation peak without the pass
+      m.compile(without);
+      const Result r = measure(m, in, steps, weights);
+      std::printf("full without fuse_dequant: activation peak %.1f MiB (%.2fx eager)\n", r.activation_peak / 1048576.0,
+                  double(r.activation_peak) / double(eager.activation_peak));
+    }
+    if (std::getenv("BENCH_COMPILE_NO_AUTOTUNE") != nullptr) goto ab;
 
     const std::string cache = argc > 5 ? std::string(argv[5])
                                        : (std::filesystem::temp_directory_path() /
@@ -175,12 +199,13 @@ int main(int argc, char** argv) {
                 t_default, t_tuned, t_default / t_tuned);
     if (argc <= 5) std::filesystem::remove(cache);
   }
-
+ab:
   // Eager and full compile under the same load: a second, uncompiled model with the same weights, one
   // step of each in turn (the machine's speed drifts between the separate measurements above).
   {
     FluxTransformer2DModel e(b.transformer);
     init_parameters_randn(e, DType::f32, 1);
+    maybe_quantize(e);
     m.compile(compile::CompileOptions{});
     auto run = [&](FluxTransformer2DModel& x) {
       return x(in.hidden, in.encoder, in.pooled, in.timestep, in.guidance, in.txt_ids, in.img_ids);

@@ -91,6 +91,33 @@ int64_t fuse_gemm_epilogue(Graph& g, bool quantized) {
     ++folded;
   }
   if (folded) compact(g, keep);
+  if (quantized) {
+    // The quantized linears no elementwise node took: each becomes a fused node of its own whose program
+    // only loads the GEMM's part, so that its output is planned (arena, concat slices) like any node's
+    // instead of being a separate allocation made by an opaque call.
+    for (Node& n : g.nodes) {
+      if (n.kind != Node::Kind::opaque || !n.quantized_linear || n.inputs.size() != 1 || !n.out.device.is_cpu() ||
+          !is_float(n.out.dtype) || !is_float(n.inputs[0].dtype))
+        continue;
+      FusedProgram prog;
+      Instr ld;
+      ld.op = Instr::Op::load;
+      ld.a = 0;
+      prog.code.push_back(ld);
+      GemmPrologue gp;
+      gp.leaf = 0;
+      gp.x = 1;
+      gp.dtype = n.out.dtype;
+      gp.module = n.module_path;
+      prog.gemm = gp;
+      Node f;
+      f.kind = Node::Kind::fused;
+      f.out = n.out;
+      f.inputs = {Ref{}, n.inputs[0]};
+      f.program = std::make_shared<const FusedProgram>(std::move(prog));
+      n = std::move(f);
+    }
+  }
   return folded;
 }
 

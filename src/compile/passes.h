@@ -24,7 +24,8 @@ int64_t fuse_norm_prologue(Graph& g);
 // part and the elementwise program (bias + GELU, gate * x + residual) runs on each part right after it
 // (GemmPrologue). Returns the number of linears folded.
 // With `quantized`, opaque quantized Linears with a tile linear (Node::quantized_linear) are folded too
-// (GemmPrologue::module: dequantize inside the GEMM).
+// (GemmPrologue::module: dequantize inside the GEMM), and those no elementwise node reads become fused
+// nodes of their own (program: the GEMM's part), planned like any node. Returns the linears folded.
 int64_t fuse_gemm_epilogue(Graph& g, bool quantized = true);
 
 // fuse_rope.cpp (pattern fusion): rope(rms_norm(x)) and rope(concat_dim1(rms_norm(a), rms_norm(b), ...)),
