@@ -54,6 +54,24 @@ QuantizedGemm quantized_gemm(Module* root, const std::string& path) {
   };
 }
 
+// A concat of graph inputs (Node::alias_inputs) as a view of their buffer: when the resolved inputs are,
+// in order, the slices of one row-major region of one storage at the concat's positions. Else undefined.
+Tensor alias_of_inputs(const Node& n, const std::vector<Tensor>& ins) {
+  const Shape& shape = n.out.shape;
+  const int64_t rank = int64_t(shape.size()), dim = n.attrs.i0 < 0 ? n.attrs.i0 + rank : n.attrs.i0;
+  const Shape hs = contiguous_strides(shape);
+  int64_t at = 0;
+  for (const Tensor& t : ins) {
+    if (!t.defined() || t.dtype() != n.out.dtype || t.storage() != ins[0].storage() || t.dim() != rank) return Tensor();
+    for (int64_t d = 0; d < rank; ++d)
+      if (t.size(d) != 1 && t.strides()[size_t(d)] != hs[size_t(d)]) return Tensor();
+    if (t.offset() != ins[0].offset() + at * hs[size_t(dim)]) return Tensor();
+    at += t.size(dim);
+  }
+  if (at != shape[size_t(dim)]) return Tensor();
+  return Tensor(ins[0].storage(), shape, hs, ins[0].offset(), n.out.dtype);
+}
+
 // DIFFQ_COMPILE_DUMP=1: the graph after the passes, then the arena and the buffers alive at its peak.
 void dump_plan(const Graph& g, const MemoryPlan& p) {
   std::fprintf(stderr, "%s", g.dump().c_str());
@@ -161,6 +179,12 @@ std::vector<Tensor> CompiledGraph::run(const std::vector<Tensor>& inputs, const 
       check(y.shape() == n.out.shape && y.dtype() == n.out.dtype, "compile", "module '", n.module_path,
             "' returned ", y.str(), " but the graph was captured with ", shape_str(n.out.shape));
       values[i] = y.is_contiguous() && y.offset() == 0 ? y : y.contiguous();
+    } else if (Tensor alias; n.alias_inputs && (alias = alias_of_inputs(n, [&] {
+                                 std::vector<Tensor> v;
+                                 for (const Ref& r : n.inputs) v.push_back(resolve(r));
+                                 return v;
+                               }())).defined()) {
+      values[i] = std::move(alias);
     } else {
       Tensor out;
       if (n.host >= 0) {

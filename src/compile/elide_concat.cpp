@@ -131,7 +131,17 @@ int64_t elide_concats(Graph& g) {
       compact(g, keep);
     }
   }
-  // 2. Producers written into their slices.
+  // 2. Concats of graph inputs: a view of the inputs' own buffer when they lie there in order (run time).
+  for (size_t c = 0; c < g.nodes.size(); ++c) {
+    Node& cat = g.nodes[c];
+    if (cat.kind != Node::Kind::op || cat.op != ops::OpKind::concat || !cat.out.device.is_cpu() ||
+        cat.out.shape.empty() || g.is_output(int32_t(c)) || cat.inputs.empty())
+      continue;
+    bool inputs = true;
+    for (const Ref& r : cat.inputs) inputs &= r.src == Ref::Src::input && r.dtype == cat.out.dtype;
+    cat.alias_inputs = inputs;
+  }
+  // 3. Producers written into their slices.
   const std::vector<int> uses = g.use_counts();
   const size_t n = g.nodes.size();
   std::vector<bool> sink(n, false);  // placed producers, moved to just before their concat

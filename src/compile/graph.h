@@ -134,6 +134,11 @@ struct Node {
   // producers do not write in place (inputs[k] with placed[k] false) into their slices.
   bool elided = false;
   std::vector<bool> placed;  // elided: per input
+  // A concat of graph inputs only (regional compile: a block's cat([txt, img]) of the previous block's
+  // output slices): when at run time the inputs lie in one buffer, in order, its output is a view of that
+  // buffer (no copy, no allocation); else a copy into a buffer of its own. Never planned in the arena,
+  // never written in place.
+  bool alias_inputs = false;
   std::string label() const;                    // op name, "fused[...]", "opaque(path)" or "norm_rope[...]"
 };
 

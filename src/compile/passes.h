@@ -37,6 +37,7 @@ int64_t fuse_norm_rope(Graph& g);
 // (plan below) compute their output straight into their slice of the concat's buffer (Node::host); the
 // concat becomes `elided` (it copies only the other inputs) and the placed producers move to just
 // before it. CPU graphs. Returns the number of producers placed.
+// It also marks concats of graph inputs only (Node::alias_inputs; not counted).
 int64_t elide_concats(Graph& g);
 // The one row stride of a view of `shape` with `strides` whose last stride is 1 and whose outer dims
 // (size-1 dims ignored) merge into one run of rows, else -1 (the GEMM writers' `ld`).

@@ -64,8 +64,8 @@ MemoryPlan plan_memory(const Graph& g, bool enabled, bool inplace) {
   std::vector<int32_t> buf_of(n, -1);
   auto planned = [&](size_t i) {
     const Node& nd = g.nodes[i];
-    return nd.kind != Node::Kind::opaque && nd.host < 0 && !g.is_output(int32_t(i)) && nd.out.device == p.device &&
-           nd.out.nbytes() > 0;
+    return nd.kind != Node::Kind::opaque && nd.host < 0 && !nd.alias_inputs && !g.is_output(int32_t(i)) &&
+           nd.out.device == p.device && nd.out.nbytes() > 0;
   };
   for (size_t i = 0; i < n; ++i) {
     const Node& nd = g.nodes[i];

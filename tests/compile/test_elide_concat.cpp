@@ -13,6 +13,7 @@
 #include "compile/compiled_module.h"
 #include "compile/passes.h"
 #include "compile_test_util.h"
+#include "diffq/memory.h"
 #include "io/safetensors.h"
 #include "models/flux/flux_transformer.h"
 #include "modules/layers.h"
@@ -160,6 +161,50 @@ TEST(ElideConcat, ReassembledBufferIsNotCopied) {
     CompiledModule cm(fn, o);
     EXPECT_LE(max_rel(cm.run(m, {x})[0], eager), 1e-5) << name;
   }
+}
+
+TEST(ElideConcat, ConcatOfGraphInputsIsAViewWhenTheyLieInOrder) {
+  // cat([b, a], 1) of the graph inputs, then h * (h + 1) (in place over a planned h): when b and a are
+  // the slices [:, :3] and [:, 3:] of one tensor, the concat is a view of it (no copy, no allocation)
+  // and the caller's tensor is never written; otherwise (separate tensors, or the wrong order) a copy.
+  struct Two : Module {
+    Two() : Module("Two") {}
+  } m;
+  const ForwardFn fn = [](Module&, const std::vector<Tensor>& in) {
+    const Tensor h = ops::concat({in[1], in[0]}, 1);
+    return std::vector<Tensor>{ops::mul(h, ops::add_scalar(h, 1.0))};
+  };
+  const Tensor y = randn({1, 8, 64}, 3, DType::f32, 1.f);
+  const Tensor y_before = y.contiguous().clone();
+  const Tensor b = y.slice(1, 0, 3), a = y.slice(1, 3, 8);
+  const Tensor want = fn(m, {a, b})[0];
+  const CompiledGraph cg = compile_graph(capture(m, fn, {a, b}), CompileOptions{});
+  int aliased = 0;
+  for (const Node& n : cg.graph.nodes) aliased += n.alias_inputs;
+  EXPECT_EQ(aliased, 1) << cg.graph.dump();
+  CompileOptions o;
+  o.fullgraph = true;
+  CompiledModule cm(fn, o);
+  cm.run(m, {a, b});  // compile
+  const int64_t concat_bytes = 8 * 64 * 4;
+  auto peak_of_run = [&](const Tensor& a_in, const Tensor& b_in, Tensor* out) {
+    reset_peak_memory_stats(Device::cpu());
+    const int64_t base = memory_stats(Device::cpu()).current_bytes;
+    *out = cm.run(m, {a_in, b_in})[0];
+    return memory_stats(Device::cpu()).peak_bytes - base;
+  };
+  Tensor got;
+  const int64_t peak_view = peak_of_run(a, b, &got);
+  EXPECT_TRUE(compile_test::same_bits(got, want));
+  EXPECT_TRUE(compile_test::same_bits(y, y_before));  // the inputs' buffer is read, never written
+  // Separate tensors (and the same two slices swapped: not in the concat's order) are copied.
+  const Tensor a2 = a.contiguous().clone(), b2 = b.contiguous().clone();
+  const int64_t peak_copy = peak_of_run(a2, b2, &got);
+  EXPECT_TRUE(compile_test::same_bits(got, want));
+  EXPECT_GE(peak_copy - peak_view, concat_bytes);
+  const Tensor swapped = ops::concat({a, b}, 1);  // [a | b]: b does not come first
+  const Tensor sa = swapped.slice(1, 0, 5), sb = swapped.slice(1, 5, 8);
+  EXPECT_TRUE(compile_test::same_bits(cm.run(m, {sa, sb})[0], fn(m, {sa, sb})[0]));
 }
 
 TEST(ElideConcat, FluxSingleBlocksConcatIsElidedAndTheArenaShrinks) {

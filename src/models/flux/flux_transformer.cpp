@@ -354,6 +354,15 @@ Tensor FluxTransformer2DModel::forward_body(const Tensor& hidden, const Tensor& 
     record("transformer_blocks." + std::to_string(i) + ".0", e);
     record("transformer_blocks." + std::to_string(i) + ".1", x);
   }
+  if (single_transformer_blocks.size() > 0 && single_transformer_blocks[0].compiled) {
+    // Regional compilation: the first single block's inputs become slices of one buffer, as every later
+    // block's are (the previous block's output), so that each block's cat([txt, img]) is a view of its
+    // inputs' buffer instead of a copy (compile: Node::alias_inputs). The same values.
+    const int64_t T = e.size(1);
+    const Tensor joint = ops::concat({e, x}, 1);  // [B, T + N, D]
+    e = joint.slice(1, 0, T);
+    x = joint.slice(1, T, joint.size(1));
+  }
   for (size_t i = 0; i < single_transformer_blocks.size(); ++i) {
     std::tie(e, x) = single_transformer_blocks[i](x, e, temb, cos, sin);
     record("single_transformer_blocks." + std::to_string(i) + ".0", e);
