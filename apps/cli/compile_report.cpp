@@ -15,7 +15,7 @@ compile::CompileOptions cli_compile_options(bool autotune) {
 nlohmann::json compile_report(const models::flux::FluxTransformer2DModel& t, bool autotune) {
   const auto mods = t.compiled_modules();
   if (mods.empty()) return nullptr;
-  int64_t graphs = 0, hits = 0, fallbacks = 0;
+  int64_t graphs = 0, hits = 0, fallbacks = 0, opaque = 0, quantized_gemms = 0;
   double compile_s = 0;
   compile::AutotuneStats a;
   std::string file;
@@ -24,6 +24,8 @@ nlohmann::json compile_report(const models::flux::FluxTransformer2DModel& t, boo
     graphs += s.captures;  // signatures compiled (or found uncapturable: see eager_fallbacks)
     hits += s.hits;
     fallbacks += s.eager_fallbacks;
+    opaque += s.last_passes.opaque_nodes;  // of the graph compiled last by each compiled module
+    quantized_gemms += s.last_passes.fused_dequant;
     compile_s += s.compile_seconds;
     a.nodes += s.autotune.nodes;
     a.tuned += s.autotune.tuned;
@@ -34,7 +36,8 @@ nlohmann::json compile_report(const models::flux::FluxTransformer2DModel& t, boo
     if (file.empty()) file = m->autotune_cache_file();
   }
   nlohmann::json j = {{"graphs", graphs}, {"cache_hits", hits}, {"eager_fallbacks", fallbacks},
-                      {"compile_s", compile_s}, {"autotune", nullptr}};
+                      {"compile_s", compile_s}, {"opaque_nodes", opaque},
+                      {"quantized_gemm_nodes", quantized_gemms}, {"autotune", nullptr}};
   if (autotune)
     j["autotune"] = {{"nodes", a.nodes},           {"tuned", a.tuned},
                      {"candidates", a.candidates}, {"cache_hits", a.cache_hits},

@@ -195,6 +195,32 @@ TEST_F(CliGenerate, CompiledTransformerGivesTheEagerLatents) {
   EXPECT_NE(bad.status, 0);
 }
 
+// A quantized transformer compiled: its linears run as quantized GEMM nodes (dequantize inside the GEMM,
+// none left opaque) and the latents are the eager quantized run's.
+TEST_F(CliGenerate, QuantizedCompiledTransformerRunsQuantizedGemmNodes) {
+  const std::string base =
+      "generate -p 'a cat' --steps 2 --width 32 --height 32 --seed 3 --output-type latent --quant q8_0 ";
+  const Result eager = run_cli(dir_, base + "-o eager.safetensors");
+  ASSERT_EQ(eager.status, 0) << eager.out;
+  const auto want = diffq::io::SafetensorsFile::open(dir_ / "eager.safetensors").tensor("latents").to_f32_vector();
+  for (const char* mode : {"full", "regional"}) {
+    const Result r = run_cli(dir_, base + "--compile " + mode + " --json -o q.safetensors");
+    ASSERT_EQ(r.status, 0) << r.out;
+    const auto j = nlohmann::json::parse(r.out.substr(r.out.find("{\n")));
+    const auto& st = j.at("compile_stats");
+    EXPECT_GT(st.at("quantized_gemm_nodes").get<int64_t>(), 0) << st.dump();
+    EXPECT_EQ(st.at("opaque_nodes").get<int64_t>(), 0) << st.dump();
+    const auto got = diffq::io::SafetensorsFile::open(dir_ / "q.safetensors").tensor("latents").to_f32_vector();
+    ASSERT_EQ(got.size(), want.size());
+    double num = 0, den = 1e-30;
+    for (size_t i = 0; i < got.size(); ++i) {
+      num = std::max(num, double(std::fabs(got[i] - want[i])));
+      den = std::max(den, double(std::fabs(want[i])));
+    }
+    EXPECT_LE(num / den, 1e-5) << mode;
+  }
+}
+
 // --compile ... --autotune: the first run times candidates and writes the cache file named by
 // DIFFQ_AUTOTUNE_CACHE; a second process finds every node there and times nothing; both give the
 // eager latents. --autotune without --compile is an error.
