@@ -3,10 +3,13 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace diffq::testing {
 
@@ -16,6 +19,17 @@ struct CliResult {
 };
 
 // Runs `diffq <args>` (args already shell-quoted) in `dir`.
+// max |got - want| / max |want| (same sizes; infinity otherwise).
+inline double max_rel(const std::vector<float>& got, const std::vector<float>& want) {
+  if (got.size() != want.size()) return INFINITY;
+  double num = 0, den = 1e-30;
+  for (size_t i = 0; i < got.size(); ++i) {
+    num = std::max(num, double(std::fabs(got[i] - want[i])));
+    den = std::max(den, double(std::fabs(want[i])));
+  }
+  return num / den;
+}
+
 inline CliResult run_cli(const std::filesystem::path& dir, const std::string& args) {
   const std::string cmd = "cd '" + dir.string() + "' && '" DIFFQ_CLI_PATH "' " + args + " 2>&1";
   CliResult r;

@@ -22,6 +22,7 @@ namespace {
 namespace fs = std::filesystem;
 
 using Result = diffq::testing::CliResult;
+using diffq::testing::max_rel;
 using diffq::testing::run_cli;
 
 class CliGenerate : public ::testing::Test {
@@ -183,13 +184,7 @@ TEST_F(CliGenerate, CompiledTransformerGivesTheEagerLatents) {
     EXPECT_EQ(r.out.find("runs eagerly"), std::string::npos) << r.out;  // really compiled
     const auto got =
         diffq::io::SafetensorsFile::open(dir_ / (std::string(mode) + ".safetensors")).tensor("latents").to_f32_vector();
-    ASSERT_EQ(got.size(), want.size());
-    double num = 0, den = 1e-30;
-    for (size_t i = 0; i < got.size(); ++i) {
-      num = std::max(num, double(std::fabs(got[i] - want[i])));
-      den = std::max(den, double(std::fabs(want[i])));
-    }
-    EXPECT_LE(num / den, 1e-5) << mode;
+    EXPECT_LE(max_rel(got, want), 1e-5) << mode;
   }
   const Result bad = run_cli(dir_, base + "--compile everything -o x.safetensors");
   EXPECT_NE(bad.status, 0);
@@ -211,13 +206,7 @@ TEST_F(CliGenerate, QuantizedCompiledTransformerRunsQuantizedGemmNodes) {
     EXPECT_GT(st.at("quantized_gemm_nodes").get<int64_t>(), 0) << st.dump();
     EXPECT_EQ(st.at("opaque_nodes").get<int64_t>(), 0) << st.dump();
     const auto got = diffq::io::SafetensorsFile::open(dir_ / "q.safetensors").tensor("latents").to_f32_vector();
-    ASSERT_EQ(got.size(), want.size());
-    double num = 0, den = 1e-30;
-    for (size_t i = 0; i < got.size(); ++i) {
-      num = std::max(num, double(std::fabs(got[i] - want[i])));
-      den = std::max(den, double(std::fabs(want[i])));
-    }
-    EXPECT_LE(num / den, 1e-5) << mode;
+    EXPECT_LE(max_rel(got, want), 1e-5) << mode;
   }
 }
 
@@ -241,13 +230,7 @@ TEST_F(CliGenerate, AutotuneWritesTheCacheAndASecondRunReusesIt) {
     stats[run] = j.at("compile_stats").at("autotune");
     EXPECT_EQ(stats[run].at("cache_file"), cache.string());
     const auto got = diffq::io::SafetensorsFile::open(dir_ / out).tensor("latents").to_f32_vector();
-    ASSERT_EQ(got.size(), want.size());
-    double num = 0, den = 1e-30;
-    for (size_t i = 0; i < got.size(); ++i) {
-      num = std::max(num, double(std::fabs(got[i] - want[i])));
-      den = std::max(den, double(std::fabs(want[i])));
-    }
-    EXPECT_LE(num / den, 1e-5) << run;
+    EXPECT_LE(max_rel(got, want), 1e-5) << run;
   }
   unsetenv("DIFFQ_AUTOTUNE_CACHE");
   EXPECT_TRUE(fs::exists(cache));

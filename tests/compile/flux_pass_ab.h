@@ -15,6 +15,17 @@
 
 namespace compile_test {
 
+inline std::filesystem::path tiny_flux_dir() {
+  return std::filesystem::path(DIFFQ_SOURCE_DIR) / "tests/fixtures/tiny-flux";
+}
+
+// The model on the fixture's recorded transformer inputs (reference/transformer_forward.safetensors).
+inline diffq::Tensor run_flux_fixture(diffq::models::flux::FluxTransformer2DModel& m) {
+  static const auto ref = diffq::io::SafetensorsFile::open(tiny_flux_dir() / "reference/transformer_forward.safetensors");
+  return m(ref.tensor("in.hidden_states"), ref.tensor("in.encoder_hidden_states"), ref.tensor("in.pooled_projections"),
+           ref.tensor("in.timestep"), ref.tensor("in.guidance"), ref.tensor("in.txt_ids"), ref.tensor("in.img_ids"));
+}
+
 struct FluxPassAB {
   std::unique_ptr<diffq::models::flux::FluxTransformer2DModel> model;  // left compiled with every pass on
   diffq::Tensor eager, y_off, y_on, diffusers_out;
@@ -24,18 +35,13 @@ struct FluxPassAB {
 inline FluxPassAB flux_pass_ab(
     const std::function<void(diffq::compile::CompileOptions&)>& switch_off,
     const std::function<void(diffq::models::flux::FluxTransformer2DModel&)>& prepare = nullptr) {
-  const std::filesystem::path dev = std::filesystem::path(DIFFQ_SOURCE_DIR) / "tests/fixtures/tiny-flux";
   FluxPassAB r;
-  r.model = diffq::models::flux::FluxTransformer2DModel::from_pretrained(dev / "transformer");
+  r.model = diffq::models::flux::FluxTransformer2DModel::from_pretrained(tiny_flux_dir() / "transformer");
   if (prepare) prepare(*r.model);
-  const auto ref = diffq::io::SafetensorsFile::open(dev / "reference/transformer_forward.safetensors");
-  auto run = [&] {
-    return (*r.model)(ref.tensor("in.hidden_states"), ref.tensor("in.encoder_hidden_states"),
-                      ref.tensor("in.pooled_projections"), ref.tensor("in.timestep"), ref.tensor("in.guidance"),
-                      ref.tensor("in.txt_ids"), ref.tensor("in.img_ids"));
-  };
+  auto run = [&] { return run_flux_fixture(*r.model); };
   r.eager = run();
-  r.diffusers_out = ref.tensor("out");
+  r.diffusers_out =
+      diffq::io::SafetensorsFile::open(tiny_flux_dir() / "reference/transformer_forward.safetensors").tensor("out");
   diffq::compile::CompileOptions on, off;
   on.fullgraph = off.fullgraph = true;
   switch_off(off);

@@ -84,16 +84,9 @@ TEST(FuseDequant, IntegerGemmSchemesStayOpaque) {
 // Regional compilation replays one captured block graph for every block: each fused node's quantized GEMM
 // must be the weight of the block being run, not of the block captured.
 TEST(FuseDequant, RegionalCompileUsesEachBlocksOwnWeights) {
-  auto model = FluxTransformer2DModel::from_pretrained(std::filesystem::path(DIFFQ_SOURCE_DIR) /
-                                                       "tests/fixtures/tiny-flux/transformer");
+  auto model = FluxTransformer2DModel::from_pretrained(compile_test::tiny_flux_dir() / "transformer");
   quantize_with("q8_0", "float32")(*model);
-  const auto ref = io::SafetensorsFile::open(std::filesystem::path(DIFFQ_SOURCE_DIR) /
-                                             "tests/fixtures/tiny-flux/reference/transformer_forward.safetensors");
-  auto run = [&] {
-    return (*model)(ref.tensor("in.hidden_states"), ref.tensor("in.encoder_hidden_states"),
-                    ref.tensor("in.pooled_projections"), ref.tensor("in.timestep"), ref.tensor("in.guidance"),
-                    ref.tensor("in.txt_ids"), ref.tensor("in.img_ids"));
-  };
+  auto run = [&] { return compile_test::run_flux_fixture(*model); };
   ASSERT_GE(model->single_transformer_blocks.size(), 2u);
   CompileOptions no;
   no.fullgraph = true;
@@ -114,18 +107,12 @@ TEST(FuseDequant, RegionalCompileUsesEachBlocksOwnWeights) {
 
 // max-autotune times the dense nodes and leaves the quantized GEMM prologues on their scheme's kernel.
 TEST(FuseDequant, MaxAutotuneRunsQuantizedProloguesUntuned) {
-  const std::filesystem::path dev = std::filesystem::path(DIFFQ_SOURCE_DIR) / "tests/fixtures/tiny-flux";
   const std::filesystem::path cache =
       std::filesystem::temp_directory_path() / ("diffq_fuse_dequant_" + std::to_string(::getpid()) + ".json");
   std::filesystem::remove(cache);
-  auto model = FluxTransformer2DModel::from_pretrained(dev / "transformer");
+  auto model = FluxTransformer2DModel::from_pretrained(compile_test::tiny_flux_dir() / "transformer");
   quantize_with("int8wo", "float32")(*model);
-  const auto ref = io::SafetensorsFile::open(dev / "reference/transformer_forward.safetensors");
-  auto run = [&] {
-    return (*model)(ref.tensor("in.hidden_states"), ref.tensor("in.encoder_hidden_states"),
-                    ref.tensor("in.pooled_projections"), ref.tensor("in.timestep"), ref.tensor("in.guidance"),
-                    ref.tensor("in.txt_ids"), ref.tensor("in.img_ids"));
-  };
+  auto run = [&] { return compile_test::run_flux_fixture(*model); };
   const Tensor eager = run();
   CompileOptions o;
   o.fullgraph = true;
