@@ -259,6 +259,15 @@ TEST_F(CliGenerate, OpProfileIsPrintedOnlyWhenAskedFor) {
   // The tiny pipeline's forward runs linear layers (transformer, encoders) and the VAE's convolutions.
   EXPECT_NE(profiled.out.find("linear float32"), std::string::npos) << profiled.out;
   EXPECT_NE(profiled.out.find("conv2d float32"), std::string::npos) << profiled.out;
+  EXPECT_EQ(profiled.out.find("linear float32 ["), std::string::npos) << profiled.out;
+  // =shapes: one row per input shapes, with GFLOP/s for linear and sdpa.
+  ::setenv("DIFFQ_PROFILE_OPS", "shapes", 1);
+  const Result shaped = run_cli(dir_, args);
+  ::unsetenv("DIFFQ_PROFILE_OPS");
+  ASSERT_EQ(shaped.status, 0) << shaped.out;
+  EXPECT_NE(shaped.out.find("GFLOP/s"), std::string::npos) << shaped.out;
+  EXPECT_NE(shaped.out.find("linear float32 ["), std::string::npos) << shaped.out;
+  EXPECT_NE(shaped.out.find("sdpa float32 ["), std::string::npos) << shaped.out;
 }
 
 }  // namespace
