@@ -15,7 +15,7 @@ namespace {
 struct Opaque {
   std::string path;
   OpaqueFn fn;
-  bool quantized_linear = false;  // a hook-free Linear whose quantized weight has a tile linear
+  bool quantized_linear = false;  // a hook-free Linear whose quantized weight computes its linear in parts
 };
 
 class Capturer : public CaptureHook {
@@ -46,7 +46,7 @@ class Capturer : public CaptureHook {
     ops::Attrs a;
     a.i0 = int64_t(opaques_.size());
     auto* lin = dynamic_cast<Linear*>(&m);
-    const bool qlin = lin && m.hooks().empty() && lin->weight.is_quantized() && lin->weight.quantized().has_tile_linear();
+    const bool qlin = lin && m.hooks().empty() && lin->weight.is_quantized() && lin->weight.quantized().has_linear_parts();
     opaques_.push_back({path(m), std::move(run), qlin});
     return trace_.record(ops::OpCall{ops::OpKind::count_, {x}, a}, output_meta(m, x));
   }

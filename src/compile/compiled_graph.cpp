@@ -44,13 +44,11 @@ QuantizedGemm quantized_gemm(Module* root, const std::string& path) {
   check(root != nullptr, "compile", "the quantized GEMM of ", path, " needs the root module");
   auto* lin = dynamic_cast<Linear*>(root->find_module(path));
   check(lin != nullptr, "compile", "module '", path, "' is not a Linear under ", root->type_name());
-  check(lin->weight.is_quantized() && lin->weight.quantized().has_tile_linear() && lin->hooks().empty(), "compile",
-        "'", path, "' was captured as a quantized Linear with a tile linear and no hooks, but is not one now");
+  check(lin->weight.is_quantized() && lin->weight.quantized().has_linear_parts() && lin->hooks().empty(), "compile",
+        "'", path, "' was captured as a quantized Linear computed in parts with no hooks, but is not one now");
   return [lin](const Tensor& x, const backend::cpu::GemmParts& parts) {
     const Tensor bias = lin->has_bias ? lin->bias.dense() : Tensor();
-    const std::optional<quant::TileLinearPlan> plan = lin->weight.quantized().tile_linear_plan(x, bias);
-    check(plan.has_value(), "compile", "'", lin->type_name(), "' gave no tile linear plan");
-    quant::tile_linear_parts(*plan, parts, /*round=*/true);
+    lin->weight.quantized().linear_parts(x, bias, parts);
   };
 }
 

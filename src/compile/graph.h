@@ -76,9 +76,9 @@ struct NormPrologue {
 // buffer is never allocated. `leaf` itself is an undefined input of the node.
 //
 // Quantized (dequantize inside the GEMM): `module` names a Linear (relative to the root module) whose
-// weight is quantized by a scheme with a tile linear (QuantizedWeight::has_tile_linear); the GEMM is
-// that scheme's (its weight tiles dequantized into the f32 GEMM, its bias), found in the module being
-// run, and only x is a leaf (w = b = -1).
+// quantized weight computes its linear in parts (QuantizedWeight::has_linear_parts: weight tiles
+// dequantized into the f32 GEMM, or int8dq's int8 GEMM); the GEMM is that scheme's, with its bias, found
+// in the module being run, and only x is a leaf (w = b = -1).
 struct GemmPrologue {
   int32_t leaf = -1;
   int32_t x = -1, w = -1, b = -1;  // leaves holding the linear's inputs (b: -1 when absent)
@@ -122,8 +122,8 @@ struct Node {
   std::shared_ptr<const NormRope> norm_rope;    // norm_rope
   std::string module_path;                      // opaque
   OpaqueFn opaque;                              // opaque
-  // Opaque: the module is a Linear without hooks whose quantized weight has a tile linear, so the node
-  // can become a fused node's quantized GEMM prologue (fuse_epilogue.cpp).
+  // Opaque: the module is a Linear without hooks whose quantized weight computes its linear in parts
+  // (QuantizedWeight::has_linear_parts), so the node can become a quantized GEMM prologue (fuse_epilogue.cpp).
   bool quantized_linear = false;
   // Concat elision (elide_concat.cpp): the node writes its output straight into node `host`'s buffer,
   // as the view (out.shape, host_strides, host_offset in elements) of it, and has no buffer of its own.

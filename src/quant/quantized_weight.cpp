@@ -20,6 +20,12 @@ Tensor QuantizedWeight::linear_by_plan(const Tensor& x, const Tensor& bias) cons
   return y.dtype() == x.dtype() ? y : y.to(x.dtype());
 }
 
+void QuantizedWeight::linear_parts(const Tensor& x, const Tensor& bias, const backend::cpu::GemmParts& parts) const {
+  const std::optional<quant::TileLinearPlan> plan = tile_linear_plan(x, bias);
+  check(plan.has_value(), "quant.linear", scheme(), " cannot deliver its linear in parts");
+  quant::tile_linear_parts(*plan, parts, /*round=*/true);
+}
+
 size_t QuantizedWeight::nbytes() const {
   size_t n = 0;
   for (const Tensor& t : storage_tensors()) n += t.nbytes();

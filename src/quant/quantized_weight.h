@@ -10,6 +10,10 @@
 #include "diffq/tensor.h"
 #include "quant/dequant_linear.h"
 
+namespace diffq::backend::cpu {
+struct GemmParts;
+}
+
 namespace diffq {
 
 class QuantizedWeight {
@@ -29,6 +33,12 @@ class QuantizedWeight {
   // input, whether tile_linear_plan gives a plan; others (integer GEMMs, LLM.int8) return none.
   virtual bool has_tile_linear() const { return false; }
   virtual std::optional<quant::TileLinearPlan> tile_linear_plan(const Tensor& x, const Tensor& bias) const;
+  // linear(x, bias) delivered part by part (compile's GEMM prologue: the consumer's program runs on each
+  // part right after it is computed): parts.end gets f32 values already holding linear()'s rounding to
+  // x's dtype. Default: the tile plan's parts; schemes with another CPU kernel that can deliver parts
+  // (torchao int8dq) override both. has_linear_parts() says whether linear_parts works.
+  virtual bool has_linear_parts() const { return has_tile_linear(); }
+  virtual void linear_parts(const Tensor& x, const Tensor& bias, const backend::cpu::GemmParts& parts) const;
 
   size_t nbytes() const;  // bytes of the packed storage
 

@@ -1,6 +1,7 @@
 // The tiny-flux fixture transformer (tests/fixtures/tiny-flux, with Diffusers' output) run eagerly, then
 // fully compiled (fullgraph) with one pass switched off and with every pass on: the outputs and pass
-// statistics the per-pass tests compare. `prepare` (optional) changes the model first (quantizes it).
+// statistics the per-pass tests compare. `prepare` (optional) changes the model first (quantizes it);
+// `load` (optional) loads it in another dtype.
 #pragma once
 
 #include <filesystem>
@@ -34,9 +35,10 @@ struct FluxPassAB {
 
 inline FluxPassAB flux_pass_ab(
     const std::function<void(diffq::compile::CompileOptions&)>& switch_off,
-    const std::function<void(diffq::models::flux::FluxTransformer2DModel&)>& prepare = nullptr) {
+    const std::function<void(diffq::models::flux::FluxTransformer2DModel&)>& prepare = nullptr,
+    const diffq::LoadOptions& load = {}) {
   FluxPassAB r;
-  r.model = diffq::models::flux::FluxTransformer2DModel::from_pretrained(tiny_flux_dir() / "transformer");
+  r.model = diffq::models::flux::FluxTransformer2DModel::from_pretrained(tiny_flux_dir() / "transformer", load);
   if (prepare) prepare(*r.model);
   auto run = [&] { return run_flux_fixture(*r.model); };
   r.eager = run();

@@ -1,8 +1,8 @@
-// Dequantize inside the GEMM (fuse_epilogue with fuse_dequant): a quantized Linear whose scheme runs a
-// dequantize-tile + f32 GEMM (QuantizedWeight::has_tile_linear) becomes the GEMM prologue of the fused
-// node reading its output, like a dense linear. The tiny FLUX transformer, quantized with each such
-// scheme, compiled with the pass on and off: the same bits, the quantized linears fused only with it on;
-// schemes without a tile linear (bnb LLM.int8, int8dq) stay opaque.
+// Dequantize inside the GEMM (fuse_epilogue with fuse_dequant): a quantized Linear whose scheme computes
+// its linear in parts (QuantizedWeight::has_linear_parts: a dequantize-tile + f32 GEMM, or int8dq's int8
+// GEMM) becomes the GEMM prologue of the fused node reading its output, like a dense linear, or a
+// quantized GEMM node of its own. The tiny FLUX transformer, quantized with each such scheme, compiled
+// with the pass on and off: the same bits, no opaque call left with it on; bnb LLM.int8 stays opaque.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -36,11 +36,11 @@ void off(CompileOptions& o) { o.fuse_dequant = false; }
 
 }  // namespace
 
-// Every scheme family with a tile linear: torchao (int8wo, int4wo, fp8wo, fp8dq: dequantized activations
-// into the same GEMM), bitsandbytes 4-bit, quanto, GGUF. The f32 fixture model.
+// Every scheme family computed in parts: torchao (int8wo, int4wo, fp8wo, fp8dq: dequantized activations
+// into the same GEMM; int8dq: the int8 GEMM's parts), bitsandbytes 4-bit, quanto, GGUF. The f32 model.
 TEST(FuseDequant, QuantizedFluxSameBitsWithAndWithoutThePass) {
-  for (const char* scheme : {"int8wo", "int4wo", "fp8wo", "fp8dq", "nf4", "fp4", "quanto-int8", "quanto-int4", "q8_0",
-                             "q4_K"}) {
+  for (const char* scheme : {"int8wo", "int4wo", "fp8wo", "fp8dq", "int8dq", "nf4", "fp4", "quanto-int8", "quanto-int4",
+                             "q8_0", "q4_K"}) {
     SCOPED_TRACE(scheme);
     const compile_test::FluxPassAB r = compile_test::flux_pass_ab(off, quantize_with(scheme, "float32"));
     EXPECT_TRUE(same_bits(r.y_on, r.y_off)) << max_rel(r.y_on, r.y_off);
@@ -68,17 +68,29 @@ TEST(FuseDequant, SchemeComputeDtypeRoundingsAreKept) {
   }
 }
 
-// bnb int8 (LLM.int8: outlier columns in f16, the rest int8 x int8) and torchao int8dq (int8 x int8) have no
-// tile linear: their linears stay opaque, and the pass changes nothing.
-TEST(FuseDequant, IntegerGemmSchemesStayOpaque) {
-  for (const char* scheme : {"int8", "int8dq"}) {
+// A bf16 model: int8dq's epilogue rounds to bf16 twice (after the activation scale, at the end), the
+// tile schemes round the result once; the fused parts carry those roundings.
+TEST(FuseDequant, Bf16ModelSameBitsWithAndWithoutThePass) {
+  for (const char* scheme : {"int8dq", "int8wo", "q8_0"}) {
     SCOPED_TRACE(scheme);
-    const compile_test::FluxPassAB r = compile_test::flux_pass_ab(off, quantize_with(scheme, "float32"));
-    EXPECT_TRUE(same_bits(r.y_on, r.y_off));
-    EXPECT_EQ(r.s_on.fused_dequant, 0);
-    EXPECT_EQ(r.s_on.opaque_nodes, r.s_off.opaque_nodes);
-    EXPECT_GT(r.s_on.opaque_nodes, 0);
+    LoadOptions bf16;
+    bf16.dtype = DType::bf16;
+    const compile_test::FluxPassAB r = compile_test::flux_pass_ab(off, quantize_with(scheme, "bfloat16"), bf16);
+    EXPECT_EQ(r.y_on.dtype(), DType::bf16);
+    EXPECT_TRUE(same_bits(r.y_on, r.y_off)) << max_rel(r.y_on, r.y_off);
+    EXPECT_EQ(r.s_on.opaque_nodes, 0);
+    EXPECT_GT(r.s_on.fused_dequant, 0);
   }
+}
+
+// bnb int8 (LLM.int8: outlier columns in f16, the rest int8 x int8) cannot deliver parts: its linears stay
+// opaque, and the pass changes nothing.
+TEST(FuseDequant, LlmInt8StaysOpaque) {
+  const compile_test::FluxPassAB r = compile_test::flux_pass_ab(off, quantize_with("int8", "float32"));
+  EXPECT_TRUE(same_bits(r.y_on, r.y_off));
+  EXPECT_EQ(r.s_on.fused_dequant, 0);
+  EXPECT_EQ(r.s_on.opaque_nodes, r.s_off.opaque_nodes);
+  EXPECT_GT(r.s_on.opaque_nodes, 0);
 }
 
 // Regional compilation replays one captured block graph for every block: each fused node's quantized GEMM

@@ -115,6 +115,40 @@ TEST(Int8Kernels, FusedEpilogueEqualsUnfused) {
           ASSERT_EQ(std::memcmp(fused.data(), ref.data(), fused.size()), 0)
               << "m=" << m << " n=" << n << " k=" << k << " out=" << dtype_name(out) << " per_tensor=" << per_tensor
               << " bias=" << with_bias;
+          // Part by part (compile's GEMM prologue): f32 values equal to the stored ones widened, each
+          // element delivered once, in a part the size parts.begin was told.
+          std::vector<float> parts_y(size_t(m * n), -7.0f);
+          std::vector<int> seen(size_t(m * n), 0);
+          cpu::GemmParts parts;
+          parts.begin = [&](int64_t r0, int64_t, int64_t c0, int64_t, int64_t* ld) {
+            *ld = n + 3;  // a row stride of its own: the part lands in a scratch of the caller's choice
+            thread_local std::vector<float> scratch;
+            scratch.assign(size_t(m * (n + 3)), 0.0f);
+            (void)r0, (void)c0;
+            return scratch.data();
+          };
+          parts.end = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1, const float* part, int64_t ld) {
+            for (int64_t i = r0; i < r1; ++i)
+              for (int64_t j = c0; j < c1; ++j) {
+                parts_y[size_t(i * n + j)] = part[(i - r0) * ld + (j - c0)];
+                ++seen[size_t(i * n + j)];
+              }
+          };
+          cpu::gemm_s8s8_packed_parts(m, n, k, ap.data(), b.data(), k, ep, parts);
+          for (int64_t e = 0; e < m * n; ++e) {
+            float want;
+            if (out == DType::f32) std::memcpy(&want, ref.data() + e * 4, 4);
+            else {
+              uint16_t h;
+              std::memcpy(&h, ref.data() + e * 2, 2);
+              want = out == DType::bf16 ? bf16_to_f32(h) : f16_to_f32(h);
+            }
+            ASSERT_EQ(seen[size_t(e)], 1) << e;
+            const float got = parts_y[size_t(e)];
+            ASSERT_TRUE(std::memcmp(&got, &want, 4) == 0 || (std::isnan(got) && std::isnan(want)))
+                << "parts: element " << e << " " << got << " vs " << want << " m=" << m << " n=" << n << " out="
+                << dtype_name(out);
+          }
         }
 }
 

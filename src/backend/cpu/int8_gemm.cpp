@@ -77,7 +77,11 @@ inline void epilogue_scalar(int64_t i0, int64_t mr, int64_t j0, int64_t nr, cons
     for (int64_t j = 0; j < nr; ++j) {
       float v = round_out(ep.out, float(t[r * ldt + j]) * sx) * ep.col_scale[j0 + j];
       if (ep.bias) v += ep.bias[j0 + j];
-      const size_t at = size_t(i * ep.ldy + j0 + j);
+      const size_t at = size_t((i - ep.y_row0) * ep.ldy + j0 + j - ep.y_col0);
+      if (ep.store_f32) {
+        static_cast<float*>(ep.y)[at] = round_out(ep.out, v);
+        continue;
+      }
       switch (ep.out) {
         case DType::bf16: static_cast<uint16_t*>(ep.y)[at] = f32_to_bf16(v); break;
         case DType::f16: static_cast<uint16_t*>(ep.y)[at] = f32_to_f16(v); break;
@@ -265,8 +269,10 @@ void Int8TileEpilogue(const int32_t* tile, int64_t i0, int64_t mr, int64_t j0, i
         if (bf) f = hn::BitCast(df, bf_bits(f));
         f = hn::Mul(f, hn::LoadU(df, ep->col_scale + j0 + v0));
         if (ep->bias) f = hn::Add(f, hn::LoadU(df, ep->bias + j0 + v0));
-        const size_t at = size_t(i * ep->ldy + j0 + v0);
-        if (bf)
+        const size_t at = size_t((i - ep->y_row0) * ep->ldy + j0 + v0 - ep->y_col0);
+        if (bf && ep->store_f32)
+          hn::StoreU(hn::BitCast(df, bf_bits(f)), df, static_cast<float*>(ep->y) + at);
+        else if (bf)
           hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, hn::ShiftRight<16>(bf_bits(f)))), du16, static_cast<uint16_t*>(ep->y) + at);
         else
           hn::StoreU(f, df, static_cast<float*>(ep->y) + at);
@@ -333,6 +339,27 @@ void pack_a_s8(int64_t m, int64_t k, const int8_t* a, int64_t lda, int16_t* dst)
 
 namespace {
 
+// The threads' shares of a GEMM: f(s0, s1, q0, q1) per share of A strips x B panels, on the pool.
+// Threads split the columns (each widens only its own B panels); rows too when columns run short.
+template <class F>
+void for_each_int8_part(int64_t m, int64_t n, int64_t k, const F& f) {
+  // run_part holds dispatched function pointers across thousands of tile calls. Taken before Highway has
+  // chosen a target they would be its first-call trampoline, which re-detects the CPU (CPUID, a VM exit
+  // under virtualisation) on every call: choose the target first.
+  hwy::ChosenTarget& chosen = hwy::GetChosenTarget();
+  if (!chosen.IsInitialized()) chosen.Update(hwy::SupportedTargets());
+  const int64_t strips = (m + kMR - 1) / kMR, panels = (n + kNR - 1) / kNR;
+  int64_t threads = in_parallel_region() ? 1 : num_threads();
+  if (double(m) * double(n) * double(k) < 1 << 18) threads = 1;
+  const int64_t tn = std::min(threads, panels), tm = std::min(std::max<int64_t>(1, threads / tn), strips);
+  parallel_for(tn * tm, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t im = t / tn, in = t % tn;
+      f(strips * im / tm, strips * (im + 1) / tm, panels * in / tn, panels * (in + 1) / tn);
+    }
+  });
+}
+
 // One thread's share: A strips [s0, s1) x B panels [q0, q1), all of K.
 void run_part(int64_t m, int64_t n, int64_t k, const int16_t* ap, const int8_t* b, int64_t ldb, int32_t* c,
               int64_t ldc, const Int8Epilogue* ep, int64_t s0, int64_t s1, int64_t q0, int64_t q1) {
@@ -387,22 +414,34 @@ void gemm_s8s8_packed(int64_t m, int64_t n, int64_t k, const int16_t* a_packed, 
     }
     return;
   }
-  // run_part holds dispatched function pointers across thousands of tile calls. Taken before Highway has
-  // chosen a target they would be its first-call trampoline, which re-detects the CPU (CPUID, a VM exit
-  // under virtualisation) on every call: choose the target first.
-  hwy::ChosenTarget& chosen = hwy::GetChosenTarget();
-  if (!chosen.IsInitialized()) chosen.Update(hwy::SupportedTargets());
-  const int64_t strips = (m + kMR - 1) / kMR, panels = (n + kNR - 1) / kNR;
-  // Threads split the columns (each widens only its own B panels); rows too when columns run short.
-  int64_t threads = in_parallel_region() ? 1 : num_threads();
-  if (double(m) * double(n) * double(k) < 1 << 18) threads = 1;
-  const int64_t tn = std::min(threads, panels), tm = std::min(std::max<int64_t>(1, threads / tn), strips);
-  parallel_for(tn * tm, 1, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t im = t / tn, in = t % tn;
-      run_part(m, n, k, a_packed, b, ldb, c, ldc, ep, strips * im / tm, strips * (im + 1) / tm, panels * in / tn,
-               panels * (in + 1) / tn);
-    }
+  for_each_int8_part(m, n, k, [&](int64_t s0, int64_t s1, int64_t q0, int64_t q1) {
+    run_part(m, n, k, a_packed, b, ldb, c, ldc, ep, s0, s1, q0, q1);
+  });
+}
+
+void gemm_s8s8_packed_parts(int64_t m, int64_t n, int64_t k, const int16_t* a_packed, const int8_t* b, int64_t ldb,
+                            const Int8Epilogue& ep, const GemmParts& parts) {
+  if (m <= 0 || n <= 0) return;
+  auto part = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1, const std::function<void(const Int8Epilogue&)>& run) {
+    Int8Epilogue e = ep;
+    e.store_f32 = true;
+    e.y = parts.begin(r0, r1, c0, c1, &e.ldy);
+    e.y_row0 = r0;
+    e.y_col0 = c0;
+    run(e);
+    parts.end(r0, r1, c0, c1, static_cast<const float*>(e.y), e.ldy);
+  };
+  if (k <= 0) {  // the epilogue of an all-zero product, as gemm_s8s8_packed
+    const std::vector<int32_t> zeros(size_t(n), 0);
+    part(0, m, 0, n, [&](const Int8Epilogue& e) {
+      for (int64_t i = 0; i < m; ++i) epilogue_scalar(i, 1, 0, n, zeros.data(), 0, e);
+    });
+    return;
+  }
+  for_each_int8_part(m, n, k, [&](int64_t s0, int64_t s1, int64_t q0, int64_t q1) {
+    const int64_t r0 = s0 * kMR, r1 = std::min(m, s1 * kMR), c0 = q0 * kNR, c1 = std::min(n, q1 * kNR);
+    if (r1 <= r0 || c1 <= c0) return;
+    part(r0, r1, c0, c1, [&](const Int8Epilogue& e) { run_part(m, n, k, a_packed, b, ldb, nullptr, 0, &e, s0, s1, q0, q1); });
   });
 }
 

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/cpu/gemm.h"
 #include "diffq/dtype.h"
 
 namespace diffq::backend::cpu {
@@ -40,6 +41,8 @@ void pack_a_row_s16(const int16_t* row, int64_t k, int16_t* strip, int64_t r);
 // The int8 linear's output: y[i, j] = round(out, round(out, float(c[i, j]) * row_scale[i]) * col_scale[j]
 // + bias[j]) stored as `out` (f32, bf16 or f16), where round(dt, v) is v rounded to dt and back.
 // row_scale has m entries (one when per_tensor); bias may be null (then no addition).
+// With store_f32 the values (rounded to `out` all the same) are stored as f32, and element (i, j) goes to
+// y[(i - y_row0) * ldy + (j - y_col0)] (a part of the output, gemm_s8s8_packed_parts).
 struct Int8Epilogue {
   const float* row_scale = nullptr;
   bool per_tensor = false;
@@ -48,12 +51,21 @@ struct Int8Epilogue {
   DType out = DType::f32;
   void* y = nullptr;
   int64_t ldy = 0;  // elements
+  bool store_f32 = false;
+  int64_t y_row0 = 0, y_col0 = 0;
 };
 
 // The GEMM on packed A. With ep == nullptr writes int32 C[m, n] (row stride ldc); otherwise writes
 // ep's output and c is unused. Multithreaded with the diffq thread count.
 void gemm_s8s8_packed(int64_t m, int64_t n, int64_t k, const int16_t* a_packed, const int8_t* b, int64_t ldb,
                       int32_t* c, int64_t ldc, const Int8Epilogue* ep);
+
+// The same GEMM with ep's output delivered part by part (compile's GEMM epilogue): the parts are the
+// threads' shares (rows x columns of y) of gemm_s8s8_packed; parts.begin gives where each goes (f32, row
+// stride *ld), ep is applied with store_f32 (ep's y / ldy / origin are set per part), and parts.end
+// receives the part right after it is finished, on the same thread.
+void gemm_s8s8_packed_parts(int64_t m, int64_t n, int64_t k, const int16_t* a_packed, const int8_t* b, int64_t ldb,
+                            const Int8Epilogue& ep, const GemmParts& parts);
 
 // C[m, n] = sum_k A[m, k] * B[n, k] (packs A into a per-thread workspace, then gemm_s8s8_packed).
 void gemm_s8s8s32(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const int8_t* b,

@@ -220,6 +220,11 @@ std::optional<TileLinearPlan> AffineInt8Weight::tile_linear_plan(const Tensor& x
   return TileLinearPlan{x, bias, n_, k_, [this](int64_t a, int64_t b, float* dst) { dequant_rows(a, b, DType::f32, dst); }};
 }
 
+void AffineInt8Weight::linear_parts(const Tensor& x, const Tensor& bias, const backend::cpu::GemmParts& parts) const {
+  if (act_) return int8_dynamic_linear_parts(x, bias, *this, parts);
+  QuantizedWeight::linear_parts(x, bias, parts);
+}
+
 Tensor AffineInt8Weight::linear(const Tensor& x, const Tensor& bias) const {
   if (act_) return int8_dynamic_linear(x, bias, *this);
   return linear_by_plan(x, bias);

@@ -44,7 +44,20 @@ void quantize_activations_int8(const float* x, int64_t m, int64_t k, DType dt, b
   });
 }
 
-Tensor int8_dynamic_linear(const Tensor& x, const Tensor& bias, const AffineInt8Weight& w) {
+namespace {
+
+// Per-call buffers, kept per calling thread (no heap traffic in the steady state).
+thread_local std::vector<float> ws, bv, xs, mins, maxs;
+thread_local std::vector<int16_t> apack;
+
+// One call's quantized activations (packed A) and the GEMM's epilogue (scales, bias, x's dtype), pointing
+// into this thread's buffers; ep.y is left for the caller.
+struct Int8Call {
+  int64_t m = 0, n = 0, k = 0;
+  cpu::Int8Epilogue ep;
+};
+
+Int8Call prepare(const Tensor& x, const Tensor& bias, const AffineInt8Weight& w) {
   const int64_t n = w.shape()[0], k = w.shape()[1];
   check(x.dim() >= 1 && x.shape().back() == k, "torchao.int8dq", "input's last dimension is ",
         x.dim() ? x.shape().back() : 0, ", the weight has in_features ", k);
@@ -53,9 +66,6 @@ Tensor int8_dynamic_linear(const Tensor& x, const Tensor& bias, const AffineInt8
   check(w.block_cols() == k, "torchao.int8dq", "weight scale must be per row or per tensor, got block_size [",
         w.block_rows(), ", ", w.block_cols(), "]");
   if (bias.defined()) check(bias.dim() == 1 && bias.shape()[0] == n, "torchao.int8dq", "bias must be [", n, "]");
-  // Per-call buffers are kept per calling thread (no heap traffic in the steady state).
-  thread_local std::vector<float> ws, bv, xs, mins, maxs;
-  thread_local std::vector<int16_t> apack;
   ws.resize(size_t(n));
   for (int64_t j = 0; j < n; ++j) {
     ws[size_t(j)] = w.scale_at(j, 0);
@@ -113,25 +123,39 @@ Tensor int8_dynamic_linear(const Tensor& x, const Tensor& bias, const AffineInt8
       }
   });
 
-  // int8 GEMM with the scale / bias / cast epilogue fused into its tile stores.
+  // The int8 GEMM's scale / bias / cast epilogue, fused into its tile stores.
   if (bias.defined()) {
     bv.resize(size_t(n));
     const Tensor bf = bias.to(DType::f32).contiguous();
     std::copy(bf.data<float>(), bf.data<float>() + n, bv.begin());
   }
+  Int8Call c;
+  c.m = m, c.n = n, c.k = k;
+  c.ep.row_scale = xs.data();
+  c.ep.per_tensor = per_tensor;
+  c.ep.col_scale = ws.data();
+  c.ep.bias = bias.defined() ? bv.data() : nullptr;
+  c.ep.out = dt;
+  return c;
+}
+
+}  // namespace
+
+Tensor int8_dynamic_linear(const Tensor& x, const Tensor& bias, const AffineInt8Weight& w) {
+  Int8Call c = prepare(x, bias, w);
   Shape out_shape = x.shape();
-  out_shape.back() = n;
-  Tensor y = Tensor::empty(out_shape, dt);
-  cpu::Int8Epilogue ep;
-  ep.row_scale = xs.data();
-  ep.per_tensor = per_tensor;
-  ep.col_scale = ws.data();
-  ep.bias = bias.defined() ? bv.data() : nullptr;
-  ep.out = dt;
-  ep.y = y.data_ptr();
-  ep.ldy = n;
-  cpu::gemm_s8s8_packed(m, n, k, apack.data(), w.qdata().data<int8_t>(), k, nullptr, 0, &ep);
+  out_shape.back() = c.n;
+  Tensor y = Tensor::empty(out_shape, x.dtype());
+  c.ep.y = y.data_ptr();
+  c.ep.ldy = c.n;
+  cpu::gemm_s8s8_packed(c.m, c.n, c.k, apack.data(), w.qdata().data<int8_t>(), c.k, nullptr, 0, &c.ep);
   return y;
+}
+
+void int8_dynamic_linear_parts(const Tensor& x, const Tensor& bias, const AffineInt8Weight& w,
+                               const cpu::GemmParts& parts) {
+  const Int8Call c = prepare(x, bias, w);
+  cpu::gemm_s8s8_packed_parts(c.m, c.n, c.k, apack.data(), w.qdata().data<int8_t>(), c.k, c.ep, parts);
 }
 
 }  // namespace diffq::quant::torchao

@@ -9,6 +9,10 @@
 
 #include "diffq/tensor.h"
 
+namespace diffq::backend::cpu {
+struct GemmParts;
+}
+
 namespace diffq::quant::torchao {
 
 class AffineInt8Weight;
@@ -19,5 +23,9 @@ void quantize_activations_int8(const float* x, int64_t m, int64_t k, DType dt, b
                                std::vector<float>& scale);
 
 Tensor int8_dynamic_linear(const Tensor& x, const Tensor& bias, const AffineInt8Weight& w);
+// The same values part by part (compile's GEMM epilogue): parts.end gets f32 values already rounded to
+// x's dtype, the int8 GEMM's thread shares as parts.
+void int8_dynamic_linear_parts(const Tensor& x, const Tensor& bias, const AffineInt8Weight& w,
+                               const backend::cpu::GemmParts& parts);
 
 }  // namespace diffq::quant::torchao
