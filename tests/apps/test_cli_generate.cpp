@@ -175,6 +175,14 @@ TEST_F(CliGenerate, BadInputIsAClearErrorAndWritesNothing) {
 // --compile full|regional: the final latents equal the eager run's within 1e-5 (relative to the max).
 TEST_F(CliGenerate, CompiledTransformerGivesTheEagerLatents) {
   const std::string base = "generate -p 'a cat' --steps 2 --width 32 --height 32 --seed 3 --output-type latent ";
+  // A batch of two as well: regional compile's single blocks then copy their (non-contiguous) inputs.
+  const Result batch = run_cli(dir_, base + "--num-images 2 -o eager2.safetensors");
+  ASSERT_EQ(batch.status, 0) << batch.out;
+  const Result batch_c = run_cli(dir_, base + "--num-images 2 --compile regional -o regional2.safetensors");
+  ASSERT_EQ(batch_c.status, 0) << batch_c.out;
+  EXPECT_LE(max_rel(diffq::io::SafetensorsFile::open(dir_ / "regional2.safetensors").tensor("latents").to_f32_vector(),
+                    diffq::io::SafetensorsFile::open(dir_ / "eager2.safetensors").tensor("latents").to_f32_vector()),
+            1e-5);
   const Result eager = run_cli(dir_, base + "-o eager.safetensors");
   ASSERT_EQ(eager.status, 0) << eager.out;
   const auto want = diffq::io::SafetensorsFile::open(dir_ / "eager.safetensors").tensor("latents").to_f32_vector();

@@ -354,10 +354,11 @@ Tensor FluxTransformer2DModel::forward_body(const Tensor& hidden, const Tensor& 
     record("transformer_blocks." + std::to_string(i) + ".0", e);
     record("transformer_blocks." + std::to_string(i) + ".1", x);
   }
-  if (single_transformer_blocks.size() > 0 && single_transformer_blocks[0].compiled) {
+  if (single_transformer_blocks.size() > 0 && single_transformer_blocks[0].compiled && e.size(0) == 1) {
     // Regional compilation: the first single block's inputs become slices of one buffer, as every later
     // block's are (the previous block's output), so that each block's cat([txt, img]) is a view of its
-    // inputs' buffer instead of a copy (compile: Node::alias_inputs). The same values.
+    // inputs' buffer instead of a copy (compile: Node::alias_inputs). The same values. (With a batch of
+    // several the slices are not contiguous and the compiled blocks copy their inputs anyway.)
     const int64_t T = e.size(1);
     const Tensor joint = ops::concat({e, x}, 1);  // [B, T + N, D]
     e = joint.slice(1, 0, T);
