@@ -6,7 +6,9 @@ case's final latents differ by more than the pipeline tests' bound (max |d| / ma
 image by more than their PSNR bound (>= 40 dB).
 
   tools/.venv/bin/python tools/reference/crosscheck_flux.py [--cases 20] [--seed 0] [--build build]
-      [--random-models]
+      [--random-models] [--dtype bfloat16] [--quant SCHEME] [--compile full|regional]
+
+--compile: diffq's transformer runs compiled (`diffq generate --compile ...`), Diffusers' eagerly.
 
 --random-models: every case also gets its own freshly built pipeline with a random config (CLIP width,
 heads, layers, activation and eos id; T5 width, heads, d_kv, layers, gated-gelu or relu feed-forward,
@@ -179,7 +181,8 @@ def diffusers_latents(case: dict, folder: Path, dtype: str, quant: str | None, s
     return ref, np.round(images * 255).astype(np.uint8), sensitivity
 
 
-def diffq_latents(case: dict, folder: Path, diffq: Path, out: Path, dtype: str, quant: str | None):
+def diffq_latents(case: dict, folder: Path, diffq: Path, out: Path, dtype: str, quant: str | None,
+                  compile_mode: str | None = None):
     import torch
     from safetensors.torch import load_file
 
@@ -189,6 +192,8 @@ def diffq_latents(case: dict, folder: Path, diffq: Path, out: Path, dtype: str, 
             "-o", str(out.with_suffix(".png")), "--output-latents", str(out), "--dtype", dtype]
     if quant:
         args += ["--quant", quant, "--quantize", "transformer"]
+    if compile_mode:
+        args += ["--compile", compile_mode]
     if "sigmas" in case:
         args += ["--sigmas", ",".join(str(s) for s in case["sigmas"])]
     else:
@@ -225,6 +230,8 @@ def main() -> int:
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     ap.add_argument("--quant", choices=sorted(QUANT_BOUND), default=None,
                     help="quantize the transformer in both (the bound becomes the scheme's pipeline-test bound)")
+    ap.add_argument("--compile", choices=["full", "regional"], default=None,
+                    help="run diffq's transformer compiled (Diffusers stays eager)")
     ap.add_argument("--sensitivity", action="store_true",
                     help="also report Diffusers vs itself with the noise nudged by ~1 ulp (always on for int8dq)")
     ap.add_argument("--max-rel", type=float, default=None, help="latents bound (default 1e-3; bfloat16: 5e-2)")
@@ -262,7 +269,7 @@ def main() -> int:
             cfg_path.write_text(json.dumps(cfg, indent=2))
             ref, ref_img, sensitivity = diffusers_latents(case, folder, a.dtype, a.quant,
                                                           a.sensitivity or a.quant in DYNAMIC_ACTIVATION)
-            got, err = diffq_latents(case, folder, diffq, tmp / f"out{i}.safetensors", a.dtype, a.quant)
+            got, err = diffq_latents(case, folder, diffq, tmp / f"out{i}.safetensors", a.dtype, a.quant, a.compile)
             got, img = got if got is not None else (None, None)
             if not bool(ref.isfinite().all()):
                 # Diffusers computed NaN/inf (e.g. shift_terminal with one step divides 0 by 0): diffq
