@@ -52,6 +52,8 @@ std::string compile_report_line(const nlohmann::json& r) {
   std::snprintf(buf, sizeof buf, "compile: %lld graph(s) compiled in %.3f s", (long long)r.at("graphs").get<int64_t>(),
                 r.at("compile_s").get<double>());
   std::string s = buf;
+  if (const int64_t q = r.at("quantized_gemm_nodes").get<int64_t>(); q > 0) s += "; " + std::to_string(q) + " quantized GEMM node(s)";
+  if (const int64_t o = r.at("opaque_nodes").get<int64_t>(); o > 0) s += "; " + std::to_string(o) + " opaque call(s)";
   if (const auto& a = r.at("autotune"); !a.is_null()) {
     std::snprintf(buf, sizeof buf,
                   "; autotune: %lld nodes, %lld timed (%lld candidates), %lld from the cache, %lld not default, "

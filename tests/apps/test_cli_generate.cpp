@@ -216,6 +216,10 @@ TEST_F(CliGenerate, QuantizedCompiledTransformerRunsQuantizedGemmNodes) {
     const auto got = diffq::io::SafetensorsFile::open(dir_ / "q.safetensors").tensor("latents").to_f32_vector();
     EXPECT_LE(max_rel(got, want), 1e-5) << mode;
   }
+  const Result line = run_cli(dir_, base + "--compile regional -o q.safetensors");  // the stderr summary
+  ASSERT_EQ(line.status, 0) << line.out;
+  EXPECT_NE(line.out.find("quantized GEMM node(s)"), std::string::npos) << line.out;
+  EXPECT_EQ(line.out.find("opaque call(s)"), std::string::npos) << line.out;
 }
 
 // --compile ... --autotune: the first run times candidates and writes the cache file named by
