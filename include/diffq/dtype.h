@@ -51,6 +51,14 @@ uint8_t f32_to_f8_e4m3fn(float f);
 float f8_e5m2_to_f32(uint8_t v);
 uint8_t f32_to_f8_e5m2(float f);
 
+// v rounded to t and back to f32 (the value a tensor of dtype t holds): bf16 and f16 round to nearest
+// even (NaN stays NaN); every other dtype leaves v as it is.
+inline float round_through(DType t, float v) {
+  if (t == DType::bf16) return bf16_to_f32(f32_to_bf16(v));
+  if (t == DType::f16) return f16_to_f32(f32_to_f16(v));
+  return v;
+}
+
 // Storage types for the 16/8-bit floats, so templates can tell them apart.
 struct bf16_t { uint16_t bits; };
 struct f16_t { uint16_t bits; };

@@ -8,12 +8,6 @@
 namespace diffq::compile {
 
 namespace {
-float round_to(float v, DType t) {
-  if (t == DType::bf16) return bf16_to_f32(f32_to_bf16(v));
-  if (t == DType::f16) return f16_to_f32(f32_to_f16(v));
-  return v;
-}
-
 float unary_ref(int64_t fn, float x) {
   switch (ops::UnaryFn(fn)) {
     case ops::UnaryFn::silu: return x / (1.f + std::exp(-x));
@@ -77,7 +71,7 @@ Tensor reference_norm(const NormPrologue& np, const std::vector<Tensor>& leaves,
     for (int64_t i = 0; i < D; ++i) var += (row[i] - mean) * (row[i] - mean);
     const double rstd = 1.0 / std::sqrt(var / double(D) + np.eps);
     for (int64_t i = 0; i < D; ++i)
-      y[size_t(r * D + i)] = round_to(float((row[i] - mean) * rstd * w[size_t(i)] + b[size_t(i)]), np.dtype);
+      y[size_t(r * D + i)] = round_through(np.dtype, float((row[i] - mean) * rstd * w[size_t(i)] + b[size_t(i)]));
   }
   return Tensor::from_vector(y, shape);
 }
@@ -97,7 +91,7 @@ Tensor reference_linear(const GemmPrologue& gp, const std::vector<Tensor>& leave
     for (int64_t n = 0; n < N; ++n) {
       double acc = b[size_t(n)];
       for (int64_t k = 0; k < K; ++k) acc += xv[size_t(m * K + k)] * wv[size_t(n * K + k)];
-      y[size_t(m * N + n)] = round_to(float(acc), gp.dtype);
+      y[size_t(m * N + n)] = round_through(gp.dtype, float(acc));
     }
   return Tensor::from_vector(y, shape);
 }
@@ -136,7 +130,7 @@ void run_fused_reference(const FusedProgram& p, const std::vector<Tensor>& leave
         case Instr::Op::unary: v = unary_ref(in.fn, reg[size_t(in.a)]); break;
         case Instr::Op::cast: v = reg[size_t(in.a)]; break;
       }
-      reg[k] = round_to(v, in.dtype);
+      reg[k] = round_through(in.dtype, v);
     }
     store_from_double(out.data_ptr(), out.dtype(), e, double(reg.back()));
     for (int64_t d = rank - 1; d >= 0; --d) {
@@ -163,14 +157,14 @@ void run_norm_rope_reference(const NormRope& p, const std::vector<Tensor>& leave
           double q = 0;
           for (int64_t d = 0; d < D; ++d) q += row[d] * row[d];
           const double rstd = 1.0 / std::sqrt(q / double(D) + seg.eps);
-          for (int64_t d = 0; d < D; ++d) y[size_t(d)] = round_to(float(row[d] * rstd * w[size_t(d)]), p.norm_dtype);
+          for (int64_t d = 0; d < D; ++d) y[size_t(d)] = round_through(p.norm_dtype, float(row[d] * rstd * w[size_t(d)]));
           const int64_t s = seg.s0 + i, o = ((b * S + s) * H + h) * D;
           for (int64_t d = 0; d < D; d += 2) {
             const double c0 = cs[size_t(s * D + d)], c1 = cs[size_t(s * D + d + 1)];
             const double s0 = sn[size_t(s * D + d)], s1 = sn[size_t(s * D + d + 1)];
             const double a = y[size_t(d)], bb = y[size_t(d + 1)];
-            store_from_double(out.data_ptr(), out.dtype(), o + d, double(round_to(float(a * c0 - bb * s0), out.dtype())));
-            store_from_double(out.data_ptr(), out.dtype(), o + d + 1, double(round_to(float(bb * c1 + a * s1), out.dtype())));
+            store_from_double(out.data_ptr(), out.dtype(), o + d, double(round_through(out.dtype(), float(a * c0 - bb * s0))));
+            store_from_double(out.data_ptr(), out.dtype(), o + d + 1, double(round_through(out.dtype(), float(bb * c1 + a * s1))));
           }
         }
   }

@@ -62,15 +62,10 @@ void tile_linear_parts(const TileLinearPlan& p, const cpu::GemmParts& parts, boo
     shifted.end = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1, const float* part, int64_t ld) {
       // The part is the buffer parts.begin handed out for these rows and columns: writable.
       float* w = const_cast<float*>(part);
-      if (bp)
+      if (bp || rd != DType::f32)
         for (int64_t r = 0; r < r1 - r0; ++r)
-          for (int64_t c = 0; c < c1 - c0; ++c) w[r * ld + c] += bp[n0 + c0 + c];
-      if (rd == DType::bf16)
-        for (int64_t r = 0; r < r1 - r0; ++r)
-          for (int64_t c = 0; c < c1 - c0; ++c) w[r * ld + c] = bf16_to_f32(f32_to_bf16(w[r * ld + c]));
-      else if (rd == DType::f16)
-        for (int64_t r = 0; r < r1 - r0; ++r)
-          for (int64_t c = 0; c < c1 - c0; ++c) w[r * ld + c] = f16_to_f32(f32_to_f16(w[r * ld + c]));
+          for (int64_t c = 0; c < c1 - c0; ++c)
+            w[r * ld + c] = round_through(rd, bp ? w[r * ld + c] + bp[n0 + c0 + c] : w[r * ld + c]);
       parts.end(r0, r1, n0 + c0, n0 + c1, part, ld);
     };
     cpu::sgemm_parts(false, true, M, n1 - n0, K, 1.0f, xp, K, tp, K, 0.0f, shifted);

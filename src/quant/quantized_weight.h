@@ -24,13 +24,14 @@ class QuantizedWeight {
   virtual Tensor dequantize(DType dtype) const = 0;    // reference path, bit-exact with the library
   // The packed tensors (codes, scales, ...): residency moves (offload) go through these.
   virtual std::vector<Tensor> storage_tensors() const = 0;
-  // y = x @ W^T + b. Default: dequantize to x's dtype and run the dense linear op; schemes with a
-  // fused kernel override it.
+  // y = x @ W^T + b. Default: with a tile linear (below), run its plan (run_tile_linear) and round to x's
+  // dtype; otherwise dequantize to x's dtype and run the dense linear op. Schemes with another kernel
+  // override it.
   virtual Tensor linear(const Tensor& x, const Tensor& bias) const;
   // Schemes whose CPU linear dequantizes W tile by tile into the f32 GEMM (dequant_linear.h) describe
-  // that computation for x and bias here; linear() runs it (linear_by_plan) and compile runs it part by
-  // part with the consumer's epilogue ("dequantize inside the GEMM"). has_tile_linear() says, without an
-  // input, whether tile_linear_plan gives a plan; others (integer GEMMs, LLM.int8) return none.
+  // that computation for x and bias here; linear() runs it and compile runs it part by part with the
+  // consumer's epilogue ("dequantize inside the GEMM"). has_tile_linear() says, without an input,
+  // whether tile_linear_plan gives a plan; others (integer GEMMs, LLM.int8) return none.
   virtual bool has_tile_linear() const { return false; }
   virtual std::optional<quant::TileLinearPlan> tile_linear_plan(const Tensor& x, const Tensor& bias) const;
   // linear(x, bias) delivered part by part (compile's GEMM prologue: the consumer's program runs on each
@@ -41,10 +42,6 @@ class QuantizedWeight {
   virtual void linear_parts(const Tensor& x, const Tensor& bias, const backend::cpu::GemmParts& parts) const;
 
   size_t nbytes() const;  // bytes of the packed storage
-
- protected:
-  // run_tile_linear(tile_linear_plan(x, bias)) rounded to x's dtype.
-  Tensor linear_by_plan(const Tensor& x, const Tensor& bias) const;
 };
 
 }  // namespace diffq

@@ -211,9 +211,9 @@ Tensor unfused_linear(const Tensor& x, const Tensor& bias, const tao::AffineInt8
   std::vector<float> y(size_t(m * n));
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
-      float t = tao::round_to(dt, float(c[size_t(i * n + j)]) * xs[per_tensor ? 0 : size_t(i)]) * w.scale_at(j, 0);
+      float t = round_through(dt, float(c[size_t(i * n + j)]) * xs[per_tensor ? 0 : size_t(i)]) * w.scale_at(j, 0);
       if (!bv.empty()) t += bv[size_t(j)];
-      y[size_t(i * n + j)] = tao::round_to(dt, t);
+      y[size_t(i * n + j)] = round_through(dt, t);
     }
   Shape shape = x.shape();
   shape.back() = n;

@@ -59,14 +59,6 @@ inline void pack_b_scalar(const int8_t* b, int64_t ldb, int64_t cols, int64_t kc
   }
 }
 
-inline float round_out(DType dt, float v) {
-  switch (dt) {
-    case DType::bf16: return bf16_to_f32(f32_to_bf16(v));
-    case DType::f16: return f16_to_f32(f32_to_f16(v));
-    default: return v;
-  }
-}
-
 // The epilogue of rows [i0, i0 + mr) x columns [j0, j0 + nr) from an int32 tile (row stride ldt),
 // element by element (the reference, and the vector path's edges).
 inline void epilogue_scalar(int64_t i0, int64_t mr, int64_t j0, int64_t nr, const int32_t* t, int64_t ldt,
@@ -75,11 +67,11 @@ inline void epilogue_scalar(int64_t i0, int64_t mr, int64_t j0, int64_t nr, cons
     const int64_t i = i0 + r;
     const float sx = ep.row_scale[ep.per_tensor ? 0 : i];
     for (int64_t j = 0; j < nr; ++j) {
-      float v = round_out(ep.out, float(t[r * ldt + j]) * sx) * ep.col_scale[j0 + j];
+      float v = round_through(ep.out, float(t[r * ldt + j]) * sx) * ep.col_scale[j0 + j];
       if (ep.bias) v += ep.bias[j0 + j];
       const size_t at = size_t((i - ep.y_row0) * ep.ldy + j0 + j - ep.y_col0);
       if (ep.store_f32) {
-        static_cast<float*>(ep.y)[at] = round_out(ep.out, v);
+        static_cast<float*>(ep.y)[at] = round_through(ep.out, v);
         continue;
       }
       switch (ep.out) {

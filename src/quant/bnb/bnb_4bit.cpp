@@ -485,11 +485,9 @@ std::optional<TileLinearPlan> Bnb4bitWeight::tile_linear_plan(const Tensor& x, c
   Tensor bc;
   if (bias.defined()) bc = bias.to(x.dtype()).to(compute_dtype_);  // Linear4bit casts bias to x's dtype first
   const DType round_to = compute_dtype_;
-  // The result is in compute_dtype_, then cast back to x's dtype (linear_by_plan).
+  // The result is in compute_dtype_, then cast back to x's dtype (QuantizedWeight::linear).
   return TileLinearPlan{xc, bc, N, K, [this, round_to](int64_t n0, int64_t n1, float* dst) { dequant_rows(n0, n1, dst, round_to); }};
 }
-
-Tensor Bnb4bitWeight::linear(const Tensor& x, const Tensor& bias) const { return linear_by_plan(x, bias); }
 
 // ---- quantize --------------------------------------------------------------------------------------
 

@@ -122,8 +122,7 @@ class Bnb4bitWeight : public QuantizedWeight {
   Shape shape() const override { return state_.shape; }
   Tensor dequantize(DType dtype) const override;  // bit-exact with bnb's dequantize_4bit(..., dtype)
   std::vector<Tensor> storage_tensors() const override;
-  Tensor linear(const Tensor& x, const Tensor& bias) const override;
-  bool has_tile_linear() const override { return true; };
+  bool has_tile_linear() const override { return true; }
   std::optional<quant::TileLinearPlan> tile_linear_plan(const Tensor& x, const Tensor& bias) const override;
 
   // Rows [n0, n1) as float32 (Highway kernel), K per row; `round_to` f32 (none), bf16 or f16 rounds each

@@ -19,12 +19,6 @@ constexpr const char* kCtx = "bnb";
 constexpr float kInv127 = float(7.874015718698502e-3);  // the literal bitsandbytes multiplies by
 constexpr float kInv127Sq = float(6.200124e-05);         // int8_mm_dequant's 1 / (127 * 127)
 
-float round_to(float v, DType d) {
-  if (d == DType::bf16) return bf16_to_f32(f32_to_bf16(v));
-  if (d == DType::f16) return f16_to_f32(f32_to_f16(v));
-  return v;
-}
-
 int8_t code_of(float prod) {
   // torch.round (half to even) then .to(int8); NaN (0 * inf of an all-zero row) becomes 0 as on x86.
   if (std::isnan(prod)) return 0;
@@ -157,7 +151,7 @@ void Bnb8bitWeight::check_input(const Tensor& x, const Tensor& bias) const {
 
 Tensor Bnb8bitWeight::linear(const Tensor& x, const Tensor& bias) const {
   check_input(x, bias);
-  return mode_ == Int8LinearMode::llm_int8 ? linear_llm_int8(x, bias) : linear_by_plan(x, bias);
+  return mode_ == Int8LinearMode::llm_int8 ? linear_llm_int8(x, bias) : QuantizedWeight::linear(x, bias);
 }
 
 // The dequantize-to-x's-dtype mode: W rounded to x's dtype, the f32 tiled GEMM, the bias in x's dtype.
@@ -172,7 +166,7 @@ std::optional<TileLinearPlan> Bnb8bitWeight::tile_linear_plan(const Tensor& x, c
                           const float* s = scb_.data<float>();
                           for (int64_t n = n0; n < n1; ++n) {
                             const float sc = s[n] * kInv127;  // SCB.mul(1.0 / 127.0)
-                            for (int64_t k = 0; k < K; ++k) *dst++ = round_to(float(q[n * K + k]) * sc, dt);
+                            for (int64_t k = 0; k < K; ++k) *dst++ = round_through(dt, float(q[n * K + k]) * sc);
                           }
                         }};
 }
@@ -212,7 +206,7 @@ Tensor Bnb8bitWeight::linear_llm_int8(const Tensor& x, const Tensor& bias) const
     for (int64_t n = 0; n < N; ++n)
       for (size_t c = 0; c < cols.size(); ++c) {
         const float v = float(q[n * K + cols[c]]) * scb[n];
-        subb[size_t(n) * cols.size() + c] = round_to(v * kInv127, dt);
+        subb[size_t(n) * cols.size() + c] = round_through(dt, v * kInv127);
       }
   }
   Tensor y = Tensor::empty(out_shape, DType::f32);
@@ -224,11 +218,11 @@ Tensor Bnb8bitWeight::linear_llm_int8(const Tensor& x, const Tensor& bias) const
         float v = c32 * (rs[size_t(m)] * scb[n]);
         v = v * kInv127Sq;
         if (!bf.empty()) v = v + bf[size_t(n)];
-        v = round_to(v, dt);
+        v = round_through(dt, v);
         if (!cols.empty()) {
           float s = 0.0f;
           for (size_t c = 0; c < cols.size(); ++c) s += xp[m * K + cols[c]] * subb[size_t(n) * cols.size() + c];
-          v = round_to(v + s, dt);
+          v = round_through(dt, v + s);
         }
         yp[m * N + n] = v;
       }

@@ -49,7 +49,7 @@ class Bnb8bitWeight : public QuantizedWeight {
   Tensor dequantize(DType dtype) const override;  // int8_vectorwise_dequant (float32) .to(dtype)
   std::vector<Tensor> storage_tensors() const override { return {cb_, scb_}; }
   Tensor linear(const Tensor& x, const Tensor& bias) const override;
-  bool has_tile_linear() const override { return mode_ != Int8LinearMode::llm_int8; };
+  bool has_tile_linear() const override { return mode_ != Int8LinearMode::llm_int8; }
   std::optional<quant::TileLinearPlan> tile_linear_plan(const Tensor& x, const Tensor& bias) const override;
 
   // Rows [n0, n1) of the dequantized weight in float32 (int8_vectorwise_dequant's values).

@@ -156,6 +156,4 @@ std::optional<TileLinearPlan> GGUFQuantizedWeight::tile_linear_plan(const Tensor
   return TileLinearPlan{x, b, N_, K_, [this](int64_t n0, int64_t n1, float* dst) { dequant_rows(n0, n1, dst); }};
 }
 
-Tensor GGUFQuantizedWeight::linear(const Tensor& x, const Tensor& bias) const { return linear_by_plan(x, bias); }
-
 }  // namespace diffq::quant

@@ -69,8 +69,7 @@ class GGUFQuantizedWeight : public QuantizedWeight {
   // f32 values bit-exact with gguf-py's gguf.quants.dequantize, then cast to `dtype`.
   Tensor dequantize(DType dtype) const override;
   std::vector<Tensor> storage_tensors() const override { return {data_}; }
-  Tensor linear(const Tensor& x, const Tensor& bias) const override;
-  bool has_tile_linear() const override { return true; };
+  bool has_tile_linear() const override { return true; }
   std::optional<quant::TileLinearPlan> tile_linear_plan(const Tensor& x, const Tensor& bias) const override;
 
   // Rows [n0, n1) as f32 (rounded through compute_dtype when that is bf16/f16), K per row.

@@ -205,8 +205,6 @@ std::optional<TileLinearPlan> QuantoWeight::tile_linear_plan(const Tensor& x, co
   return TileLinearPlan{x, bias, N, K, [this, dt](int64_t n0, int64_t n1, float* dst) { dequant_rows(n0, n1, dst, dt); }};
 }
 
-Tensor QuantoWeight::linear(const Tensor& x, const Tensor& bias) const { return linear_by_plan(x, bias); }
-
 std::shared_ptr<QuantoWeight> QuantoWeight::quantize(const Tensor& w, QuantoQType qt, std::string_view name) {
   check(w.dim() == 2, kCtx, name, ": a Linear weight must be 2-D, got ", shape_str(w.shape()));
   const DType dt = w.dtype();

@@ -78,8 +78,7 @@ class QuantoWeight : public QuantizedWeight {
   Shape shape() const override { return shape_; }
   Tensor dequantize(DType dtype) const override;  // quanto's dequantize() (weight dtype), then dtype
   std::vector<Tensor> storage_tensors() const override;
-  Tensor linear(const Tensor& x, const Tensor& bias) const override;
-  bool has_tile_linear() const override { return true; };
+  bool has_tile_linear() const override { return true; }
   std::optional<quant::TileLinearPlan> tile_linear_plan(const Tensor& x, const Tensor& bias) const override;
 
   // Rows [n0, n1) of dequantize() as float32, each rounded through `round_to` (f32: none).

@@ -9,10 +9,10 @@ AffineParams choose_qparams(float mn, float mx, MappingType mapping, int32_t qmi
   const float min_neg = std::min(mn, 0.0f), max_pos = std::max(mx, 0.0f);
   AffineParams p;
   if (mapping == MappingType::Asymmetric) {
-    float scale = round_to(cd, round_to(cd, max_pos - min_neg) / float(qmax - qmin));
-    scale = round_to(cd, std::max(scale, eps));
-    float zp = float(qmin) - std::nearbyint(round_to(cd, min_neg / scale));
-    zp = round_to(cd, zp);
+    float scale = round_through(cd, round_through(cd, max_pos - min_neg) / float(qmax - qmin));
+    scale = round_through(cd, std::max(scale, eps));
+    float zp = float(qmin) - std::nearbyint(round_through(cd, min_neg / scale));
+    zp = round_through(cd, zp);
     zp = std::min(std::max(zp, float(qmin)), float(qmax));
     p.scale = scale;
     p.zero_point = int32_t(zp);
@@ -21,14 +21,14 @@ AffineParams choose_qparams(float mn, float mx, MappingType mapping, int32_t qmi
   float scale;
   if (mapping == MappingType::Symmetric) {
     const float m = std::max(-min_neg, max_pos);
-    scale = round_to(cd, m / (float(qmax - qmin) / 2.0f));
+    scale = round_through(cd, m / (float(qmax - qmin) / 2.0f));
   } else {
-    const float smin = round_to(cd, min_neg / float(qmin));
-    const float smax = round_to(cd, max_pos / float(qmax));
+    const float smin = round_through(cd, min_neg / float(qmin));
+    const float smax = round_through(cd, max_pos / float(qmax));
     scale = smin > smax ? smin : smax;
   }
   p.zero_point = int32_t(double(qmax + qmin + 1) / 2.0);  // python int() truncates toward zero
-  p.scale = round_to(cd, std::max(scale, eps));
+  p.scale = round_through(cd, std::max(scale, eps));
   return p;
 }
 

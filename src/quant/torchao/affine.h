@@ -13,15 +13,6 @@ namespace diffq::quant::torchao {
 
 enum class MappingType { Symmetric, SymmetricNoClippingErr, Asymmetric };
 
-// Rounds an f32 value to `dt` and back (identity for f32): the result of a tensor op of dtype dt.
-inline float round_to(DType dt, float v) {
-  switch (dt) {
-    case DType::bf16: return bf16_to_f32(f32_to_bf16(v));
-    case DType::f16: return f16_to_f32(f32_to_f16(v));
-    default: return v;
-  }
-}
-
 // torch.promote_types for the float dtypes used here (f32, bf16, f16).
 inline DType promote_float(DType a, DType b) {
   if (a == b) return a;
@@ -45,26 +36,26 @@ AffineParams choose_qparams(float mn, float mx, MappingType mapping, int32_t qmi
 // quantize_affine of one value: clamp(round(x * (1 / scale)) + zero_point, qmin, qmax). `recip` is
 // 1/scale computed in the scale dtype; `pd` is promote(x dtype, scale dtype).
 inline int32_t quantize_one(float x, float recip, int32_t zero_point, int32_t qmin, int32_t qmax, DType pd) {
-  const float r = std::nearbyint(round_to(pd, x * recip));
-  float v = round_to(pd, r + float(zero_point));
+  const float r = std::nearbyint(round_through(pd, x * recip));
+  float v = round_through(pd, r + float(zero_point));
   v = std::min(std::max(v, float(qmin)), float(qmax));
   if (std::isnan(v)) return 0;
   return int32_t(v);
 }
 
 // 1 / scale as torch computes `1.0 / scale` for a tensor of dtype sdt.
-inline float reciprocal_in(DType sdt, float scale) { return round_to(sdt, 1.0f / scale); }
+inline float reciprocal_in(DType sdt, float scale) { return round_through(sdt, 1.0f / scale); }
 
 // dequantize_affine of one value to `out`: (q - zero_point) * scale, the product in
 // promote(out, scale dtype), then cast to out.
 inline float dequantize_one(int32_t q, int32_t zero_point, float scale, DType sdt, DType out) {
-  const float d = round_to(out, float(q - zero_point));
-  return round_to(out, round_to(promote_float(out, sdt), d * scale));
+  const float d = round_through(out, float(q - zero_point));
+  return round_through(out, round_through(promote_float(out, sdt), d * scale));
 }
 
 // float8: _choose_scale_float8 for a block with amax `amax` in the hp dtype: amax / fp8_max, rounded to
 // the hp dtype (the division is a tensor op in that dtype), returned as f32.
-inline float float8_scale(float amax, float fp8_max, DType hp) { return round_to(hp, amax / fp8_max); }
+inline float float8_scale(float amax, float fp8_max, DType hp) { return round_through(hp, amax / fp8_max); }
 
 // _quantize_affine_float8 of one value: clamp(x_f32 / scale, -max, max) cast to the fp8 dtype.
 uint8_t float8_quantize_one(float x, float scale, DType f8);

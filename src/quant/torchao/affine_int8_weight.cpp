@@ -137,7 +137,7 @@ std::shared_ptr<AffineInt8Weight> AffineInt8Weight::quantize_intx(const Tensor& 
   std::vector<float> sv(mn.size()), recip(mn.size());
   for (size_t i = 0; i < mn.size(); ++i) {
     const AffineParams p = choose_qparams(mn[i], mx[i], mapping, qmin, qmax, eps, hp);
-    sv[i] = round_to(sdt, p.scale);  // scale.to(scale_dtype)
+    sv[i] = round_through(sdt, p.scale);  // scale.to(scale_dtype)
     zp.data<int8_t>()[i] = int8_t(p.zero_point);
     recip[i] = reciprocal_in(sdt, sv[i]);
   }
@@ -227,7 +227,7 @@ void AffineInt8Weight::linear_parts(const Tensor& x, const Tensor& bias, const b
 
 Tensor AffineInt8Weight::linear(const Tensor& x, const Tensor& bias) const {
   if (act_) return int8_dynamic_linear(x, bias, *this);
-  return linear_by_plan(x, bias);
+  return QuantizedWeight::linear(x, bias);
 }
 
 }  // namespace diffq::quant::torchao

@@ -35,7 +35,7 @@ class AffineInt8Weight final : public TorchaoWeight {
   Tensor linear(const Tensor& x, const Tensor& bias) const override;
   bool has_tile_linear() const override { return !act_; }
   bool has_linear_parts() const override { return true; }  // int8dq: the int8 GEMM's own parts
-  void linear_parts(const Tensor& x, const Tensor& bias, const backend::cpu::GemmParts& parts) const override;;
+  void linear_parts(const Tensor& x, const Tensor& bias, const backend::cpu::GemmParts& parts) const override;
   std::optional<quant::TileLinearPlan> tile_linear_plan(const Tensor& x, const Tensor& bias) const override;
 
   const Tensor& qdata() const { return qdata_; }

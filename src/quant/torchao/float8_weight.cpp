@@ -97,7 +97,7 @@ void Float8Weight::dequant_rows(int64_t n0, int64_t n1, DType out, float* dst) c
   for (int i = 0; i < 256; ++i) lut[i] = f8_to_f32(uint8_t(i), f8);
   for (int64_t r = n0; r < n1; ++r) {
     float* d = dst + (r - n0) * k_;
-    for (int64_t c = 0; c < k_; ++c) d[c] = round_to(out, lut[q[r * k_ + c]] * scale_f_[size_t((r / bn_) * kb + c / bk_)]);
+    for (int64_t c = 0; c < k_; ++c) d[c] = round_through(out, lut[q[r * k_ + c]] * scale_f_[size_t((r / bn_) * kb + c / bk_)]);
   }
 }
 
@@ -138,7 +138,5 @@ std::optional<TileLinearPlan> Float8Weight::tile_linear_plan(const Tensor& x, co
   // _scaled_mm: (x_fp8 * sx) @ (w_fp8 * sw)^T accumulated in f32, + bias, cast to x's dtype.
   return TileLinearPlan{xq, bias, n_, k_, [this](int64_t a, int64_t b, float* dst) { dequant_rows(a, b, DType::f32, dst); }};
 }
-
-Tensor Float8Weight::linear(const Tensor& x, const Tensor& bias) const { return linear_by_plan(x, bias); }
 
 }  // namespace diffq::quant::torchao

@@ -85,14 +85,12 @@ void Int4Weight::dequant_rows(int64_t n0, int64_t n1, DType out, float* dst) con
     float* d = dst + (r - n0) * k_;
     dequant_int4_row(q + r * (k_ / 2), k_, g_, scale_nk_.data() + r * kg, zero_nk_.data() + r * kg, d);
     if (out != DType::f32)
-      for (int64_t c = 0; c < k_; ++c) d[c] = round_to(out, d[c]);
+      for (int64_t c = 0; c < k_; ++c) d[c] = round_through(out, d[c]);
   }
 }
 
 std::optional<TileLinearPlan> Int4Weight::tile_linear_plan(const Tensor& x, const Tensor& bias) const {
   return TileLinearPlan{x, bias, n_, k_, [this](int64_t a, int64_t b, float* dst) { dequant_rows(a, b, DType::f32, dst); }};
 }
-
-Tensor Int4Weight::linear(const Tensor& x, const Tensor& bias) const { return linear_by_plan(x, bias); }
 
 }  // namespace diffq::quant::torchao

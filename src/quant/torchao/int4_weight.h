@@ -21,8 +21,7 @@ class Int4Weight final : public TorchaoWeight {
   nlohmann::json tensor_attributes() const override;
   std::vector<std::pair<std::string, Tensor>> tensor_data() const override;
   void dequant_rows(int64_t n0, int64_t n1, DType out, float* dst) const override;
-  Tensor linear(const Tensor& x, const Tensor& bias) const override;
-  bool has_tile_linear() const override { return true; };
+  bool has_tile_linear() const override { return true; }
   std::optional<quant::TileLinearPlan> tile_linear_plan(const Tensor& x, const Tensor& bias) const override;
   int64_t group_size() const { return g_; }
 
