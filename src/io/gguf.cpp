@@ -208,6 +208,22 @@ double GGUFValue::number_at(uint64_t k) const {
   return load_number(elem_type, raw + k * scalar_size(elem_type));
 }
 
+int64_t GGUFValue::int_at(uint64_t k) const {
+  check(type == GGUFValueType::array && raw != nullptr &&
+            (elem_type == GGUFValueType::int8 || elem_type == GGUFValueType::int16 ||
+             elem_type == GGUFValueType::int32 || elem_type == GGUFValueType::int64),
+        kCtx, "value is not a signed integer array");
+  check(k < count, kCtx, "array index ", k, " out of range (", count, " elements)");
+  // Read in the element's own type: through a double, values near 2^63 are UB and above 2^53 round.
+  const uint8_t* p = raw + k * scalar_size(elem_type);
+  switch (elem_type) {
+    case GGUFValueType::int8: return int8_t(*p);
+    case GGUFValueType::int16: { int16_t v; std::memcpy(&v, p, sizeof v); return v; }
+    case GGUFValueType::int32: { int32_t v; std::memcpy(&v, p, sizeof v); return v; }
+    default: { int64_t v; std::memcpy(&v, p, sizeof v); return v; }
+  }
+}
+
 nlohmann::json GGUFValue::to_json(uint64_t max_items) const {
   switch (type) {
     case GGUFValueType::string: return s;
@@ -228,7 +244,7 @@ nlohmann::json GGUFValue::to_json(uint64_t max_items) const {
           std::memcpy(&x, raw + k * scalar_size(elem_type), scalar_size(elem_type));
           a.push_back(x);
         } else {
-          a.push_back(int64_t(number_at(k)));
+          a.push_back(int_at(k));
         }
       }
       if (n < count) a.push_back(cat("... (", count - n, " more)"));

@@ -61,7 +61,8 @@ struct GGUFValue {
   int64_t as_int() const;     // any integer that fits int64
   double as_double() const;   // any number
   const std::string& as_string() const;
-  double number_at(uint64_t k) const;  // element k of a numeric/bool array
+  double number_at(uint64_t k) const;  // element k of a numeric/bool array (integers above 2^53 round)
+  int64_t int_at(uint64_t k) const;    // element k of a signed-integer array, exactly
   // JSON rendering; arrays longer than max_items are cut and end with "... (N more)".
   nlohmann::json to_json(uint64_t max_items = UINT64_MAX) const;
 };

@@ -136,6 +136,29 @@ TEST(GGUF, MetadataOfEveryValueType) {
   EXPECT_EQ(f.find("missing"), nullptr);
 }
 
+// Signed integer arrays are read in their own type: through a double, INT64_MAX (2^63 - 1 rounds to
+// 2^63) is undefined behaviour to convert back and 2^53 + 1 comes back as 2^53 (fuzz_gguf found it;
+// tests/fuzz/corpus/gguf/int64_array_near_2p63.gguf is its reproducer).
+TEST(GGUF, Int64ArraysKeepEveryValueExactly) {
+  const std::vector<int64_t> values = {INT64_MAX, INT64_MIN, (int64_t(1) << 53) + 1, -((int64_t(1) << 53) + 1), -1};
+  GGUFBuilder g;
+  g.header(0, 2).str("test.i64s").put<uint32_t>(9).put<uint32_t>(11).put<uint64_t>(values.size());
+  for (int64_t v : values) g.put<int64_t>(v);
+  g.str("test.i16s").put<uint32_t>(9).put<uint32_t>(3).put<uint64_t>(2).put<int16_t>(-32768).put<int16_t>(32767);
+  g.pad();
+  const GGUFHeader h = parse_gguf(g.b.data(), g.b.size(), "t.gguf");
+  const GGUFValue* a = h.find("test.i64s");
+  ASSERT_NE(a, nullptr);
+  nlohmann::json want = nlohmann::json::array();
+  for (size_t k = 0; k < values.size(); ++k) {
+    EXPECT_EQ(a->int_at(k), values[k]) << k;
+    want.push_back(values[k]);
+  }
+  EXPECT_EQ(a->to_json(), want);
+  EXPECT_EQ(h.find("test.i16s")->to_json(), nlohmann::json::parse("[-32768, 32767]"));
+  EXPECT_THROW(a->int_at(values.size()), Error);
+}
+
 TEST(GGUF, HandMadeValidFileDefaultsAlignmentTo32) {
   GGUFBuilder g;
   g.header(2, 1).str("general.architecture").put<uint32_t>(8).str("x");
