@@ -62,7 +62,7 @@ void check_key(const std::string& key) {
         "text key \"", key, "\" has leading, trailing or doubled spaces");
 }
 
-// The libpng part of encoding; only C objects live across setjmp. Returns false with st->message set.
+// The libpng part of encoding; only C objects live across setjmp (C++ ones belong to the caller). Returns false with st->message set.
 bool encode_raw(const uint8_t* rgb, png_uint_32 w, png_uint_32 h, png_text* texts, int ntext,
                 std::vector<uint8_t>* out, PngErrorState* st) {
   png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, st, on_png_error, on_png_warning);
@@ -88,8 +88,12 @@ bool encode_raw(const uint8_t* rgb, png_uint_32 w, png_uint_32 h, png_text* text
   return true;
 }
 
+// What decode_raw fills in. The row pointers live here, in the caller's frame, not in decode_raw's:
+// libpng's error longjmp back to decode_raw's setjmp skips the destructors of C++ objects made in that
+// frame after setjmp (undefined behaviour; a std::vector there leaked on every corrupt image).
 struct DecodedRaw {
   png_uint_32 w = 0, h = 0;
+  std::vector<png_bytep> rows;
 };
 
 bool decode_raw(ReadCursor* cur, std::vector<uint8_t>* pixels, PngText* text, DecodedRaw* dims,
@@ -119,9 +123,9 @@ bool decode_raw(ReadCursor* cur, std::vector<uint8_t>* pixels, PngText* text, De
   dims->h = png_get_image_height(png, info);
   if (png_get_rowbytes(png, info) != size_t(dims->w) * 3) png_error(png, "unexpected row layout");
   pixels->resize(size_t(dims->w) * dims->h * 3);
-  std::vector<png_bytep> rows(dims->h);
-  for (png_uint_32 y = 0; y < dims->h; ++y) rows[y] = pixels->data() + size_t(y) * dims->w * 3;
-  png_read_image(png, rows.data());
+  dims->rows.resize(dims->h);
+  for (png_uint_32 y = 0; y < dims->h; ++y) dims->rows[y] = pixels->data() + size_t(y) * dims->w * 3;
+  png_read_image(png, dims->rows.data());
   png_read_end(png, end);
   for (png_infop in : {info, end}) {
     png_textp t = nullptr;
