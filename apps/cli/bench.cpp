@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "diffq/system_info.h"
 #include "commands.h"
 #include "compile_report.h"
 #include "compile/compile_options.h"
@@ -195,6 +196,9 @@ nlohmann::json run_worker(const BenchArgs& a) {
     if (timed) latencies.push_back(std::chrono::duration<double>(clock::now() - start).count());
   }
   const auto qs = summarize_quantization(*pipe->transformer);
+  // One reading of the generations' peak for both fields: two readings (the JSON built between them
+  // allocates) made the generations' peak exceed the whole process' by a few KB under ASan.
+  const int64_t gen_peak_rss = offload::peak_rss_bytes();
   return {{"combo", a.combo},
           {"transformer_quantized_bytes", qs.quantized_bytes},
           {"transformer_dense_bytes", qs.dense_bytes},
@@ -212,10 +216,12 @@ nlohmann::json run_worker(const BenchArgs& a) {
           {"load_s", load_s},
           {"latency_s", stats(latencies)},
           {"step_s", stats(steps)},
-          {"peak_rss_bytes", std::max(load_peak_rss, offload::peak_rss_bytes())},
-          {"generate_peak_rss_bytes", gen_peak_known ? nlohmann::json(offload::peak_rss_bytes()) : nlohmann::json(nullptr)},
+          {"peak_rss_bytes", std::max(load_peak_rss, gen_peak_rss)},
+          {"generate_peak_rss_bytes", gen_peak_known ? nlohmann::json(gen_peak_rss) : nlohmann::json(nullptr)},
           {"peak_alloc_bytes", memory_stats(Device::cpu()).peak_bytes},
-          {"peak_device_bytes", nullptr}};
+          {"peak_device_bytes", nullptr},
+          // The machine and kernels behind these figures (diffq info), as this worker ran them.
+          {"system", nlohmann::json::parse(to_json(system_info()))}};
 }
 
 std::string shell_quote(const std::string& s) {
@@ -256,6 +262,13 @@ std::string gib(const nlohmann::json& v) {
 }
 
 void print_table(const std::vector<nlohmann::json>& rows) {
+  if (!rows.empty() && rows.front().contains("system")) {
+    const auto& sys = rows.front().at("system");
+    std::printf("diffq info: %s\n", sys.at("summary").get<std::string>().c_str());
+    std::string k;
+    for (const auto& [name, v] : sys.at("kernels").items()) k += (k.empty() ? "" : "; ") + name + ": " + v.get<std::string>();
+    std::printf("kernels: %s\n\n", k.c_str());
+  }
   std::printf("| combination | load s | latency s (median, min-max) | s/step (median) | peak RSS GiB | "
               "generation peak RSS GiB | peak alloc GiB |\n");
   std::printf("|---|---|---|---|---|---|---|\n");
