@@ -96,7 +96,7 @@ void PackA(bool trans_a, const T* a, int64_t lda, int64_t i0, int64_t mc, int64_
   }
 }
 
-#if HWY_TARGET != HWY_SCALAR
+#if HWY_MAX_BYTES >= 32  // 8-lane f32 vectors: AVX2 and AVX-512 (not the 128-bit EMU128 / SSE targets)
 // Eight floats at p (bf16: widened).
 template <class D>
 HWY_INLINE hn::Vec<D> Load8(D d, const float* p) {
@@ -142,7 +142,7 @@ void PackB(bool trans_b, const T* b, int64_t ldb, int64_t j0, int64_t nc, int64_
     const int64_t cols = std::min(kNR, nc - q);
     if (trans_b) {  // op(B)[p, j] = b[j * ldb + p]: a column of op(B) is a contiguous row of b
       int64_t done = 0;
-#if HWY_TARGET != HWY_SCALAR
+#if HWY_MAX_BYTES >= 32
       if constexpr (kLanes == 8) {
         // Full panels, 8 deep at a time: two 8 x 8 transposes (columns 0-7 and 8-15).
         const hn::FixedTag<float, 8> d8;
