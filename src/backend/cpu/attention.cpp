@@ -13,7 +13,8 @@
 //      keys give exactly 0);
 //   3. O = alpha O + P V with a 6 x NR micro-kernel (alpha = 2^(m_old - m_new) applied while loading
 //      O's accumulators);
-// and finally out = O / l, rounded to the output dtype (l = 0, a fully masked row: NaN, as torch).
+// and finally out = O / l, rounded to the output dtype (l = 0, a fully masked row: 0, as torch 2.15's
+// CPU and CUDA sdpa; NaN scores still give NaN).
 // Tile sizes are current_tuning().attn_bq / attn_bk, rounded up to multiples of 6 and NR. Results
 // depend on the tiling only, never on the thread count. Buffers are per pool thread and kept between
 // calls (for FLUX.1-dev's 4608 keys x D 128: ~5 MiB a thread). With D = 64 ~85% of the time is in the
@@ -343,11 +344,12 @@ void AttentionTiles(const AttentionProblem& p, int64_t t0, int64_t t1) {
                   j0 == 0 ? nullptr : alpha + g * kMR);
       }
     }
-    // out = O / l in the output dtype (l = 0: 0 * inf = NaN, as torch for a fully masked row).
+    // out = O / l in the output dtype. l = 0 only when every key of the row is masked (a row with a
+    // finite max has a term 2^0 = 1): torch returns 0 there, not 0 * inf = NaN.
     const int64_t pos0 = (b * p.H + h) * Sq + i0;
     for (int64_t r = 0; r < rows; ++r) {
       float* orow = o + r * ldo;
-      const float inv = 1.f / l[r];
+      const float inv = l[r] == 0.f ? 0.f : 1.f / l[r];
       for (int64_t c = 0; c < Dv; ++c) orow[c] *= inv;
       store_f32(orow, p.dst + (pos0 + r) * Dv * oes, p.out_dtype, Dv);
     }

@@ -3,7 +3,7 @@
 // (src/backend/cpu/attention.cpp) does per block. Lanes split the head dim (q and the accumulator
 // live in registers: D, Dv <= 256); each score is a warp-shuffle sum. q, k, v and the mask are any
 // strided views (float32/float16/bfloat16; the mask additive float or boolean, broadcast to
-// [B, H, Sq, Sk]); math in f32, one rounding to the output dtype. A row with every key masked is NaN,
+// [B, H, Sq, Sk]); math in f32, one rounding to the output dtype. A row with every key masked is 0,
 // as torch. This is the simple, correct kernel, not the fast one: no tensor cores, keys one at a time.
 #include <cmath>
 #include <cstdint>
@@ -85,7 +85,7 @@ __global__ void sdpa_kernel(Operand4 q, Operand4 k, Operand4 v, Operand4 mask, b
       }
       m = m_new;
     }
-    const float inv = 1.0f / l;  // l = 0 (every key masked): 0 * inf = NaN, as torch
+    const float inv = l == 0.0f ? 0.0f : 1.0f / l;  // l = 0 (every key masked): 0, as torch
 #pragma unroll
     for (int t = 0; t < kPerLane; ++t) {
       const int d = lane + 32 * t;

@@ -272,8 +272,9 @@ Array sdpa(const Array& q, const Array& k, const Array& v, const Array& mask, bo
             acc = bool_mask ? (mv != 0 ? acc : -INFINITY) : acc + mv;
           }
           s[j] = acc;
-          m = std::max(m, acc);
+          m = std::isnan(acc) ? acc : std::max(m, acc);  // a NaN score makes the row NaN
         }
+        if (m == -INFINITY) continue;  // every key masked (or no key): a row of 0, as torch
         double l = 0;
         for (int64_t j = 0; j < Sk; ++j) l += (s[j] = std::exp(s[j] - m));
         double* yi = y.v.data() + ((bb * H + h) * Sq + i) * Dv;
