@@ -146,8 +146,7 @@ CLIPTokenizer CLIPTokenizer::from_pretrained(const std::filesystem::path& dir) {
         t.add_merge(m[0], m[1], path.string(), i);
       }
     }
-    for (const auto& a : j.value("added_tokens", nlohmann::json::array()))
-      if (a.contains("content") && a.contains("id")) t.specials_.push_back({a["content"], a["id"].get<int64_t>()});
+    t.specials_ = added_tokens_of(j, path.string());
   }
   if (std::filesystem::exists(dir / "tokenizer_config.json", ec)) {
     const nlohmann::json cfg = parse_json(dir / "tokenizer_config.json");

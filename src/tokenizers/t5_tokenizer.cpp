@@ -163,8 +163,7 @@ T5Tokenizer T5Tokenizer::from_tokenizer_json(const std::filesystem::path& path) 
   const nlohmann::json normalizer = j.value("normalizer", nlohmann::json());
   if (const auto* cm = find_charsmap(normalizer); cm && cm->is_string())
     t.charsmap_ = PrecompiledCharsmap(base64_decode(cm->get<std::string>(), src), src);
-  for (const auto& a : j.value("added_tokens", nlohmann::json::array()))
-    if (a.contains("content") && a.contains("id")) t.specials_.push_back({a["content"], a["id"].get<int64_t>()});
+  t.specials_ = added_tokens_of(j, src);
   t.eos_id_ = t.token_to_id("</s>");
   t.pad_id_ = t.token_to_id("<pad>");
   return t;

@@ -129,6 +129,27 @@ std::vector<std::pair<size_t, size_t>> graphemes(std::string_view utf8) {
   return out;
 }
 
+std::vector<SpecialToken> added_tokens_of(const nlohmann::json& j, std::string_view source) {
+  std::vector<SpecialToken> out;
+  const auto it = j.find("added_tokens");
+  if (it == j.end() || it->is_null()) return out;
+  check(it->is_array(), "tokenizer", source, ": added_tokens is not a list");
+  size_t i = 0;
+  for (const auto& a : *it) {
+    ++i;
+    if (!a.is_object() || !a.contains("content") || !a.contains("id")) continue;
+    const auto& id = a["id"];
+    // Through get<int64_t>, a float id (1e30) is an out-of-range conversion and a string one an
+    // exception without the file's name.
+    check(a["content"].is_string() && id.is_number_integer() &&
+              (id.is_number_unsigned() ? id.get<uint64_t>() <= uint64_t(INT64_MAX) : id.get<int64_t>() >= 0),
+          "tokenizer", source, ": added_tokens entry ", i, " needs a string content and an id >= 0, got ",
+          a.dump().substr(0, 120));
+    out.push_back({a["content"].get<std::string>(), id.get<int64_t>()});
+  }
+  return out;
+}
+
 std::vector<TextPiece> split_special_tokens(std::string_view text, const std::vector<SpecialToken>& specials) {
   std::vector<TextPiece> out;
   size_t text_start = 0;

@@ -4,6 +4,8 @@
 // grapheme clusters (the unit of the SentencePiece "Precompiled" normalizer in HF tokenizers).
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -41,6 +43,10 @@ struct SpecialToken {
   int64_t id;
 };
 std::vector<TextPiece> split_special_tokens(std::string_view text, const std::vector<SpecialToken>& specials);
+
+// tokenizer.json's "added_tokens" (entries with "content" and "id"); an id that is not a non-negative
+// integer, or content that is not a string, is an Error naming `source` and the entry.
+std::vector<SpecialToken> added_tokens_of(const nlohmann::json& tokenizer_json, std::string_view source);
 
 // The common front of every tokenizer's encode(): rejects malformed UTF-8 (an Error, never a silent
 // replacement), splits out the special tokens (their ids are appended as they are) and hands the text
