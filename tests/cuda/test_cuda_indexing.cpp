@@ -20,9 +20,10 @@ using namespace diffq::backend::cuda;
 
 namespace {
 
-Tensor arange(const Shape& s) {
+// 0, 1, 2, ... (from `first`): every element distinct, so a view that reads the wrong one is caught.
+Tensor arange(const Shape& s, float first = 0.0f) {
   std::vector<float> v(size_t(shape_numel(s)));
-  std::iota(v.begin(), v.end(), 0.0f);
+  std::iota(v.begin(), v.end(), first);
   return Tensor::from_vector(v, s, DType::f32);
 }
 
@@ -63,7 +64,9 @@ TEST(CudaIndexing, SoftmaxAndReducePermutedViews) {
       for (int64_t d = 0; d < 3; ++d)
         if (d != dim) perm.push_back(d);
       perm.push_back(dim);
-      const Tensor out = Tensor::empty(x.shape(), DType::f32);
+      // The output's elements distinct from x's and from each other (an uninitialised Tensor::empty
+      // compared garbage with itself here: NaN bits failed at random, and no wrong offset was caught).
+      const Tensor out = arange(x.shape(), 1000.0f);
       const Tensor xp = x.permute(perm), op = out.permute(perm);
       expect_views_read(xp.shape(), {&xp, &op}, "softmax pair");
     }
