@@ -9,5 +9,6 @@ void add_inspect_command(CLI::App& app);   // inspect.cpp
 void add_generate_command(CLI::App& app);  // generate.cpp
 void add_bench_command(CLI::App& app);     // bench.cpp
 void add_quantize_command(CLI::App& app);  // quantize.cpp
+void add_info_command(CLI::App& app);      // info.cpp
 
 }  // namespace diffq::cli

@@ -6,8 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "backend/cpu/hwy_config.h"
-#include <hwy/targets.h>
+#include "backend/cpu/cpu_features.h"
+#include "backend/cpu/simd_targets.h"
 
 #include "diffq/error.h"
 #include "io/atomic_file.h"
@@ -23,23 +23,6 @@ namespace {
 
 constexpr const char* kFormat = "diffq-autotune";
 constexpr int kVersion = 1;
-
-std::string cpu_model_name() {
-  std::ifstream f("/proc/cpuinfo");
-  for (std::string line; std::getline(f, line);) {
-    if (line.rfind("model name", 0) != 0) continue;
-    const auto colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    const auto b = line.find_first_not_of(" \t", colon + 1);
-    if (b != std::string::npos) return line.substr(b);
-  }
-  return "unknown CPU";
-}
-
-std::string simd_target() {
-  const auto targets = hwy::SupportedAndGeneratedTargets();  // best first
-  return targets.empty() ? "none" : hwy::TargetName(targets.front());
-}
 
 // The whole file, validated; an empty document when the file does not exist.
 json read_file(const std::filesystem::path& file) {
@@ -122,7 +105,7 @@ Tuning tuning_from_json(const json& j, const std::string& where) {
 }
 
 std::string processor_key() {
-  return cpu_model_name() + " | " + simd_target() + " | " + std::to_string(num_threads()) + " threads";
+  return backend::cpu::cpu_model_name() + " | " + backend::cpu::simd_target_chosen() + " | " + std::to_string(num_threads()) + " threads";
 }
 
 std::filesystem::path autotune_cache_path(const std::string& configured) {

@@ -34,6 +34,10 @@ def main():
     print(f"model {d0[0]['model']}, {d0[0]['size']}, {d0[0]['steps']} steps, {d0[0]['threads']} threads; "
           f"peer: {engine}; FMA peak GFLOP/s before each round: {', '.join(f for _, _, f in rounds)}, "
           f"after the last: {a.fma_after}")
+    system = d0[0].get("system") or {}
+    if system:
+        print(f"diffq info: {system.get('summary', '-')}")
+        print("kernels: " + "; ".join(f"{k}: {v}" for k, v in system.get("kernels", {}).items()))
     many = len(rounds) > 1
     notes, ratios = [], {}
     print()
@@ -74,7 +78,7 @@ def main():
     if a.out:
         with open(a.out + ".tmp", "w") as f:
             json.dump({"command": a.command, "date": time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime()),
-                       "machine": platform.processor() or platform.machine(),
+                       "machine": system.get("summary") or platform.processor() or platform.machine(),
                        "rounds": [{"fma_peak_gflops": fma, "diffq": d, "diffusers": list(p.values())}
                                   for d, p, fma in rounds],
                        "fma_peak_after_gflops": a.fma_after}, f, indent=2)

@@ -1,8 +1,10 @@
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/simd_targets.h"
 
 namespace diffq::backend::cpu {
 
 void register_kernels() {
+  apply_simd_target_env();  // DIFFQ_SIMD_TARGET, before the first kernel dispatches
   register_copy_kernels();
   register_linear_kernels();
   register_elementwise_kernels();

@@ -33,6 +33,25 @@ void check_cuda(cudaError_t err, std::string_view what, int device) {
 
 int device_count() { return probe().count; }
 
+std::vector<DeviceInfo> list_devices(std::string* why_none) {
+  const Probe& p = probe();
+  std::vector<DeviceInfo> out;
+  if (p.err != cudaSuccess) {
+    if (why_none) *why_none = std::string("cudaGetDeviceCount: ") + cudaGetErrorString(p.err) + " (" + cudaGetErrorName(p.err) + ")";
+    return out;
+  }
+  if (p.count == 0 && why_none) *why_none = "cudaGetDeviceCount found no CUDA device";
+  for (int i = 0; i < p.count; ++i) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) {
+      cudaGetLastError();
+      continue;
+    }
+    out.push_back({i, prop.name, prop.major, prop.minor, int64_t(prop.totalGlobalMem)});
+  }
+  return out;
+}
+
 void require_device(Device d) {
   check(d.is_cuda(), "cuda", "expected a CUDA device, got ", d.str());
   const Probe& p = probe();

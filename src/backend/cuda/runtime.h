@@ -5,7 +5,10 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "diffq/device.h"
 
@@ -16,6 +19,16 @@ void check_cuda(cudaError_t err, std::string_view what, int device);
 
 // Number of visible CUDA devices; 0 when there is no device or no usable driver (never throws).
 int device_count();
+
+// The visible devices (name, compute capability, memory); none with *why_none saying why (the
+// runtime's words: no driver, no device).
+struct DeviceInfo {
+  int index = 0;
+  std::string name;
+  int cc_major = 0, cc_minor = 0;
+  int64_t memory_bytes = 0;
+};
+std::vector<DeviceInfo> list_devices(std::string* why_none);
 
 // Throws a clear Error unless `d` names a CUDA device present on this machine.
 void require_device(Device d);
