@@ -19,7 +19,10 @@
 #include <functional>
 #include <memory>
 
+#include "backend/cpu/cpu_features.h"
+#include "backend/cpu/onednn_gemm.h"
 #include "backend/cpu/sgemm_kernel.h"
+#include "backend/cpu/simd_targets.h"
 #include "backend/cpu/threads.h"
 #include "backend/cpu/tuning.h"
 
@@ -125,16 +128,60 @@ namespace {
 int pool_threads() { return in_parallel_region() ? 1 : num_threads(); }
 }  // namespace
 
+bool openblas_lacks_this_cpu() {
+  static const bool lacks = [] {
+    const CpuFeatures& f = cpu_features();
+    if (!f.avx2 || !f.fma) return false;
+    // OpenBLAS's DYNAMIC_ARCH picks its kernels by CPU model; a model newer than the build (0.3.21 does
+    // not know Emerald Rapids, family 6 model 207) falls back to "Prescott" (SSE3), 4x slower here.
+    const std::string core = openblas_get_corename();
+    for (const char* ok : {"Haswell", "Zen", "SkylakeX", "CooperLake", "SapphireRapids", "Excavator"})
+      if (core == ok) return false;
+    return true;
+  }();
+  return lacks;
+}
+
 bool gemm_uses_diffq_kernel(bool bf16, int64_t m, int64_t n, const Tuning& t) {
   switch (t.gemm_kernel) {
     case GemmKernel::diffq: return true;
     case GemmKernel::openblas: return false;
-    case GemmKernel::best: break;
+    case GemmKernel::best: case GemmKernel::onednn: break;
   }
   // Measured (docs/benchmarks.md "diffq's blocked kernel"): f32 on par with OpenBLAS (median 1.00x on
-  // the FLUX shapes, 1 and 2 threads), so OpenBLAS stays; bf16 1.0-1.46x faster than widening +
-  // OpenBLAS (no widening pass). Below 16 rows or columns most of a 6 x 16 tile would be padding.
-  return bf16 && m >= 16 && n >= 16;
+  // the FLUX shapes, 1 and 2 threads), so OpenBLAS stays where it runs AVX2/AVX-512 kernels; where it
+  // fell back to SSE kernels on an AVX2 CPU the blocked kernel is ~4x faster (docs/benchmarks.md
+  // "Session 7"). bf16 1.0-1.46x faster than widening + OpenBLAS (no widening pass). Below 16 rows or
+  // columns most of a 6 x 16 tile would be padding.
+  return (bf16 || openblas_lacks_this_cpu()) && m >= 16 && n >= 16;
+}
+
+bool gemm_bf16_uses_onednn(int64_t m, int64_t n, const Tuning& t) {
+  switch (t.gemm_kernel) {
+    case GemmKernel::onednn: return true;
+    case GemmKernel::diffq: case GemmKernel::openblas: return false;
+    case GemmKernel::best: break;
+  }
+  // AMX tiles only: with AVX512-BF16 alone (vdpbf16ps: one per cycle, 32 bf16 products, the same as two
+  // f32 FMAs) oneDNN's matmul ran 76-81 GFLOP/s a thread against the blocked kernel's 110 on an Emerald
+  // Rapids Xeon (docs/benchmarks.md "Session 7: bf16 GEMM kernels on AVX512-BF16").
+  return onednn_bf16_uses_amx() && m >= 16 && n >= 16;
+}
+
+std::string gemm_kernel_name(bool bf16) {
+  if (bf16 && gemm_bf16_uses_onednn(1024, 1024, current_tuning())) return "oneDNN matmul " + onednn_bf16_impl();
+  const bool own = gemm_uses_diffq_kernel(bf16, 1024, 1024, current_tuning());
+  if (own)
+    return std::string("diffq-blocked (") + simd_target_chosen() + (bf16 ? ", bf16 widened in packing)" : ")") +
+           (!bf16 && openblas_lacks_this_cpu() ? "; OpenBLAS runs " + std::string(openblas_get_corename()) + " kernels here" : "");
+  std::string blas = "openblas";
+#ifdef OPENBLAS_VERSION
+  blas = OPENBLAS_VERSION;  // " OpenBLAS 0.3.21 "
+  blas = blas.substr(blas.find_first_not_of(' '));
+  blas = blas.substr(0, blas.find_last_not_of(' ') + 1);
+#endif
+  blas += std::string(" (") + openblas_get_corename() + " kernels)";
+  return bf16 ? blas + ", bf16 widened to f32 blocks" : blas;
 }
 
 namespace {
@@ -214,6 +261,14 @@ void sgemm_parts(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
 
 namespace {
 
+// One part of a bf16 GEMM by oneDNN (where it has a native kernel for the part's layout) or diffq's
+// blocked kernel.
+void bf16_part(bool onednn, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+               const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (onednn && onednn_gemm_bf16_part(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return;
+  sgemm_blocked_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
 // gemm_bf16's blocks: op(A) and op(B) widened block by block into per-thread scratch, each block pair
 // multiplied by gemm(trans_a, trans_b, rows, cols, alpha, widened A, lda_w, widened B, ldb_w, i0, j0).
 template <class Gemm>
@@ -252,11 +307,13 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
       for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
     return;
   }
-  if (gemm_uses_diffq_kernel(true, m, n, current_tuning())) {
-    // The blocked kernel widens bf16 while packing: no widened copy.
+  const Tuning& tune = current_tuning();
+  const bool onednn = gemm_bf16_uses_onednn(m, n, tune);
+  if (onednn || gemm_uses_diffq_kernel(true, m, n, tune)) {
+    // oneDNN multiplies bf16 natively; the blocked kernel widens bf16 while packing: no widened copy.
     for_each_part(m, n, k, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-      sgemm_blocked_bf16(trans_a, trans_b, r1 - r0, c1 - c0, k, alpha, a_rows_at(a, trans_a, lda, r0), lda,
-                         b_cols_at(b, trans_b, ldb, c0), ldb, beta, c + r0 * ldc + c0, ldc);
+      bf16_part(onednn, trans_a, trans_b, r1 - r0, c1 - c0, k, alpha, a_rows_at(a, trans_a, lda, r0), lda,
+                b_cols_at(b, trans_b, ldb, c0), ldb, beta, c + r0 * ldc + c0, ldc);
     });
     return;
   }
@@ -279,12 +336,14 @@ void gemm_bf16_parts(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
     parts.end(0, m, 0, n, c, ld);
     return;
   }
-  if (gemm_uses_diffq_kernel(true, m, n, current_tuning())) {
+  const Tuning& tune = current_tuning();
+  const bool onednn = gemm_bf16_uses_onednn(m, n, tune);
+  if (onednn || gemm_uses_diffq_kernel(true, m, n, tune)) {
     for_each_part(m, n, k, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
       int64_t ld = 0;
       float* c = parts.begin(r0, r1, c0, c1, &ld);
-      sgemm_blocked_bf16(trans_a, trans_b, r1 - r0, c1 - c0, k, alpha, a_rows_at(a, trans_a, lda, r0), lda,
-                         b_cols_at(b, trans_b, ldb, c0), ldb, beta, c, ld);
+      bf16_part(onednn, trans_a, trans_b, r1 - r0, c1 - c0, k, alpha, a_rows_at(a, trans_a, lda, r0), lda,
+                b_cols_at(b, trans_b, ldb, c0), ldb, beta, c, ld);
       parts.end(r0, r1, c0, c1, c, ld);
     });
     return;

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 
 namespace diffq::backend::cpu {
 
@@ -30,6 +31,18 @@ GemmSplitPlan gemm_split_plan(int64_t m, int64_t n, int64_t k, int threads, cons
 // blocked kernel (sgemm_kernel.h) rather than OpenBLAS: t.gemm_kernel, and for GemmKernel::best a
 // fixed function of the dtype and shape (where the blocked kernel measured faster).
 bool gemm_uses_diffq_kernel(bool bf16, int64_t m, int64_t n, const Tuning& t);
+
+// Whether gemm_bf16 / gemm_bf16_parts compute this GEMM's parts with oneDNN's matmul (onednn_gemm.h):
+// t.gemm_kernel == onednn, or `best` on a CPU with native bf16 matrix instructions.
+bool gemm_bf16_uses_onednn(int64_t m, int64_t n, const Tuning& t);
+
+// True where OpenBLAS runs pre-AVX2 kernels on a CPU with AVX2 + FMA (its DYNAMIC_ARCH does not know the
+// CPU model and fell back): then f32 GEMMs go to diffq's blocked kernel too.
+bool openblas_lacks_this_cpu();
+
+// The kernel a large f32 (bf16 = false) or bf16 GEMM runs on this machine under the current tuning, in
+// words ("openblas 0.3.21", "diffq-blocked (AVX3)"): what `diffq info` and the benchmarks report.
+std::string gemm_kernel_name(bool bf16);
 
 // C[M, N] = alpha * op(A) @ op(B) + beta * C, row-major, f32. op(X) = X^T when trans_X.
 // lda/ldb/ldc are row strides in elements. Multithreaded with the diffq thread count.

@@ -4,12 +4,13 @@
 #include <cstdlib>
 #include <string>
 
+#include "backend/cpu/onednn_gemm.h"
 #include "diffq/error.h"
 
 namespace diffq::backend::cpu {
 namespace {
 
-// Tuning{} with DIFFQ_GEMM_KERNEL (best, diffq or openblas) applied, read once.
+// Tuning{} with DIFFQ_GEMM_KERNEL (best, diffq, openblas or onednn) applied, read once.
 const Tuning& defaults() {
   static const Tuning t = [] {
     Tuning d;
@@ -19,8 +20,11 @@ const Tuning& defaults() {
         d.gemm_kernel = GemmKernel::diffq;
       else if (v == "openblas")
         d.gemm_kernel = GemmKernel::openblas;
-      else
-        check(v == "best", "tuning", "DIFFQ_GEMM_KERNEL='", v, "' is not one of best, diffq, openblas");
+      else if (v == "onednn") {
+        check(onednn_bf16_available(), "tuning", "DIFFQ_GEMM_KERNEL=onednn: ", onednn_bf16_impl());
+        d.gemm_kernel = GemmKernel::onednn;
+      } else
+        check(v == "best", "tuning", "DIFFQ_GEMM_KERNEL='", v, "' is not one of best, diffq, openblas, onednn");
     }
     return d;
   }();

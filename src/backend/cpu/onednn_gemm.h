@@ -1,0 +1,31 @@
+// bf16 x bf16 -> f32 GEMMs on oneDNN's matmul primitive, for the CPUs with bf16 matrix instructions
+// (AVX512-BF16's vdpbf16ps, AMX-BF16 tiles), where oneDNN's brgemm kernels multiply bf16 pairs natively
+// instead of widening them to f32 as diffq's blocked kernel does. Used by gemm.cpp for one part of C
+// at a time, on the diffq pool thread that owns the part (oneDNN's own OpenMP threads stay at one per
+// caller, so they never spin against the pool). Primitives are created once per part shape and cached.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace diffq::backend::cpu {
+
+// Whether this CPU has bf16 matrix instructions oneDNN uses (AVX512-BF16, or AMX-BF16 with the tile
+// state granted by the kernel) and oneDNN gives a native (brgemm / jit) implementation for a bf16 matmul.
+bool onednn_bf16_available();
+
+// Whether those instructions are AMX tiles (where oneDNN's bf16 matmul is ~5x the f32 FMA rate; on
+// AVX512-BF16 alone it is slower than diffq's blocked kernel: docs/benchmarks.md "Session 7").
+bool onednn_bf16_uses_amx();
+
+// oneDNN's implementation name for a representative bf16 matmul here ("brg:avx512_core_bf16",
+// "brg:avx512_core_amx"), or why none ("unavailable: ...").
+std::string onednn_bf16_impl();
+
+// C[m, n] = alpha * op(A) @ op(B) + beta * C for one part, single-threaded; A, B bf16 bits, C f32.
+// Returns false (computing nothing) where oneDNN has no native kernel for this shape and layout.
+bool onednn_gemm_bf16_part(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                           const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
+                           int64_t ldc);
+
+}  // namespace diffq::backend::cpu

@@ -1,0 +1,93 @@
+// bf16 GEMMs on oneDNN's matmul (backend/cpu/onednn_gemm.h), where the CPU has AVX512-BF16 or AMX-BF16:
+// against the f64 reference (the products of bf16 values are exact in f32, so the bound is f32
+// accumulation's), for the layouts the linears and matmuls use, alpha / beta, row strides wider than
+// the rows (padding untouched), parts (gemm_bf16_parts delivers the same bits), 1 and 2 threads, and the
+// default dispatch (GemmKernel::best) picking it. Skips, naming the missing feature, elsewhere; the
+// blocked-kernel path is tested everywhere by test_sgemm_kernel.cpp (DIFFQ_GEMM_KERNEL=diffq forces it).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_features.h"
+#include "backend/cpu/gemm.h"
+#include "backend/cpu/onednn_gemm.h"
+#include "backend/cpu/threads.h"
+#include "backend/cpu/tuning.h"
+#include "gemm_test_problem.h"
+
+namespace cpu = diffq::backend::cpu;
+using namespace gemm_test;
+
+namespace {
+
+#define DIFFQ_REQUIRE_ONEDNN_BF16()                                                                     \
+  do {                                                                                                  \
+    if (!cpu::onednn_bf16_available())                                                                  \
+      GTEST_SKIP() << "needs AVX512-BF16 or AMX-BF16 (this CPU: avx512_bf16="                           \
+                   << cpu::cpu_features().avx512_bf16 << ", amx_bf16=" << cpu::cpu_features().amx_bf16 \
+                   << "): " << cpu::onednn_bf16_impl();                                                 \
+  } while (0)
+
+class OnednnGemm : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override { cpu::set_num_threads(GetParam()); }
+  void TearDown() override { cpu::set_num_threads(0); }
+};
+
+TEST_P(OnednnGemm, MatchesReferenceAndPartsGiveTheSameBits) {
+  DIFFQ_REQUIRE_ONEDNN_BF16();
+  cpu::Tuning t;
+  t.gemm_kernel = cpu::GemmKernel::onednn;
+  const cpu::ScopedTuning scope(t);
+  uint32_t seed = 900;
+  for (const Dims& d : {Dims{150, 96, 300}, Dims{7, 33, 5}, Dims{64, 256, 64}, Dims{1, 40, 17}, Dims{288, 192, 96}})
+    for (const bool ta : {false, true})
+      for (const bool tb : {false, true})
+        for (const auto& [alpha, beta] : {std::pair{1.0f, 0.0f}, std::pair{0.75f, 0.5f}}) {
+          const Problem p(ta, tb, d, alpha, beta, seed++, /*bf16_values=*/true);
+          std::vector<float> c = p.c0;
+          cpu::gemm_bf16(ta, tb, d.m, d.n, d.k, alpha, p.a16.data(), p.lda, p.b16.data(), p.ldb, beta, c.data(), p.ldc);
+          p.check(c, "gemm_bf16 " + p.name());
+          std::vector<float> byparts = p.c0;
+          std::vector<std::vector<float>> tiles;
+          tiles.reserve(64);
+          cpu::gemm_bf16_parts(ta, tb, d.m, d.n, d.k, alpha, p.a16.data(), p.lda, p.b16.data(), p.ldb, beta,
+                               scratch_parts(byparts, p.ldc, beta, tiles));
+          for (int64_t i = 0; i < d.m; ++i)
+            EXPECT_EQ(0, std::memcmp(c.data() + i * p.ldc, byparts.data() + i * p.ldc, size_t(d.n) * 4))
+                << "gemm_bf16_parts row " << i << " " << p.name();
+        }
+}
+
+INSTANTIATE_TEST_SUITE_P(Threads, OnednnGemm, ::testing::Values(1, 2));
+
+// The layouts of a linear (x @ W^T: NT) and of attention-style matmuls (NN) run on oneDNN itself, not
+// the blocked fallback, with padded row strides too.
+TEST(OnednnGemmChoice, NativeForTheModelLayoutsAndTheDefaultForBf16) {
+  DIFFQ_REQUIRE_ONEDNN_BF16();
+  for (const bool tb : {true, false}) {
+    const Problem p(false, tb, {48, 64, 96}, 1.0f, 0.0f, 77, true);
+    std::vector<float> c = p.c0;
+    EXPECT_TRUE(cpu::onednn_gemm_bf16_part(false, tb, 48, 64, 96, 1.0f, p.a16.data(), p.lda, p.b16.data(), p.ldb,
+                                           0.0f, c.data(), p.ldc))  // padded strides: oneDNN's jit GEMM
+        << (tb ? "NT" : "NN") << " has no native oneDNN kernel (" << cpu::onednn_bf16_impl() << ")";
+    p.check(c, std::string("direct part ") + p.name());
+  }
+  // The default sends bf16 GEMMs to oneDNN on AMX only (measured; on AVX512-BF16 alone the blocked
+  // kernel is faster), never a GEMV, never against a forced kernel.
+  const cpu::Tuning def;
+  EXPECT_EQ(cpu::gemm_bf16_uses_onednn(1152, 3072, def), cpu::onednn_bf16_uses_amx());
+  EXPECT_FALSE(cpu::gemm_bf16_uses_onednn(1, 3072, def));
+  cpu::Tuning blocked;
+  blocked.gemm_kernel = cpu::GemmKernel::diffq;
+  EXPECT_FALSE(cpu::gemm_bf16_uses_onednn(1152, 3072, blocked));
+  cpu::Tuning forced;
+  forced.gemm_kernel = cpu::GemmKernel::onednn;
+  EXPECT_TRUE(cpu::gemm_bf16_uses_onednn(1152, 3072, forced));
+  EXPECT_EQ(cpu::gemm_kernel_name(true).find("oneDNN") != std::string::npos, cpu::onednn_bf16_uses_amx())
+      << cpu::gemm_kernel_name(true);
+}
+
+}  // namespace
