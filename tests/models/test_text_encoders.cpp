@@ -193,16 +193,19 @@ TEST(T5EncoderModel, ConfigFromFixture) {
 }
 
 TEST(T5EncoderModel, RelativePositionBucketsMatchTorch) {
-  // T5Attention._relative_position_bucket(torch.tensor(rel), bidirectional, 32, 128), transformers 5.24.
-  const std::vector<int64_t> rel = {-1000, -200, -128, -127, -64, -63, -33, -32, -16, -15, -8, -7, -1, 0,
-                                    1,     7,    8,    15,   16,  31,  32,  63,  64,  127, 128, 129, 1000};
-  const std::vector<int64_t> bi = {15, 15, 15, 15, 14, 13, 12, 12, 10, 9,  8,  7,  1,  0,
-                                   17, 23, 24, 25, 26, 27, 28, 29, 30, 31, 31, 31, 31};
-  const std::vector<int64_t> uni = {31, 31, 31, 31, 26, 26, 21, 21, 16, 15, 8, 7, 1, 0,
-                                    0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0, 0, 0};
+  // T5Attention._relative_position_bucket(rel, bidirectional, 32, 128), transformers 5.24
+  // (tools/reference/make_reference_values.py).
+  const auto values = io::SafetensorsFile::open(std::filesystem::path(DIFFQ_SOURCE_DIR) /
+                                                "tests/fixtures/reference-values/values.safetensors");
+  const std::vector<double> rel = values.tensor("t5_bucket.relative_position").to_f64_vector();
+  const std::vector<double> bi = values.tensor("t5_bucket.bidirectional").to_f64_vector();
+  const std::vector<double> uni = values.tensor("t5_bucket.unidirectional").to_f64_vector();
+  ASSERT_EQ(rel.size(), 27u);
+  ASSERT_EQ(bi.size(), rel.size());
+  ASSERT_EQ(uni.size(), rel.size());
   for (size_t i = 0; i < rel.size(); ++i) {
-    EXPECT_EQ(t5::relative_position_bucket(rel[i], true, 32, 128), bi[i]) << rel[i];
-    EXPECT_EQ(t5::relative_position_bucket(rel[i], false, 32, 128), uni[i]) << rel[i];
+    EXPECT_EQ(t5::relative_position_bucket(int64_t(rel[i]), true, 32, 128), int64_t(bi[i])) << rel[i];
+    EXPECT_EQ(t5::relative_position_bucket(int64_t(rel[i]), false, 32, 128), int64_t(uni[i])) << rel[i];
   }
 }
 
