@@ -2,12 +2,15 @@
 # The one device check of the CUDA backend (issue 7), made to run in a single call on the lent GPU
 # machine within 8 minutes: build (CUDA on, sm_90) -> the GPU tests -> `diffq bench --device cuda` on
 # builtin:flux-dev-shape next to the Diffusers peer (one FLUX.1-dev-shaped transformer step, bf16,
-# 1024x1024), in the same call. Prints a diffq vs Diffusers table and writes everything under $OUT
-# (device-check.json, the logs, the raw JSON of both engines). Every part has its own timeout and
-# reports its status ("ok", "failed", "timeout", "skipped", "unavailable") instead of pretending.
+# 1024x1024), in the same call -> torchao's real int4 weight-only forward (CUDA: mslk kernels) against
+# diffq's int4wo output (tools/reference/check_torchao_int4_gpu.py; diffq's side is committed in
+# tests/fixtures/quant/torchao/written/int4_gpu_diffq.safetensors). Prints a diffq vs Diffusers table and
+# writes everything under $OUT (device-check.json, the logs, the raw JSON of both engines). Every part has
+# its own timeout and reports its status ("ok", "failed", "timeout", "skipped", "unavailable") instead of
+# pretending.
 #
 #   scripts/device-check.sh [--dry-run] [--build DIR] [--prebuilt DIR] [--pack DIR] [--wheels DIR] [--out DIR]
-#                           [--budget SECONDS] [--jobs N]
+#                           [--budget SECONDS] [--jobs N] [--parts LIST] [--int4-wheels DIR]
 #   --dry-run    the CPU-side parts only (arguments, the CUDA build, the JSON skeleton); the GPU
 #                parts are recorded as skipped. Runs on a machine without a GPU.
 #   --build      build folder (default build-device)
@@ -22,12 +25,22 @@
 #                has torch, transformers, accelerate and safetensors)
 #   --out        results folder (default $OUT, else out/device-check)
 #   --budget     total seconds (default 470: the device call's 8 minutes less a margin)
-# On the device: run(command="scripts/device-check.sh", carry=[".whl"], timeout_s=500).
+#   --parts      comma list of the parts to run (default all: build,gpu_tests,diffq_bench,peer,torchao_int4);
+#                the others are recorded as skipped
+#   --int4-wheels  wheels for torchao_int4 (default .whl-int4): torchao==0.18.0 (3.4 MB) and
+#                mslk-cuda==1.1.0 (44.5 MB, the release for torch 2.11, the image's); without them the part
+#                reports unavailable. With the tree (~18 MB) they leave no room for the Diffusers wheel
+#                under a call's 64 MiB, so the int4 check is a call of its own.
+# On the device: run(command="scripts/device-check.sh", carry=[".whl"], timeout_s=500), and
+#   run(command="scripts/device-check.sh --parts torchao_int4", carry=[".whl-int4"], timeout_s=300).
+# The int4 wheels, here: python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12
+#   --implementation cp --platform manylinux_2_28_x86_64 -d .whl-int4 torchao==0.18.0 mslk-cuda==1.1.0
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 dry=0 assume_gpu=0 pack="" build="$root/build-device" prebuilt="" wheels="$root/.whl" out="${OUT:-$root/out/device-check}"
 budget=470 jobs="$(nproc 2>/dev/null || echo 4)"
-usage() { sed -n '9,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+all_parts="build,gpu_tests,diffq_bench,peer,torchao_int4" parts="" int4_wheels=""
+usage() { sed -n '12,37p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --dry-run) dry=1; shift ;;
@@ -39,12 +52,20 @@ while [[ $# -gt 0 ]]; do
     --out) out="${2:?--out needs a folder}"; shift 2 ;;
     --budget) budget="${2:?--budget needs seconds}"; shift 2 ;;
     --jobs) jobs="${2:?--jobs needs a number}"; shift 2 ;;
+    --parts) parts="${2:?--parts needs a list}"; shift 2 ;;
+    --int4-wheels) int4_wheels="${2:?--int4-wheels needs a folder}"; shift 2 ;;
     -h|--help) usage ;;
     *) echo "device-check: unknown argument '$1'" >&2; usage ;;
   esac
 done
 [[ "$budget" =~ ^[0-9]+$ ]] || { echo "device-check: --budget '$budget' is not a number of seconds" >&2; exit 2; }
 [[ "$jobs" =~ ^[0-9]+$ && "$jobs" -gt 0 ]] || { echo "device-check: --jobs '$jobs' is not a positive number" >&2; exit 2; }
+parts="${parts:-$all_parts}"
+for p in ${parts//,/ }; do
+  [[ ",$all_parts," == *",$p,"* ]] || { echo "device-check: unknown part '$p' (parts: $all_parts)" >&2; exit 2; }
+done
+want() { [[ ",$parts," == *",$1,"* ]]; }
+int4_wheels="$(realpath -m "${int4_wheels:-$root/.whl-int4}")"
 build="$(realpath -m "$build")"
 [[ -n "$prebuilt" ]] && prebuilt="$(realpath -m "$prebuilt")"
 [[ -n "$pack" ]] && pack="$(realpath -m "$pack")"
@@ -64,7 +85,7 @@ run_part() {
   say "$name (limit ${secs}s): $*"
   local t0=$(date +%s)
   if declare -F "$1" > /dev/null; then  # a function of this script: run it in a bash of its own
-    timeout --kill-after=5 "$secs" bash -c "$(declare -p root build jobs wheels out launcher); $(declare -f "$1"); $1" \
+    timeout --kill-after=5 "$secs" bash -c "$(declare -p root build jobs wheels int4_wheels out launcher); $(declare -f "$1"); $1" \
       > "$out/$name.log" 2>&1
   else
     timeout --kill-after=5 "$secs" "$@" > "$out/$name.log" 2>&1
@@ -90,8 +111,12 @@ build_cmd() {
   cmake -S "$root" -B "$build" -G Ninja -DDIFFQ_CUDA=ON -DDIFFQ_BENCH=OFF \
     -DCMAKE_CUDA_ARCHITECTURES=90 "${launcher[@]}" && ninja -C "$build" -j "$jobs" test_cuda diffq
 }
-run_part build "$(slot 270 150)" build_cmd
-status[build]=$st seconds[build]=$secs_used message[build]="$(tail -n 3 "$out/build.log")"
+if want build; then
+  run_part build "$(slot 270 150)" build_cmd
+  status[build]=$st seconds[build]=$secs_used message[build]="$(tail -n 3 "$out/build.log")"
+else
+  st=skipped status[build]=skipped message[build]="not selected (--parts $parts)"
+fi
 if [[ "$st" != ok && -n "$prebuilt" && -f "$prebuilt/prebuilt.tgz" ]]; then
   mkdir -p /tmp/diffq-prebuilt && tar -xzf "$prebuilt/prebuilt.tgz" -C /tmp/diffq-prebuilt && prebuilt=/tmp/diffq-prebuilt
 fi
@@ -124,7 +149,9 @@ fi
 # The tests `ctest -L gpu` runs (all in test_cuda), in one process: several hundred ctest processes
 # would each pay CUDA's start-up.
 passed="" failed="" skipped=""
-if ((!gpu)); then
+if ! want gpu_tests; then
+  status[gpu_tests]=skipped message[gpu_tests]="not selected (--parts $parts)"
+elif ((!gpu)); then
   status[gpu_tests]=skipped message[gpu_tests]="no GPU"
   # Still list the tests (needs no GPU): proves the binary starts and the table instantiates.
   if ((bins_ok)); then
@@ -146,7 +173,9 @@ fi
 
 # ---- 3. diffq bench --device cuda -------------------------------------------------------------
 diffq_step=""
-if ((!gpu)); then
+if ! want diffq_bench; then
+  status[diffq_bench]=skipped message[diffq_bench]="not selected (--parts $parts)"
+elif ((!gpu)); then
   status[diffq_bench]=skipped message[diffq_bench]="no GPU"
 elif ((!bins_ok)); then
   status[diffq_bench]=skipped message[diffq_bench]="no diffq binary (build ${status[build]})"
@@ -168,7 +197,9 @@ fi
 
 # ---- 4. the Diffusers peer ----------------------------------------------------------------------
 peer_step=""
-if ((!gpu)); then
+if ! want peer; then
+  status[peer]=skipped message[peer]="not selected (--parts $parts)"
+elif ((!gpu)); then
   status[peer]=skipped message[peer]="no GPU"
 else
   peer_cmd() {
@@ -189,7 +220,39 @@ else
   fi
 fi
 
-# ---- 5. table and JSON --------------------------------------------------------------------------
+# ---- 5. torchao int4 weight-only on the GPU against diffq -----------------------------------------
+# tools/reference/check_torchao_int4_gpu.py: torchao's own Int4WeightOnlyConfig (mslk's quantizer and
+# bf16i4bf16 kernel) on tests/fixtures/quant/torchao/int4_gpu/, against the port's quantization (bit for
+# bit) and diffq's committed output (max rel <= 1e-2). rc 3 = torchao/mslk/CUDA unavailable.
+int4_inputs="$root/tests/fixtures/quant/torchao/int4_gpu/inputs.safetensors"
+int4_diffq="$root/tests/fixtures/quant/torchao/written/int4_gpu_diffq.safetensors"
+if ! want torchao_int4; then
+  status[torchao_int4]=skipped message[torchao_int4]="not selected (--parts $parts)"
+elif [[ ! -f "$int4_inputs" || ! -f "$int4_diffq" ]]; then
+  status[torchao_int4]=failed message[torchao_int4]="missing $int4_inputs or $int4_diffq"
+elif ((!gpu)); then
+  n_whl=$(compgen -G "$int4_wheels/*.whl" | wc -l)
+  status[torchao_int4]=skipped message[torchao_int4]="no GPU; inputs and diffq output present, $n_whl wheel(s) in $int4_wheels"
+else
+  int4_cmd() {
+    if compgen -G "$int4_wheels/*.whl" > /dev/null; then
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site-int4 \
+        "$int4_wheels"/*.whl || return 4
+      export PYTHONPATH=/tmp/site-int4${PYTHONPATH:+:$PYTHONPATH}
+    fi
+    PYTHONUNBUFFERED=1 python3 "$root/tools/reference/check_torchao_int4_gpu.py" --out "$out"
+  }
+  run_part torchao_int4 "$(slot 150 0)" int4_cmd
+  status[torchao_int4]=$st seconds[torchao_int4]=$secs_used
+  ((rc == 3)) && status[torchao_int4]=unavailable
+  if ((rc == 4)); then
+    message[torchao_int4]="pip could not install the wheels of $int4_wheels"
+  else
+    message[torchao_int4]="$(grep '^\[torchao_int4\]' "$out/torchao_int4.log" | tail -n 1)"
+  fi
+fi
+
+# ---- 6. table and JSON --------------------------------------------------------------------------
 ms() { [[ -n "$1" ]] && awk -v s="$1" 'BEGIN { printf "%.1f", s * 1000 }' || echo "-"; }
 ratio="-"
 [[ -n "$diffq_step" && -n "$peer_step" ]] && ratio=$(awk -v a="$diffq_step" -v b="$peer_step" 'BEGIN { printf "%.2f", b / a }')
@@ -202,7 +265,7 @@ d_cell=$(ms "$diffq_step") p_cell=$(ms "$peer_step")
   echo "|---|---|---|---|"
   echo "| step ms (median) | $d_cell | $p_cell | $ratio |"
   echo
-  for p in build gpu_tests diffq_bench peer; do echo "- $p: ${status[$p]} ${seconds[$p]:+(${seconds[$p]}s)} ${message[$p]:-}"; done
+  for p in build gpu_tests diffq_bench peer torchao_int4; do echo "- $p: ${status[$p]} ${seconds[$p]:+(${seconds[$p]}s)} ${message[$p]:-}"; done
 } | tee "$out/table.md"
 
 {
@@ -214,7 +277,7 @@ d_cell=$(ms "$diffq_step") p_cell=$(ms "$peer_step")
   echo "  \"model\": $(json_str "$model"), \"combo\": $(json_str "$combo"), \"size\": $(json_str "$size"),"
   echo "  \"parts\": {"
   sep=""
-  for p in build gpu_tests diffq_bench peer; do
+  for p in build gpu_tests diffq_bench peer torchao_int4; do
     printf '%s    "%s": {"status": %s, "seconds": %s, "message": %s}' "$sep" "$p" "$(json_str "${status[$p]}")" \
       "${seconds[$p]:-null}" "$(json_str "${message[$p]:-}")"
     sep=$',\n'
@@ -227,6 +290,7 @@ d_cell=$(ms "$diffq_step") p_cell=$(ms "$peer_step")
   echo "}"
 } > "$out/device-check.json.tmp" && mv "$out/device-check.json.tmp" "$out/device-check.json"
 say "wrote $out/device-check.json ($(($(date +%s) - start))s)"
-[[ "${status[build]}" == ok || -n "$prebuilt" ]] || exit 1
+[[ "${status[build]}" == ok || "${status[build]}" == skipped || -n "$prebuilt" ]] || exit 1
 [[ "${status[gpu_tests]}" == failed ]] && exit 1
+[[ "${status[torchao_int4]}" == failed ]] && exit 1
 exit 0

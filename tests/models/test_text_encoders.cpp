@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <functional>
 
@@ -25,6 +26,14 @@ std::filesystem::path tiny_flux() {
 const io::SafetensorsFile& reference() {
   static const io::SafetensorsFile f =
       io::SafetensorsFile::open(tiny_flux() / "reference" / "text_encoders.safetensors");
+  return f;
+}
+
+// transformers' own bfloat16 run of the same models on the same ids (FluxPipeline.from_pretrained(dir,
+// dtype=torch.bfloat16); tools/reference/make_tiny_flux.py): the reference of a bf16 port.
+const io::SafetensorsFile& reference_bf16() {
+  static const io::SafetensorsFile f =
+      io::SafetensorsFile::open(tiny_flux() / "reference" / "text_encoders_bf16.safetensors");
   return f;
 }
 
@@ -82,20 +91,32 @@ TEST(CLIPTextModel, MatchesTransformersFloat32) {
   EXPECT_LE(e_pool, 1e-4);
 }
 
-// bf16 compute against the float32 reference. transformers itself, loaded with dtype=torch.bfloat16,
-// is off by 0.0509 (last_hidden_state; hidden size 8, so the final LayerNorm's mean subtraction
-// magnifies rounding) and 0.0046 (pooled); diffq must do no worse than that, with a little margin.
+// bf16 compute against transformers' own bf16 run (tests/models/test_flux_transformer.cpp does the same for the
+// transformer). Both are off the float32 reference by up to ~5e-2 (hidden size 8, so the final LayerNorm's mean
+// subtraction magnifies rounding), and diffq's bf16 rounding points are not all torch's: quick_gelu rounds once
+// in diffq, three times in transformers (x * 1.702, sigmoid, product; with transformers patched to round once,
+// the distance below halves to 8.1e-3). diffq lies 1.52e-2 (last_hidden_state) and 7.04e-3 (pooled) from
+// transformers' bf16 run (measured 2026-12-01); bounds 2x that. Also no further from the float32 reference
+// than transformers' bf16 run (x1.1; last_hidden_state only: on the single pooled row diffq is 9.5e-3 off the
+// fp32 value, transformers 4.6e-3). Scaling final_layer_norm's weight by 1.02 fails the pooled bound (2.3e-2).
 TEST(CLIPTextModel, MatchesTransformersBFloat16) {
   auto m = clip::CLIPTextModel::from_pretrained(folder(), "text_encoder", DType::bf16);
   EXPECT_EQ(m->final_layer_norm.weight.dtype(), DType::bf16);
   const auto out = (*m)(reference().tensor("clip_input_ids"));
   EXPECT_EQ(out.last_hidden_state.dtype(), DType::bf16);
-  const double e_last = max_rel_err(out.last_hidden_state.to(DType::f32), reference().tensor("clip_last_hidden_state"));
-  const double e_pool = max_rel_err(out.pooler_output.to(DType::f32), reference().tensor("clip_pooled"));
+  EXPECT_EQ(out.pooler_output.dtype(), DType::bf16);
+  const double e_last = max_rel_err(out.last_hidden_state, reference_bf16().tensor("clip_last_hidden_state"));
+  const double e_pool = max_rel_err(out.pooler_output, reference_bf16().tensor("clip_pooled"));
+  const double e32_last = max_rel_err(out.last_hidden_state, reference().tensor("clip_last_hidden_state"));
+  const double torch32_last =
+      max_rel_err(reference_bf16().tensor("clip_last_hidden_state"), reference().tensor("clip_last_hidden_state"));
   RecordProperty("last_hidden_state_rel_err", cat(e_last));
   RecordProperty("pooled_rel_err", cat(e_pool));
-  EXPECT_LE(e_last, 0.06);   // diffq: 0.0357
-  EXPECT_LE(e_pool, 0.015);  // diffq: 0.0095 (one row, rounded in another order than torch)
+  std::printf("[clip] bf16 vs transformers bf16: last_hidden_state %.4g, pooled %.4g (vs fp32: diffq %.4g, "
+              "transformers bf16 %.4g)\n", e_last, e_pool, e32_last, torch32_last);
+  EXPECT_LE(e_last, 3.0e-2);  // measured 1.52e-2
+  EXPECT_LE(e_pool, 1.4e-2);  // measured 7.04e-3
+  EXPECT_LE(e32_last, 1.1 * torch32_last);  // measured 3.57e-2 vs 5.09e-2
 }
 
 TEST(CLIPTextModel, PoolPositions) {
@@ -172,16 +193,19 @@ TEST(T5EncoderModel, ConfigFromFixture) {
 }
 
 TEST(T5EncoderModel, RelativePositionBucketsMatchTorch) {
-  // T5Attention._relative_position_bucket(torch.tensor(rel), bidirectional, 32, 128), transformers 5.24.
-  const std::vector<int64_t> rel = {-1000, -200, -128, -127, -64, -63, -33, -32, -16, -15, -8, -7, -1, 0,
-                                    1,     7,    8,    15,   16,  31,  32,  63,  64,  127, 128, 129, 1000};
-  const std::vector<int64_t> bi = {15, 15, 15, 15, 14, 13, 12, 12, 10, 9,  8,  7,  1,  0,
-                                   17, 23, 24, 25, 26, 27, 28, 29, 30, 31, 31, 31, 31};
-  const std::vector<int64_t> uni = {31, 31, 31, 31, 26, 26, 21, 21, 16, 15, 8, 7, 1, 0,
-                                    0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0, 0, 0};
+  // T5Attention._relative_position_bucket(rel, bidirectional, 32, 128), transformers 5.24
+  // (tools/reference/make_reference_values.py).
+  const auto values = io::SafetensorsFile::open(std::filesystem::path(DIFFQ_SOURCE_DIR) /
+                                                "tests/fixtures/reference-values/values.safetensors");
+  const std::vector<double> rel = values.tensor("t5_bucket.relative_position").to_f64_vector();
+  const std::vector<double> bi = values.tensor("t5_bucket.bidirectional").to_f64_vector();
+  const std::vector<double> uni = values.tensor("t5_bucket.unidirectional").to_f64_vector();
+  ASSERT_EQ(rel.size(), 27u);
+  ASSERT_EQ(bi.size(), rel.size());
+  ASSERT_EQ(uni.size(), rel.size());
   for (size_t i = 0; i < rel.size(); ++i) {
-    EXPECT_EQ(t5::relative_position_bucket(rel[i], true, 32, 128), bi[i]) << rel[i];
-    EXPECT_EQ(t5::relative_position_bucket(rel[i], false, 32, 128), uni[i]) << rel[i];
+    EXPECT_EQ(t5::relative_position_bucket(int64_t(rel[i]), true, 32, 128), int64_t(bi[i])) << rel[i];
+    EXPECT_EQ(t5::relative_position_bucket(int64_t(rel[i]), false, 32, 128), int64_t(uni[i])) << rel[i];
   }
 }
 
@@ -194,16 +218,27 @@ TEST(T5EncoderModel, MatchesTransformersFloat32) {
   EXPECT_LE(e, 1e-4);
 }
 
-// bf16 compute against the float32 reference: transformers with dtype=torch.bfloat16 is off by 0.0196.
+// bf16 compute against transformers' own bf16 run (which is off the float32 reference by 1.86e-2). diffq lies
+// 1.62e-2 from it (measured 2026-12-01): bound 2x. That is this tiny model's floor: one rounding changed
+// anywhere moves the output by ~1e-2 (final_layer_norm rounding once instead of twice: 1.54e-2; "wo" kept in
+// float32: 1.31e-2, caught only by the dtype check above). Also no further from the float32 reference than
+// transformers' bf16 run (x1.1): final_layer_norm's weight scaled by 1.02 gives 2.17e-2 > 2.05e-2 and fails
+// (the former fp32 bound, 0.025, let it through).
 TEST(T5EncoderModel, MatchesTransformersBFloat16) {
   auto m = t5::T5EncoderModel::from_pretrained(folder(), "text_encoder_2", DType::bf16);
   // transformers keeps "wo" in float32 only for float16 loads.
   EXPECT_EQ(m->encoder.block[0].layer.ff.DenseReluDense.wo.weight.dtype(), DType::bf16);
   const Tensor out = (*m)(reference().tensor("t5_input_ids"));
   EXPECT_EQ(out.dtype(), DType::bf16);
-  const double e = max_rel_err(out.to(DType::f32), reference().tensor("t5_last_hidden_state"));
+  const double e = max_rel_err(out, reference_bf16().tensor("t5_last_hidden_state"));
+  const double e32 = max_rel_err(out, reference().tensor("t5_last_hidden_state"));
+  const double torch32 =
+      max_rel_err(reference_bf16().tensor("t5_last_hidden_state"), reference().tensor("t5_last_hidden_state"));
   RecordProperty("last_hidden_state_rel_err", cat(e));
-  EXPECT_LE(e, 0.025);  // diffq: 0.0165
+  std::printf("[t5] bf16 vs transformers bf16: %.4g (vs fp32: diffq %.4g, transformers bf16 %.4g)\n", e, e32,
+              torch32);
+  EXPECT_LE(e, 3.2e-2);                // measured 1.62e-2
+  EXPECT_LE(e32, 1.1 * torch32);       // measured 1.65e-2 vs 1.86e-2
 }
 
 TEST(T5EncoderModel, Float16KeepsWoInFloat32) {

@@ -1,6 +1,6 @@
 // AutoencoderKL against Diffusers 0.42.1 (tests/fixtures/tiny-flux: the tiny random-weight VAE and
 // its reference tensors from tools/reference). Tolerances: fp32 max relative error <= 1e-4;
-// bf16 compute: no worse than Diffusers' own bf16 run (see Bf16ComputeAsCloseAsDiffusersBf16).
+// bf16 compute: against Diffusers' own bf16 run (see Bf16ComputeMatchesDiffusersBf16).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -40,6 +40,14 @@ double max_rel(const Tensor& got, const Tensor& want) {
     ref = std::max(ref, double(std::fabs(b.data<float>()[i])));
   }
   return diff / std::max(ref, 1e-30);
+}
+
+// Diffusers' own bfloat16 run of the same VAE on the same inputs cast to bf16 (FluxPipeline.from_pretrained(
+// dir, dtype=torch.bfloat16).vae; tools/reference/make_tiny_flux.py): the reference of a bf16 port.
+const io::SafetensorsFile& reference_bf16() {
+  static const io::SafetensorsFile f =
+      io::SafetensorsFile::open(tiny_flux() / "reference" / "vae_bf16.safetensors");
+  return f;
 }
 
 std::unique_ptr<AutoencoderKL> load_tiny(std::optional<DType> dtype = std::nullopt) {
@@ -159,25 +167,34 @@ TEST(Vae, EncodeMatchesDiffusersF32) {
   EXPECT_LE(el, 1e-4);
 }
 
-// bf16 weights and activations against the fp32 reference. The design's 1e-2 cannot hold here:
-// Diffusers itself, run in bf16 on the same inputs (AutoencoderKL.from_pretrained(...).to(bfloat16),
-// torch CPU, diffusers 0.42.1), is off the fp32 reference by 1.649e-2 (decode), 1.325e-2 (mean) and
-// 1.344e-2 (logvar): every conv rounds its output to bf16, and this tiny VAE's outputs are small
-// relative to its activations. So the check is "no worse than Diffusers' own bf16 path" (with 10%
-// slack for different but equally valid rounding orders), and 2e-2 absolute.
-TEST(Vae, Bf16ComputeAsCloseAsDiffusersBf16) {
+// bf16 weights and activations against Diffusers' own bf16 run. Both are ~1.3e-2..1.6e-2 off the fp32
+// reference: every conv rounds its output to bf16, and this tiny VAE's outputs are small relative to its
+// activations, so single-ulp flips anywhere are magnified (Diffusers itself, with only its mid-block linears
+// computed in f32 and rounded once, which torch's bf16 linear already gives for all but ~1 element in 8192,
+// moves its decode by 1.3e-2). diffq lies 1.83e-2 (decode), 6.0e-3 (mean), 9.4e-3 (logvar) from Diffusers'
+// bf16 run (measured 2026-12-01); bounds 2x that. Also no further from the fp32 reference than Diffusers' bf16
+// run (x1.1, as before; measured 1.02x, 1.00x, 0.93x). decoder.conv_out's weight scaled by 1.04 fails both
+// (4.7e-2 vs Diffusers bf16), by 1.005 the second.
+TEST(Vae, Bf16ComputeMatchesDiffusersBf16) {
   auto m = load_tiny(DType::bf16);
   const Tensor got = m->decode(reference().tensor("decode.in").to(DType::bf16));
   EXPECT_EQ(got.dtype(), DType::bf16);
-  const double ed = max_rel(got, reference().tensor("decode.out"));
   const DiagonalGaussian post = m->encode(reference().tensor("encode.in").to(DType::bf16));
-  const double em = max_rel(post.mean, reference().tensor("encode.mean"));
-  const double el = max_rel(post.logvar, reference().tensor("encode.logvar"));
-  std::cout << "[vae] bf16 max relative error decode " << ed << " mean " << em << " logvar " << el
-            << "\n";
-  EXPECT_LE(ed, std::min(2e-2, 1.1 * 1.649e-2));
-  EXPECT_LE(em, std::min(2e-2, 1.1 * 1.325e-2));
-  EXPECT_LE(el, std::min(2e-2, 1.1 * 1.344e-2));
+  EXPECT_EQ(post.mean.dtype(), DType::bf16);
+  struct Out {
+    const char* key;
+    Tensor got;
+    double bound;
+  };
+  for (const Out& o : {Out{"decode.out", got, 3.7e-2}, Out{"encode.mean", post.mean, 1.2e-2},
+                       Out{"encode.logvar", post.logvar, 1.9e-2}}) {
+    const Tensor want = reference_bf16().tensor(o.key), f32 = reference().tensor(o.key);
+    const double e = max_rel(o.got, want), e32 = max_rel(o.got, f32), torch32 = max_rel(want, f32);
+    std::cout << "[vae] bf16 " << o.key << ": max relative error vs Diffusers bf16 " << e << " (vs fp32: diffq "
+              << e32 << ", Diffusers bf16 " << torch32 << ")\n";
+    EXPECT_LE(e, o.bound) << o.key;
+    EXPECT_LE(e32, 1.1 * torch32) << o.key;
+  }
 }
 
 TEST(Vae, LogvarIsClampedAndShapesAreChecked) {

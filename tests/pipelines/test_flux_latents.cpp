@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "diffq/error.h"
@@ -82,19 +84,43 @@ TEST(FluxLatents, IdsAndVaeInputMatchTheFixtures) {
   }
 }
 
-// bf16 latents: torch divides by the scale as float32 but rounds the shift to bf16 before adding.
-// Reference: torch 2.15, (randn([1, 2, 4, 4], seed 5).to(bf16) / 0.3611 + 0.1159) bits.
-TEST(FluxLatents, Bf16VaeInputScalingMatchesTorch) {
-  diffq::Generator g(5);
-  Tensor x = diffq::randn({1, 2, 4, 4}, g, diffq::DType::bf16);
-  Tensor z = flux::scale_latents_for_vae(x, 0.3611, 0.1159);
-  ASSERT_EQ(z.dtype(), diffq::DType::bf16);
-  const std::vector<uint16_t> want = {
-      0x40a7, 0x3fc7, 0xc094, 0xc093, 0x40b7, 0xbf21, 0xbe7e, 0xc078, 0x3f99, 0x3d82, 0xc069,
-      0xbff3, 0x4036, 0xbf86, 0xbfc1, 0xc003, 0x40fa, 0x405f, 0xbf50, 0xc024, 0xbe7a, 0xbfc6,
-      0x3f04, 0xbe99, 0xbf8c, 0x4011, 0xbd3a, 0xc0b0, 0x4088, 0x3fbe, 0x3f4f, 0x409f};
-  const uint16_t* p = z.contiguous().data<uint16_t>();
-  EXPECT_EQ(std::vector<uint16_t>(p, p + z.numel()), want);
+// FluxPipeline.prepare_latents(..., dtype=bfloat16) on the tiny pipeline (randn_tensor, _pack_latents,
+// _prepare_latent_image_ids), _unpack_latents and the pipeline's VAE input scaling (torch divides by the scale
+// as float32 but rounds the shift to bf16 before adding), from tools/reference/make_reference_values.py:
+// one generator (batch 1) and a list of two (batch 2, 16 channels, non-square).
+TEST(FluxLatents, Bf16PrepareUnpackAndVaeScalingMatchFluxPipeline) {
+  auto values = diffq::io::SafetensorsFile::open(kFix + "reference-values/values.safetensors");
+  std::ifstream in(kFix + "reference-values/params.json");
+  const auto p = nlohmann::json::parse(in).at("latents");
+  const int64_t vsf = p.at("vae_scale_factor");
+  int checked = 0;
+  for (const auto& [name, c] : p.at("cases").items()) {
+    SCOPED_TRACE(name);
+    const int64_t b = c.at("batch_size"), ch = c.at("num_channels_latents"), height = c.at("height"),
+                  width = c.at("width");
+    const auto g = flux::latent_grid(height, width, vsf);
+    std::vector<diffq::Generator> gens;
+    for (uint64_t seed : c.at("seeds").get<std::vector<uint64_t>>()) gens.emplace_back(seed);
+    const Tensor noise = gens.size() == 1 ? diffq::randn_tensor({b, ch, g.h, g.w}, gens[0], diffq::DType::bf16)
+                                          : diffq::randn_tensor({b, ch, g.h, g.w}, gens, diffq::DType::bf16);
+    const std::string k = "latents." + name;
+    const Tensor packed = flux::pack_latents(noise);
+    ASSERT_EQ(packed.dtype(), diffq::DType::bf16);
+    ASSERT_EQ(packed.shape(), values.tensor(k + ".packed").shape());
+    EXPECT_EQ(bits_of(packed), bits_of(values.tensor(k + ".packed")));
+    const Tensor ids = flux::prepare_latent_image_ids(g.h / 2, g.w / 2, diffq::DType::bf16);
+    EXPECT_EQ(ids.dtype(), diffq::DType::bf16);
+    EXPECT_EQ(ids.shape(), values.tensor(k + ".img_ids").shape());
+    EXPECT_EQ(bits_of(ids), bits_of(values.tensor(k + ".img_ids")));
+    const Tensor unpacked = flux::unpack_latents(values.tensor(k + ".packed"), height, width, vsf);
+    EXPECT_EQ(unpacked.shape(), values.tensor(k + ".unpacked").shape());
+    EXPECT_EQ(bits_of(unpacked), bits_of(values.tensor(k + ".unpacked")));
+    const Tensor z = flux::scale_latents_for_vae(unpacked, p.at("scaling_factor"), p.at("shift_factor"));
+    ASSERT_EQ(z.dtype(), diffq::DType::bf16);
+    EXPECT_EQ(bits_of(z), bits_of(values.tensor(k + ".vae_in")));
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2);
 }
 
 }  // namespace

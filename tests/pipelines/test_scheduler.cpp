@@ -1,4 +1,4 @@
-// FlowMatchEulerDiscreteScheduler against Diffusers 0.42.1 (tests/fixtures/tiny-flux*/reference/).
+// FlowMatchEulerDiscreteScheduler against Diffusers 0.42.1 (tests/fixtures/tiny-flux*/reference/, reference-values/).
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -135,92 +135,65 @@ TEST(FlowMatchEuler, Linspace) {
   EXPECT_TRUE(diffq::np_linspace(0, 1, 0).empty());
 }
 
-// Reference values printed by Diffusers 0.42.1 / torch 2.15 (FlowMatchEulerDiscreteScheduler(**config)
-// .set_timesteps(...), float32 bits) for options the Flux fixtures do not reach. 5 steps; "sigmas"
-// cases pass np.linspace(1.0, 0.2, 5); mu = 0.8.
-struct ScheduleCase {
-  const char* name;
-  std::vector<uint32_t> sigmas, timesteps;
-};
-
-TEST(FlowMatchEuler, OtherOptionsMatchDiffusersBitExact) {
-  const std::vector<ScheduleCase> cases = {
-      {"static3_default", {0x3f800000, 0x3f667def, 0x3f404979, 0x3f00c3a1, 0x3c124925, 0x00000000},
-          {0x447a0000, 0x446116fb, 0x443bc7c0, 0x43fb7e16, 0x410edb6e}},
-      {"static3_sigmas", {0x3f800000, 0x3f6c4ec6, 0x3f51745d, 0x3f2aaaab, 0x3edb6db8, 0x00000000},
-          {0x447a0000, 0x4466c4ed, 0x444c8ba3, 0x4426aaab, 0x43d64926}},
-      {"dyn_default", {0x3f800000, 0x3f5eb0d0, 0x3f30be32, 0x3eda8f3e, 0x3b11acae, 0x00000000},
-          {0x447a0000, 0x445978ab, 0x442c99bd, 0x43d56fe3, 0x400e42a2}},
-      {"linear_sigmas", {0x3f800000, 0x3f430c32, 0x3f0ba2e9, 0x3eb21643, 0x3e2aaaaa, 0x00000000},
-          {0x447a0000, 0x443e79e9, 0x44085d18, 0x43ade9bd, 0x4326aaaa}},
-      {"terminal", {0x3f800000, 0x3f60fc11, 0x3f36b0df, 0x3ef33334, 0x3dccccd0, 0x00000000},
-          {0x447a0000, 0x445bb629, 0x443268ba, 0x43ed8001, 0x42c80003}},
-      {"karras", {0x3f800000, 0x3eccf6f2, 0x3e0ef312, 0x3d255dda, 0x3c124925, 0x00000000},
-          {0x447a0000, 0x43c82928, 0x430b9960, 0x42217da7, 0x410edb6e}},
-      {"exponential", {0x3f800000, 0x3e9d62c2, 0x3dc1848f, 0x3cedf1e6, 0x3c124925, 0x00000000},
-          {0x447a0000, 0x4399b271, 0x42bcfb74, 0x41e85e3b, 0x410edb6e}},
-      {"invert", {0x00000000, 0x3de38e30, 0x3e800000, 0x3edb6db6, 0x3f2aaaab, 0x3f800000},
-          {0x00000000, 0x42de38db, 0x437a0000, 0x43d64924, 0x4426aaab}},
-  };
-  for (const auto& c : cases) {
-    const std::string name = c.name;
-    SCOPED_TRACE(name);
-    FlowMatchEulerDiscreteConfig cfg;
-    diffq::SetTimestepsOptions o;
-    if (name.find("sigmas") != std::string::npos || name == "terminal" || name == "invert")
-      o.sigmas = diffq::np_linspace(1.0, 0.2, 5);
-    if (name.rfind("static3", 0) == 0) cfg.shift = 3.0;
-    if (name == "dyn_default" || name == "linear_sigmas") {
-      cfg.use_dynamic_shifting = true;
-      o.mu = 0.8;
-    }
-    if (name == "linear_sigmas") cfg.time_shift_type = "linear";
-    if (name == "terminal") {
-      cfg.shift = 3.0;
-      cfg.shift_terminal = 0.1;
-    }
-    if (name == "karras" || name == "exponential") cfg.shift = 3.0;
-    cfg.use_karras_sigmas = name == "karras";
-    cfg.use_exponential_sigmas = name == "exponential";
-    if (name == "invert") {
-      cfg.shift = 2.0;
-      cfg.invert_sigmas = true;
-    }
-    FlowMatchEulerDiscreteScheduler s(cfg);
-    s.set_timesteps(5, o);
-    EXPECT_EQ(bits_of(s.sigmas()), c.sigmas);
-    EXPECT_EQ(bits_of(s.timesteps()), c.timesteps);
-  }
+// Small reference values made by tools/reference/make_reference_values.py with Diffusers 0.42.1 / torch 2.15
+// (tests/fixtures/reference-values: values.safetensors, params.json has each call).
+const diffq::io::SafetensorsFile& values() {
+  static const auto f = diffq::io::SafetensorsFile::open(kFix + "reference-values/values.safetensors");
+  return f;
+}
+const nlohmann::json& value_params() {
+  static const nlohmann::json j = [] {
+    std::ifstream in(kFix + "reference-values/params.json");
+    return nlohmann::json::parse(in);
+  }();
+  return j;
 }
 
-// step() with a bfloat16 model output: torch computes dt * v in bfloat16 (dt rounded to bf16, the
-// product rounded to bf16) and adds it to the float32 sample. Reference: Diffusers 0.42.1 with
-// v = randn(64, generator seed 1).to(bf16), x = the next randn(64) (float32), use_dynamic_shifting,
-// sigmas = linspace(1, 0.25, 4), mu = 0.7, step at timesteps[0].
-TEST(FlowMatchEuler, Bf16StepRoundsTheProductLikeTorch) {
-  diffq::Generator g(1);
-  Tensor v = diffq::randn({64}, g).to(diffq::DType::bf16);
-  Tensor x = diffq::randn({64}, g);
-  FlowMatchEulerDiscreteConfig cfg;
-  cfg.use_dynamic_shifting = true;
-  FlowMatchEulerDiscreteScheduler s(cfg);
+// FlowMatchEulerDiscreteScheduler(**config).set_timesteps(**call) for options the Flux fixtures do not reach
+// (static shift, Karras / exponential sigmas, shift_terminal, linear time shift, invert_sigmas): the config
+// holds only the keys Diffusers was given, so its defaults are diffq's defaults too.
+diffq::SetTimestepsOptions timesteps_options(const nlohmann::json& call) {
   diffq::SetTimestepsOptions o;
-  o.sigmas = diffq::np_linspace(1.0, 0.25, 4);
-  o.mu = 0.7;
-  s.set_timesteps(std::nullopt, o);
+  if (call.contains("sigmas")) o.sigmas = call["sigmas"].get<std::vector<double>>();
+  if (call.contains("mu")) o.mu = call["mu"].get<double>();
+  return o;
+}
+
+TEST(FlowMatchEuler, OtherOptionsMatchDiffusersBitExact) {
+  int checked = 0;
+  for (const auto& [name, c] : value_params().at("scheduler").items()) {
+    SCOPED_TRACE(name);
+    const auto cfg = FlowMatchEulerDiscreteConfig::from_json(diffq::io::JsonConfig(c.at("config"), name));
+    const nlohmann::json& call = c.at("set_timesteps");
+    FlowMatchEulerDiscreteScheduler s(cfg);
+    s.set_timesteps(call.contains("num_inference_steps") ? std::optional<int64_t>(call["num_inference_steps"].get<int64_t>())
+                                                         : std::nullopt,
+                    timesteps_options(call));
+    EXPECT_EQ(bits_of(s.sigmas()), bits_of(values().tensor("scheduler." + name + ".sigmas").to_f32_vector()));
+    EXPECT_EQ(bits_of(s.timesteps()), bits_of(values().tensor("scheduler." + name + ".timesteps").to_f32_vector()));
+    ++checked;
+  }
+  EXPECT_EQ(checked, 8);
+}
+
+// step() with a bfloat16 model output: torch computes dt * v in bfloat16 (dt rounded to bf16, the product
+// rounded to bf16) and adds it to the float32 sample; the result is bf16. Inputs, call and output from the
+// fixture (model_output = torch.randn(64, seed 1).to(bf16), sample = the next randn(64)).
+TEST(FlowMatchEuler, Bf16StepRoundsTheProductLikeTorch) {
+  const nlohmann::json& p = value_params().at("bf16_step");
+  const Tensor v = values().tensor("bf16_step.model_output"), x = values().tensor("bf16_step.sample");
+  ASSERT_EQ(v.dtype(), diffq::DType::bf16);
+  ASSERT_EQ(x.dtype(), diffq::DType::f32);
+  FlowMatchEulerDiscreteScheduler s(FlowMatchEulerDiscreteConfig::from_json(diffq::io::JsonConfig(p.at("config"), "bf16_step")));
+  s.set_timesteps(std::nullopt, timesteps_options(p.at("set_timesteps")));
   Tensor out = s.step(v, s.timesteps()[0], x);
+  const Tensor want = values().tensor("bf16_step.prev_sample");
   EXPECT_EQ(out.dtype(), diffq::DType::bf16);
-  const std::vector<uint32_t> want = {0x3e430000, 0xbf6b0000, 0xbf010000, 0xbf470000, 0xbe490000,
-      0x3da20000, 0x3fe80000, 0x3e740000, 0xbf1a0000, 0xbe6a0000, 0xbf630000, 0xbf4c0000,
-      0xbedc0000, 0xbf4d0000, 0x3eba0000, 0xbf860000, 0xbed10000, 0x3e880000, 0xbf410000,
-      0x3f340000, 0xbfc70000, 0xbf090000, 0x3e880000, 0xbe8c0000, 0x3dc90000, 0xbef40000,
-      0xbf390000, 0x3f700000, 0xbf870000, 0xbec40000, 0x3ecf0000, 0x40010000, 0x3eca0000,
-      0x3f9a0000, 0x3f4b0000, 0xbf4e0000, 0x3fae0000, 0xbf520000, 0xbf730000, 0x3f970000,
-      0x3fad0000, 0x3f100000, 0xbda60000, 0xbe170000, 0xc01c0000, 0xbef20000, 0xbfda0000,
-      0xbf860000, 0x3f810000, 0xbf230000, 0x3fa30000, 0x3f610000, 0x3dc70000, 0x3e780000,
-      0x3ebe0000, 0xbf370000, 0x40220000, 0xbebb0000, 0x3c510000, 0x3ffa0000, 0xc00d0000,
-      0x3ff60000, 0x3f130000, 0x3ee40000};
-  EXPECT_EQ(bits_of(out.to_f32_vector()), want);
+  EXPECT_EQ(bits_of(out.to_f32_vector()), bits_of(want.to_f32_vector()));
+  // The fixture's inputs are also what diffq's generator draws for that seed.
+  diffq::Generator g(1);
+  EXPECT_EQ(bits_of(diffq::randn({64}, g).to(diffq::DType::bf16).to_f32_vector()), bits_of(v.to_f32_vector()));
+  EXPECT_EQ(bits_of(diffq::randn({64}, g).to_f32_vector()), bits_of(x.to_f32_vector()));
 }
 
 // shift_terminal stretches by 1 / (1 - last sigma): with one step (sigmas [1.0]) that is 0 / 0 and

@@ -7,6 +7,12 @@ callback_on_step_end), and `none` for the unquantized pipeline. `cases.json`: th
 steps, guidance, seed, max_sequence_length), and per scheme the PipelineQuantizationConfig kwargs used,
 or the reason Diffusers cannot run it on a CPU (then diffq is compared with `none`, bound documented).
 
+`latents_gguf.safetensors`: the same call with the GGUF block types diffq quantizes to (`--quant q8_0` ...),
+which Diffusers has no quantize-on-load for: every nn.Linear of the transformer whose in_features is a whole
+number of the type's blocks gets its float32 weight quantized by ggml's reference quantizer (ggml-python's
+ggml_quantize_chunk, no importance matrix) and dequantized by gguf-py (float32), then Diffusers runs the
+pipeline with those weights. `cases.json` "gguf": per type the ggml type and the Linear layers replaced.
+
 Run: tools/reference/regenerate_fixtures.sh flux_quantized  (needs tests/fixtures/tiny-flux first).
 """
 from __future__ import annotations
@@ -17,6 +23,8 @@ from _common import FIXTURES, deterministic, dir_size, fresh_dir, save_tensors, 
 
 CALL = dict(prompt="A photo of a Cat sitting on a RED chair, 4k!!", height=32, width=32, num_inference_steps=2,
             guidance_scale=3.5, seed=0, max_sequence_length=64)
+
+GGUF_SCHEMES = {"q8_0": "Q8_0", "q4_0": "Q4_0", "q4_K": "Q4_K", "q6_K": "Q6_K"}
 
 SCHEMES = {
     "nf4": ("bitsandbytes_4bit", dict(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype="float32")),
@@ -88,6 +96,28 @@ def main() -> None:
             cases["schemes"][name] = {"quant_backend": backend, "unavailable": f"{type(e).__name__}: {e}"[:300]}
             traceback.print_exc()
     save_tensors(out_dir / "latents.safetensors", tensors)
+
+    # GGUF: ggml's quantizer + gguf-py's dequantization, in the Diffusers pipeline.
+    import gguf
+    from gguf.constants import GGML_QUANT_SIZES
+    from make_quant_gguf import ggml_quantize
+
+    gguf_tensors, cases["gguf"] = {}, {}
+    for name, tname in GGUF_SCHEMES.items():
+        qtype = gguf.GGMLQuantizationType[tname]
+        block = GGML_QUANT_SIZES[qtype][0]
+        pipe = FluxPipeline.from_pretrained(FIXTURES / "tiny-flux", dtype=torch.float32)
+        replaced = []
+        with torch.no_grad():
+            for mname, mod in sorted(pipe.transformer.named_modules()):
+                if isinstance(mod, torch.nn.Linear) and mod.in_features % block == 0:
+                    w = mod.weight.detach().to(torch.float32).numpy()
+                    deq = gguf.quants.dequantize(ggml_quantize(w, qtype), qtype).astype("float32").reshape(w.shape)
+                    mod.weight.copy_(torch.from_numpy(deq))
+                    replaced.append(mname)
+        gguf_tensors[name] = run(pipe)
+        cases["gguf"][name] = {"ggml_type": tname, "block_size": block, "linear_layers": replaced}
+    save_tensors(out_dir / "latents_gguf.safetensors", gguf_tensors)
     write_json(out_dir / "cases.json", cases)
     print(f"flux-quantized: {dir_size(out_dir)} bytes")
 

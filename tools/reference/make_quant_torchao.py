@@ -17,6 +17,16 @@ Files:
   diffusers/expected.json  per folder and weight key: torchao's dequantize() bytes as FNV-1a 64, the
                        tensor class, dtype and shape; plain (unquantized) keys listed too.
 
+  int4_gpu/inputs.safetensors, int4_gpu/cases.json
+                       inputs of the GPU device check of Int4WeightOnlyConfig (scripts/device-check.sh,
+                       part torchao_int4; tools/reference/check_torchao_int4_gpu.py): per case a bf16
+                       weight "<case>.w", bias ".bias", input ".x" [2, 5, K] (a zero token, an outlier)
+                       and what the CPU port below makes of the weight (".qdata", ".scale",
+                       ".zero_point"). No output: torchao's int4 forward is an mslk CUDA kernel.
+                       diffq's output for these inputs is written by the C++ test
+                       TorchaoInt4GpuCheck.CommittedDiffqOutputIsCurrent (DIFFQ_WRITE_TORCHAO_FIXTURES=1)
+                       to written/int4_gpu_diffq.safetensors.
+
 Two things torchao 0.18 cannot do on this CPU-only machine, and how the script gets them anyway:
   * Int4WeightOnlyConfig's plain Int4Tensor quantizes with mslk's int4_row_quantize_zp / pack_int4
     (a CUDA package). The script installs a torch re-implementation of their math (below, written
@@ -216,6 +226,47 @@ def make_schemes(out: Path):
     _common.write_json(out / "schemes.json", info)
 
 
+# (case, N, K, group size): two weights of schemes.safetensors' int4 cases (7 rows: no multiple of 8) and
+# two kernel-friendly shapes.
+INT4_GPU_CASES = [("int4_g32_bf16", 7, 96, 32), ("int4_g128_bf16", 7, 256, 128),
+                  ("n32_k256_g32", 32, 256, 32), ("n32_k256_g128", 32, 256, 128)]
+
+
+def make_int4_gpu_inputs(out: Path):
+    """Inputs of the GPU check of torchao's real int4 forward, with their own generator (seed 2) and run
+    last, so that the other files keep their bytes. The int4_* weights are read back from
+    schemes.safetensors (the same weights as those cases)."""
+    from safetensors.torch import load_file
+    from torchao.core.config import config_to_dict
+    from torchao.quantization import Int4WeightOnlyConfig, quantize_
+
+    schemes = load_file(str(out / "schemes.safetensors"))
+    gen = torch.Generator().manual_seed(2)
+    tensors, info = {}, {}
+    for name, n, k, g in INT4_GPU_CASES:
+        w = schemes[f"{name}.w"] if f"{name}.w" in schemes else make_weight(n, k, torch.bfloat16, gen, group=g)
+        assert tuple(w.shape) == (n, k) and w.dtype == torch.bfloat16, name
+        bias = (torch.randn(n, generator=gen) * 0.1).to(torch.bfloat16)
+        x = (torch.randn(2, 5, k, generator=gen) * 0.5).to(torch.bfloat16)
+        x[0, 0] = 0.0  # an all-zero token
+        x[1, 2, 7] = 30.0  # an outlier token
+        cfg = Int4WeightOnlyConfig(group_size=g)
+        lin = torch.nn.Linear(k, n, bias=True, dtype=torch.bfloat16)
+        with torch.no_grad():
+            lin.weight.copy_(w)
+            lin.bias.copy_(bias)
+        quantize_(lin, cfg)  # the CPU port of mslk's quantizer (install_cpu_shims)
+        qw = lin.weight
+        assert type(qw).__name__ == "Int4Tensor", type(qw)
+        tensors.update({f"{name}.w": w, f"{name}.bias": bias, f"{name}.x": x, f"{name}.qdata": qw.qdata,
+                        f"{name}.scale": qw.scale, f"{name}.zero_point": qw.zero_point})
+        info[name] = {"config": config_to_dict(cfg), "shape": [n, k], "group_size": g, "dtype": "bfloat16",
+                      "x_shape": list(x.shape)}
+    (out / "int4_gpu").mkdir()
+    _common.save_tensors(out / "int4_gpu" / "inputs.safetensors", tensors)
+    _common.write_json(out / "int4_gpu" / "cases.json", info)
+
+
 def make_diffusers(out: Path):
     from diffusers import FluxTransformer2DModel, TorchAoConfig
     from safetensors import safe_open
@@ -286,6 +337,8 @@ def main():
             (out / "written" / fname).write_bytes(data)
     make_schemes(out)
     make_diffusers(out)
+    with torch.random.fork_rng():  # nn.Linear's init draws from the global generator
+        make_int4_gpu_inputs(out)
     print(f"[make_quant_torchao] {out}: {_common.dir_size(out) / 1024:.0f} KiB")
 
 

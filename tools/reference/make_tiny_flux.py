@@ -1,5 +1,6 @@
 """Tiny random-weight FLUX.1 pipelines built from the REAL diffusers/transformers classes, plus reference
-tensors computed by diffusers on the CPU in float32.
+tensors computed by diffusers on the CPU in float32 (and bfloat16 runs of the text encoders and the VAE on
+the same inputs: reference/text_encoders_bf16.safetensors, reference/vae_bf16.safetensors).
 
 Writes
   tests/fixtures/tiny-flux/            FluxPipeline.save_pretrained folder (dev-style, guidance_embeds)
@@ -161,6 +162,33 @@ def ref_text_encoders(pipe, out: dict, params: dict) -> None:
     params["tokenizer_cases"] = [
         {"text": p, "clip_ids": pipe.tokenizer(p).input_ids, "t5_ids": pipe.tokenizer_2(p).input_ids}
         for p in T.SAMPLE_PROMPTS]
+
+
+def ref_text_encoders_bf16(bpipe, fp32: dict, out: dict) -> None:
+    """The same CLIP/T5 calls as ref_text_encoders, with the pipeline loaded in bfloat16
+    (FluxPipeline.from_pretrained(dir, dtype=torch.bfloat16): the fp16 files cast to bf16; T5 keeps "wo"
+    in float32 only for float16 loads, so it is bf16 here). Same token ids as the float32 reference."""
+    assert bpipe.text_encoder_2.encoder.block[0].layer[1].DenseReluDense.wo.weight.dtype == torch.bfloat16
+    with torch.no_grad():
+        c = bpipe.text_encoder(fp32["clip_input_ids"], output_hidden_states=False)
+        t = bpipe.text_encoder_2(fp32["t5_input_ids"], output_hidden_states=False)[0]
+        prompt_embeds, pooled, _ = bpipe.encode_prompt(PROMPT, None, max_sequence_length=512)
+    assert torch.equal(pooled, c.pooler_output) and torch.equal(prompt_embeds, t)
+    assert c.last_hidden_state.dtype == torch.bfloat16 and t.dtype == torch.bfloat16
+    out.update({"clip_last_hidden_state": c.last_hidden_state, "clip_pooled": c.pooler_output,
+                "t5_last_hidden_state": t})
+
+
+def ref_vae_bf16(bvae, fp32: dict, out: dict) -> None:
+    """The float32 reference's decode/encode inputs (vae.safetensors) cast to bf16, through the VAE loaded
+    in bfloat16 by the pipeline (FluxPipeline decodes in the VAE's dtype: no force_upcast)."""
+    bf16 = torch.bfloat16
+    with torch.no_grad():
+        out["decode.out"] = bvae.decode(fp32["decode.in"].to(bf16), return_dict=False)[0]
+        dist = bvae.encode(fp32["encode.in"].to(bf16)).latent_dist
+        out["encode.mean"] = dist.mean
+        out["encode.logvar"] = dist.logvar
+    assert all(v.dtype == bf16 for v in out.values())
 
 
 def ref_transformer(transformer, out: dict) -> None:
@@ -335,6 +363,20 @@ def main() -> None:
     t = {}
     ref_vae(pipe.vae, t)
     save_tensors(ref_dir / "vae.safetensors", t)
+    # bfloat16 runs of the same models on the same inputs (the bf16 references of a bf16 port)
+    bpipe = FluxPipeline.from_pretrained(dev_dir, dtype=torch.bfloat16)
+    bpipe.set_progress_bar_config(disable=True)
+    fp32 = {}
+    ref_text_encoders(pipe, fp32, {})
+    t = {}
+    ref_text_encoders_bf16(bpipe, fp32, t)
+    save_tensors(ref_dir / "text_encoders_bf16.safetensors", t)
+    fp32 = {}
+    ref_vae(pipe.vae, fp32)
+    t = {}
+    ref_vae_bf16(bpipe.vae, fp32, t)
+    save_tensors(ref_dir / "vae_bf16.safetensors", t)
+    del bpipe
     t = {}
     ref_noise(t, params)
     save_tensors(ref_dir / "noise.safetensors", t)
