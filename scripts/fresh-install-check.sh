@@ -226,9 +226,11 @@ step() {  # step NAME LOGNAME CMD...: run_step, and stop the check if CMD fails
 }
 phase() { phases+=("$(printf '%-34s %s' "$1" "$(fmt_s "$2")")"); }
 
+# The host's proxy variables, if any, reach apt in the root; nothing else of its environment does.
+mapfile -t proxy_env < <(env | grep -E '^(https?|ftp|no)_proxy=|^(HTTPS?|FTP|NO)_PROXY=' || true)
 in_root() {  # in_root 'shell command': runs it in the chroot with a clean environment, niced
   nice -n "$nice_level" env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-    HOME=/root LANG=C.UTF-8 TERM=dumb DEBIAN_FRONTEND=noninteractive \
+    HOME=/root LANG=C.UTF-8 TERM=dumb DEBIAN_FRONTEND=noninteractive "${proxy_env[@]}" \
     chroot "$root" /bin/bash -c "set -euo pipefail; $1" 9>&-
 }
 mount_in() {  # mount_in ARGS... MOUNTPOINT: mounts and remembers it for the exit trap
@@ -305,8 +307,8 @@ echo "fresh-install: Debian 12 (bookworm, $arch) from $mirror; cache $cache"
 [ ${#without[@]} -gt 0 ] && echo "fresh-install: without ${without[*]} (this run should FAIL)"
 
 # Roots of earlier runs that were killed before their trap ran (not those kept with --keep).
-for d in "$cache"/run.*; do
-  [ -d "$d" ] && [ ! -e "$d/KEPT" ] && { safe_rm "$d" || exit 1; }
+for d in "$cache"/run.* "$cache"/bare.*; do
+  if [ -d "$d" ] && [ ! -e "$d/KEPT" ]; then safe_rm "$d" || exit 1; fi
 done
 
 # ---- 1. the bare root (debootstrap once, then the cached tarball) ------------------------------------
@@ -344,8 +346,9 @@ tmpfs=${DIFFQ_FRESH_TMPFS:-auto}
 if [ "$tmpfs" = auto ]; then
   tmpfs=0
   mem_kib=$(awk '$1 == "MemAvailable:" { print $2 }' /proc/meminfo)
-  [ $keep = 0 ] && [ $full = 0 ] && [ "${mem_kib:-0}" -ge $((8 * 1024 * 1024)) ] && tmpfs=1
+  [ $keep = 0 ] && [ $full = 0 ] && [ "${mem_kib:-0}" -ge $((4 * 1024 * 1024)) ] && tmpfs=1
 fi
+[ $keep = 1 ] && tmpfs=0
 if [ "$tmpfs" = 1 ]; then
   current="mount a tmpfs on $scratch"
   mount_in -t tmpfs -o size=6g,mode=755 tmpfs "$scratch"
@@ -355,7 +358,7 @@ copy_bare() { tar --numeric-owner --xattrs -xpf "$bare" -C "$root"; }
 step "extract the bare root" 02-extract copy_bare
 phase "$bare_label" "$step_us"
 
-current="mount /proc, /sys, /dev, the .deb cache"
+current="prepare the root (mount /proc, /sys, /dev, the .deb cache; apt sources)"
 mount_in -t proc proc "$root/proc"
 mount_in -t sysfs -o ro,nosuid,nodev,noexec sysfs "$root/sys"
 # A tmpfs /dev with the usual nodes, not a bind mount of the host's /dev: nothing deleted in the root
