@@ -3,6 +3,8 @@
 # then configures and builds Release into build/.
 #   ./scripts/setup.sh               # install + build
 #   SKIP_APT=1 ./scripts/setup.sh    # build only
+#   DIFFQ_SETUP_TARGET=diffq_deps_check ./scripts/setup.sh   # configure, then build only these
+#                                    # targets (space-separated) instead of everything
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,5 +29,11 @@ if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
 fi
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release ${DIFFQ_CMAKE_ARGS:-}
-cmake --build build
-echo "setup: built build/bin/diffq"
+if [ -n "${DIFFQ_SETUP_TARGET:-}" ]; then
+  read -r -a targets <<<"$DIFFQ_SETUP_TARGET"
+  cmake --build build --target "${targets[@]}"
+  echo "setup: built ${targets[*]}"
+else
+  cmake --build build
+  echo "setup: built build/bin/diffq"
+fi
