@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs the test suite through ctest.
 #   ./scripts/test.sh              # the Release build in build/ (run scripts/setup.sh first)
-#   ./scripts/test.sh --sanitize   # AddressSanitizer + UBSan build in build-asan/, all CPU tests
+#   ./scripts/test.sh --sanitize   # AddressSanitizer + UBSan build (clang) in build-asan/, every test
 #   ./scripts/test.sh --fuzz [s]   # libFuzzer targets (clang) in build-fuzz/, s seconds each (default 60)
-#   ./scripts/test.sh --ci-sanitize [s]  # what CI adds (clang, build-ci-asan/): the parsers' and I/O
+#   ./scripts/test.sh --ci-sanitize [s]  # what CI adds (same build-asan/): the parsers' and I/O
 #                                  # tests under ASan + UBSan, and each fuzz target s seconds (default 10)
 # Every test runs: those that need a GPU skip with their reason where none is present; the kernel
 # suites also run once per lower SIMD target (names ending @AVX2, @SCALAR or @EMU128; tests/CMakeLists.txt).
@@ -14,10 +14,17 @@ if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
 fi
 jobs=$(nproc)
 
+# --sanitize and --ci-sanitize share one build: clang, -O1 -g, ASan + UBSan, the fuzz targets too (so
+# CI's subset and the whole sanitizer suite reuse each other's objects).
+sanitize_configure() {
+  CC=clang CXX=clang++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" -DDIFFQ_SANITIZE=ON -DDIFFQ_FUZZ=ON -DDIFFQ_CUDA=OFF \
+    -DDIFFQ_BENCH=OFF -DDIFFQ_TESTS=ON
+}
+
 case "${1:-}" in
   --sanitize)
-    cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDIFFQ_SANITIZE=ON \
-      -DDIFFQ_CUDA=OFF -DDIFFQ_BENCH=OFF
+    sanitize_configure
     cmake --build build-asan
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
       ctest --test-dir build-asan --output-on-failure -j "$jobs"
@@ -27,23 +34,21 @@ case "${1:-}" in
     # GGUF, JSON configs, PNG, tokenizers, Diffusers folders) run under ASan + UBSan, then each fuzz
     # target briefly on its seed corpus, so `--fuzz` keeps building and a leak or UB in a parser fails CI.
     secs=${2:-10}
-    CC=clang CXX=clang++ cmake -S . -B build-ci-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-      -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" -DDIFFQ_SANITIZE=ON -DDIFFQ_FUZZ=ON -DDIFFQ_CUDA=OFF \
-      -DDIFFQ_BENCH=OFF -DDIFFQ_TESTS=ON
-    cmake --build build-ci-asan --target test_io test_pipelines fuzz_targets
+    sanitize_configure
+    cmake --build build-asan --target test_io test_pipelines fuzz_targets
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-      ctest --test-dir build-ci-asan --output-on-failure -j "$jobs" \
+      ctest --test-dir build-asan --output-on-failure -j "$jobs" \
         -R '^(Safetensors[A-Za-z]*|Malformed[A-Za-z]*|GGUF|MappedFile|DiffusersFolder|Inspect|JsonConfig|Png|Tokenizers)\.'
-    for f in build-ci-asan/bin/fuzz_*; do
+    for f in build-asan/bin/fuzz_*; do
       name=$(basename "$f" | sed 's/^fuzz_//')
       dict=()
       [ -f "tests/fuzz/$name.dict" ] && dict=(-dict="tests/fuzz/$name.dict")
       work=$(mktemp -d)
       echo "fuzz: $f for ${secs}s (seed corpus tests/fuzz/corpus/$name)"
-      if ! "$f" -max_total_time="$secs" -rss_limit_mb=2048 -artifact_prefix=build-ci-asan/ "${dict[@]}" \
+      if ! "$f" -max_total_time="$secs" -rss_limit_mb=2048 -artifact_prefix=build-asan/ "${dict[@]}" \
           "$work" "tests/fuzz/corpus/$name" > "$work.log" 2>&1; then
         tail -n 40 "$work.log" >&2
-        echo "fuzz: fuzz_$name failed (reproducer in build-ci-asan/crash-*, leak-* or timeout-*)" >&2
+        echo "fuzz: fuzz_$name failed (reproducer in build-asan/crash-*, leak-* or timeout-*)" >&2
         exit 1
       fi
       tail -n 1 "$work.log"
