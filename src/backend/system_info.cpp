@@ -15,6 +15,7 @@
 
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/int8_gemm.h"
 #include "backend/cpu/simd_targets.h"
 #include "diffq/runtime.h"
 #include "diffq_git_commit.h"
@@ -78,7 +79,7 @@ SystemInfo system_info() {
   s.kernels = {
       {"gemm_f32", f32},
       {"gemm_bf16", backend::cpu::gemm_kernel_name(true)},
-      {"gemm_int8 (torchao int8dq)", "diffq int8: int16-pair madd tile (" + s.simd_target + ")"},
+      {"gemm_int8 (torchao int8dq)", backend::cpu::int8_gemm_kernel_name()},
       {"attention", "diffq flash attention, f32 tiles (" + s.simd_target + ")"},
       {"quantized linears (dequantizing)", "f32 weight tiles -> " + f32},
       {"conv2d", "im2col chunks -> the f32/bf16 GEMM above"},

@@ -8,6 +8,8 @@
 
 #include <cfloat>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <cstring>
 #include <random>
 #include <tuple>
@@ -15,6 +17,7 @@
 
 #include "backend/cpu/int8_act_quant.h"
 #include "backend/cpu/int8_gemm.h"
+#include "backend/cpu/onednn_gemm.h"
 #include "backend/cpu/threads.h"
 #include "core/random.h"
 #include "ops/ops.h"
@@ -41,6 +44,21 @@ struct ThreadsGuard {
   ~ThreadsGuard() { cpu::set_num_threads(0); }
 };
 
+// Which kernel runs: oneDNN's where the CPU has AVX512-VNNI or AMX-INT8 (measured faster; exact either
+// way), the vpmaddwd tile elsewhere or when DIFFQ_GEMM_KERNEL=diffq (ctest runs this suite both ways:
+// the names ending @int8-tile).
+TEST(Int8Kernels, KernelChoiceFollowsTheCpu) {
+  const char* forced = std::getenv("DIFFQ_GEMM_KERNEL");
+  const std::string name = cpu::int8_gemm_kernel_name();
+  if (forced && std::string(forced) == "diffq") {
+    EXPECT_FALSE(cpu::int8_uses_onednn());
+    EXPECT_NE(name.find("madd tile"), std::string::npos) << name;
+  } else {
+    EXPECT_EQ(cpu::int8_uses_onednn(), cpu::onednn_int8_available()) << name;
+    EXPECT_NE(name.find(cpu::int8_uses_onednn() ? "oneDNN" : "madd tile"), std::string::npos) << name;
+  }
+}
+
 TEST(Int8Kernels, PackedALayout) {
   for (auto [m, k] : {std::pair<int64_t, int64_t>{1, 1}, {7, 5}, {13, 34}}) {
     const auto a = random_s8(size_t(m * (k + 2)), uint32_t(m + k));
@@ -61,7 +79,7 @@ TEST(Int8Kernels, PackedALayout) {
 TEST(Int8Kernels, PackedGemmMatchesReferenceAtEdges) {
   for (int threads : {1, 2}) {
     ThreadsGuard tg(threads);
-    for (int64_t m : {1, 6, 7, 37})
+    for (int64_t m : {1, 6, 7, 37, 300})  // 300: more rows than one oneDNN call takes (258)
       for (int64_t n : {1, 16, 17, 40, 257, 300})
         for (int64_t k : {1, 2, 15, 16, 33, 512, 513, 1030}) {
           if (m * n * k > 4'000'000) continue;

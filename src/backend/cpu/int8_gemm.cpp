@@ -19,7 +19,9 @@
 #include <vector>
 
 #include "backend/cpu/int8_gemm.h"
+#include "backend/cpu/onednn_gemm.h"
 #include "backend/cpu/threads.h"
+#include "backend/cpu/tuning.h"
 
 #ifndef DIFFQ_INT8_GEMM_ONCE
 #define DIFFQ_INT8_GEMM_ONCE
@@ -229,12 +231,12 @@ void Int8PackB(const int8_t* b, int64_t ldb, int64_t cols, int64_t kc, int16_t* 
   pack_b_scalar(b, ldb, cols, kc, done_pairs, dst);
 }
 
-// The epilogue of one finished tile (row stride kNR) at rows [i0, i0 + mr), columns [j0, j0 + nr):
+// The epilogue of one finished tile (row stride ldt) at rows [i0, i0 + mr), columns [j0, j0 + nr <= kNR):
 // int32 copy to c without ep, else ep's scale / bias / cast (f32 and bf16 by vectors on full tiles).
-void Int8TileEpilogue(const int32_t* tile, int64_t i0, int64_t mr, int64_t j0, int64_t nr, const Int8Epilogue* ep,
-                  int32_t* c, int64_t ldc) {
+void Int8TileEpilogue(const int32_t* tile, int64_t ldt, int64_t i0, int64_t mr, int64_t j0, int64_t nr,
+                      const Int8Epilogue* ep, int32_t* c, int64_t ldc) {
   if (!ep) {
-    for (int64_t r = 0; r < mr; ++r) std::memcpy(c + (i0 + r) * ldc + j0, tile + r * kNR, size_t(nr) * 4);
+    for (int64_t r = 0; r < mr; ++r) std::memcpy(c + (i0 + r) * ldc + j0, tile + r * ldt, size_t(nr) * 4);
     return;
   }
 #if HWY_TARGET != HWY_SCALAR
@@ -257,7 +259,7 @@ void Int8TileEpilogue(const int32_t* tile, int64_t i0, int64_t mr, int64_t j0, i
       const int64_t i = i0 + r;
       const auto sx = hn::Set(df, ep->row_scale[ep->per_tensor ? 0 : i]);
       for (int64_t v0 = 0; v0 < kNR; v0 += kL) {
-        auto f = hn::Mul(hn::ConvertTo(df, hn::LoadU(di, tile + r * kNR + v0)), sx);
+        auto f = hn::Mul(hn::ConvertTo(df, hn::LoadU(di, tile + r * ldt + v0)), sx);
         if (bf) f = hn::BitCast(df, bf_bits(f));
         f = hn::Mul(f, hn::LoadU(df, ep->col_scale + j0 + v0));
         if (ep->bias) f = hn::Add(f, hn::LoadU(df, ep->bias + j0 + v0));
@@ -273,7 +275,7 @@ void Int8TileEpilogue(const int32_t* tile, int64_t i0, int64_t mr, int64_t j0, i
     return;
   }
 #endif
-  epilogue_scalar(i0, mr, j0, nr, tile, kNR, *ep);
+  epilogue_scalar(i0, mr, j0, nr, tile, ldt, *ep);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -352,9 +354,62 @@ void for_each_int8_part(int64_t m, int64_t n, int64_t k, const F& f) {
   });
 }
 
+// Rows of A per oneDNN call (a multiple of the strip height): oneDNN copies its B slice into its own
+// blocked layout at every call, so calls cover many rows; the int32 result of a call (rows x the share's
+// columns) stays around L2 size.
+constexpr int64_t kOnednnRows = 43 * kMR;
+
+// One thread's share on oneDNN's VNNI / AMX-INT8 kernel: the share's A rows unpacked from the strips to
+// int8, C's int32 block by oneDNN, then the same epilogue as the tile path. False where oneDNN has no
+// native kernel for the shape (then nothing was written).
+bool run_part_onednn(int64_t m, int64_t n, int64_t k, const int16_t* ap, const int8_t* b, int64_t ldb, int32_t* c,
+                     int64_t ldc, const Int8Epilogue* ep, int64_t s0, int64_t s1, int64_t q0, int64_t q1) {
+  const auto epilogue = HWY_DYNAMIC_DISPATCH(Int8TileEpilogue);
+  thread_local std::vector<int8_t> abuf;
+  thread_local std::vector<int32_t> cbuf;
+  const int64_t se = int8_packed_strip_elems(k), c0 = q0 * kNR, c1 = std::min(n, q1 * kNR), cols = c1 - c0;
+  for (int64_t sb = s0; sb < s1; sb += kOnednnRows / kMR) {
+    const int64_t se_end = std::min(s1, sb + kOnednnRows / kMR);
+    const int64_t r0 = sb * kMR, r1 = std::min(m, se_end * kMR), rows = r1 - r0;
+    if (rows <= 0) break;
+    abuf.resize(size_t(rows * k));
+    cbuf.resize(size_t(rows * cols));
+    for (int64_t i = r0; i < r1; ++i) {  // strip s, pair p: word r = (a[6s + r, 2p], a[6s + r, 2p + 1])
+      const int16_t* strip = ap + (i / kMR) * se + 2 * (i % kMR);
+      int8_t* dst = abuf.data() + (i - r0) * k;
+      for (int64_t p = 0; p < k; ++p) dst[p] = int8_t(strip[(p / 2) * 2 * kMR + (p & 1)]);
+    }
+    if (!onednn_gemm_s8s8s32_part(rows, cols, k, abuf.data(), k, b + c0 * ldb, ldb, cbuf.data(), cols)) return false;
+    for (int64_t j = c0; j < c1; j += kNR)
+      epilogue(cbuf.data() + (j - c0), cols, r0, rows, j, std::min(kNR, c1 - j), ep, c, ldc);
+  }
+  return true;
+}
+
+}  // namespace
+
+bool int8_uses_onednn() {
+  switch (current_tuning().gemm_kernel) {
+    case GemmKernel::onednn: return true;
+    case GemmKernel::diffq: case GemmKernel::openblas: return false;
+    case GemmKernel::best: break;
+  }
+  // Measured on an Emerald Rapids Xeon (AVX512-VNNI): oneDNN's s8 GEMM 490 GOP/s a thread against the
+  // vpmaddwd tile's ~120 (docs/benchmarks.md "Session 7"); exact either way.
+  return onednn_int8_available();
+}
+
+std::string int8_gemm_kernel_name() {
+  if (int8_uses_onednn()) return "oneDNN matmul " + onednn_int8_impl() + " (s8 x s8 -> s32)";
+  return "diffq int8: int16-pair madd tile (" + std::string(hwy::TargetName(hwy::SupportedAndGeneratedTargets().front())) + ")";
+}
+
+namespace {
+
 // One thread's share: A strips [s0, s1) x B panels [q0, q1), all of K.
 void run_part(int64_t m, int64_t n, int64_t k, const int16_t* ap, const int8_t* b, int64_t ldb, int32_t* c,
               int64_t ldc, const Int8Epilogue* ep, int64_t s0, int64_t s1, int64_t q0, int64_t q1) {
+  if (int8_uses_onednn() && run_part_onednn(m, n, k, ap, b, ldb, c, ldc, ep, s0, s1, q0, q1)) return;
   const auto tile = HWY_DYNAMIC_DISPATCH(Int8Tile);
   const auto pack_b = HWY_DYNAMIC_DISPATCH(Int8PackB);
   const auto epilogue = HWY_DYNAMIC_DISPATCH(Int8TileEpilogue);
@@ -383,7 +438,7 @@ void run_part(int64_t m, int64_t n, int64_t k, const int16_t* ap, const int8_t* 
             tile(as, bp, pairs, cin, part);
           } else {
             tile(as, bp, pairs, cin, scratch);
-            epilogue(scratch, s * kMR, std::min(kMR, m - s * kMR), jq, nr, ep, c, ldc);
+            epilogue(scratch, kNR, s * kMR, std::min(kMR, m - s * kMR), jq, nr, ep, c, ldc);
           }
         }
       }

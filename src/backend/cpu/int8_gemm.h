@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "backend/cpu/gemm.h"
 #include "diffq/dtype.h"
@@ -70,6 +71,11 @@ void gemm_s8s8_packed_parts(int64_t m, int64_t n, int64_t k, const int16_t* a_pa
 // C[m, n] = sum_k A[m, k] * B[n, k] (packs A into a per-thread workspace, then gemm_s8s8_packed).
 void gemm_s8s8s32(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const int8_t* b,
                   int64_t ldb, int32_t* c, int64_t ldc);
+
+// The kernel the int8 GEMM runs here under the current tuning, in words (`diffq info`).
+std::string int8_gemm_kernel_name();
+// Whether it is oneDNN's (AVX512-VNNI / AMX-INT8) under the current tuning; exact either way.
+bool int8_uses_onednn();
 
 // Scalar references (the tests' oracles).
 void gemm_s8s8s32_reference(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda,

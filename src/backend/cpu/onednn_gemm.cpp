@@ -21,14 +21,15 @@ struct Key {
   bool ta, tb;
   int64_t m, n, k, lda, ldb, ldc;
   float alpha, beta;
+  bool int8 = false;  // s8 x s8 -> s32 (alpha 1, beta 0) instead of bf16 x bf16 -> f32
   bool operator==(const Key& o) const {
-    return std::tie(ta, tb, m, n, k, lda, ldb, ldc, alpha, beta) ==
-           std::tie(o.ta, o.tb, o.m, o.n, o.k, o.lda, o.ldb, o.ldc, o.alpha, o.beta);
+    return std::tie(ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, int8) ==
+           std::tie(o.ta, o.tb, o.m, o.n, o.k, o.lda, o.ldb, o.ldc, o.alpha, o.beta, o.int8);
   }
 };
 struct KeyHash {
   size_t operator()(const Key& x) const {
-    size_t h = size_t(x.ta) * 2 + size_t(x.tb);
+    size_t h = size_t(x.ta) * 2 + size_t(x.tb) + size_t(x.int8) * 4;
     for (int64_t v : {x.m, x.n, x.k, x.lda, x.ldb, x.ldc}) h = h * 1000003u ^ size_t(v);
     return h;
   }
@@ -37,6 +38,7 @@ struct KeyHash {
 // A cached primitive: null where oneDNN offers only a reference implementation (slower than diffq's).
 struct Entry {
   std::unique_ptr<dnnl::matmul> prim;
+  std::string impl;  // oneDNN's implementation name (also when it is not used)
   memory::desc a, b, c;
   size_t scratch_bytes = 0;
 };
@@ -53,11 +55,11 @@ bool native_impl(const std::string& impl) { return impl.find("ref") == std::stri
 
 std::unique_ptr<Entry> make_entry(const Key& key) {
   auto e = std::make_unique<Entry>();
-  e->a = memory::desc({key.m, key.k}, memory::data_type::bf16,
-                      key.ta ? memory::dims{1, key.lda} : memory::dims{key.lda, 1});
-  e->b = memory::desc({key.k, key.n}, memory::data_type::bf16,
-                      key.tb ? memory::dims{1, key.ldb} : memory::dims{key.ldb, 1});
-  e->c = memory::desc({key.m, key.n}, memory::data_type::f32, memory::dims{key.ldc, 1});
+  const auto in = key.int8 ? memory::data_type::s8 : memory::data_type::bf16;
+  e->a = memory::desc({key.m, key.k}, in, key.ta ? memory::dims{1, key.lda} : memory::dims{key.lda, 1});
+  e->b = memory::desc({key.k, key.n}, in, key.tb ? memory::dims{1, key.ldb} : memory::dims{key.ldb, 1});
+  e->c = memory::desc({key.m, key.n}, key.int8 ? memory::data_type::s32 : memory::data_type::f32,
+                      memory::dims{key.ldc, 1});
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // per-thread scratch: concurrent parts never share
   if (key.alpha != 1.0f) attr.set_output_scales(0, {key.alpha});
@@ -68,11 +70,13 @@ std::unique_ptr<Entry> make_entry(const Key& key) {
   }
   try {
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e->a, e->b, e->c), attr, engine());
-    if (!native_impl(pd.impl_info_str())) return e;
+    e->impl = pd.impl_info_str();
+    if (!native_impl(e->impl)) return e;
     e->scratch_bytes = pd.scratchpad_desc().get_size();
     e->prim = std::make_unique<dnnl::matmul>(pd);
-  } catch (const dnnl::error&) {
+  } catch (const dnnl::error& err) {
     e->prim.reset();
+    e->impl = err.what();
   }
   return e;
 }
@@ -113,16 +117,16 @@ bool cpu_has_bf16_matrix() {
 
 }  // namespace
 
-bool onednn_gemm_bf16_part(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                           const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
-                           int64_t ldc) {
-  if (!cpu_has_bf16_matrix()) return false;
-  const Entry& e = entry_for({trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta});
+namespace {
+
+// Runs the cached primitive of `key` on this thread; false where oneDNN has no native kernel for it.
+bool run_cached(const Key& key, const void* a, const void* b, void* c) {
+  const Entry& e = entry_for(key);
   if (!e.prim) return false;
   ThreadState& t = thread_state();
   if (t.scratch.size() < e.scratch_bytes) t.scratch.resize(e.scratch_bytes);
   dnnl::engine& eng = engine();
-  memory am(e.a, eng, const_cast<uint16_t*>(a)), bm(e.b, eng, const_cast<uint16_t*>(b)), cm(e.c, eng, c);
+  memory am(e.a, eng, const_cast<void*>(a)), bm(e.b, eng, const_cast<void*>(b)), cm(e.c, eng, c);
   std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
   if (e.scratch_bytes > 0)
     args.emplace(DNNL_ARG_SCRATCHPAD, memory(memory::desc({int64_t(e.scratch_bytes)}, memory::data_type::u8,
@@ -130,6 +134,38 @@ bool onednn_gemm_bf16_part(bool trans_a, bool trans_b, int64_t m, int64_t n, int
   e.prim->execute(t.stream, args);
   t.stream.wait();
   return true;
+}
+
+bool cpu_has_int8_matrix() {
+  const CpuFeatures& f = cpu_features();
+  return f.avx512_vnni || (f.amx_int8 && amx_tiles_permitted());
+}
+
+}  // namespace
+
+bool onednn_gemm_bf16_part(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                           const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
+                           int64_t ldc) {
+  if (!cpu_has_bf16_matrix()) return false;
+  return run_cached({trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, false}, a, b, c);
+}
+
+bool onednn_gemm_s8s8s32_part(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const int8_t* b,
+                              int64_t ldb, int32_t* c, int64_t ldc) {
+  if (!cpu_has_int8_matrix()) return false;
+  return run_cached({false, true, m, n, k, lda, ldb, ldc, 1.f, 0.f, true}, a, b, c);
+}
+
+bool onednn_int8_available() {
+  static const bool ok =
+      cpu_has_int8_matrix() && entry_for({false, true, 256, 256, 256, 256, 256, 256, 1.f, 0.f, true}).prim;
+  return ok;
+}
+
+std::string onednn_int8_impl() {
+  if (!cpu_has_int8_matrix()) return "unavailable: the CPU has neither AVX512-VNNI nor usable AMX-INT8";
+  const Entry& e = entry_for({false, true, 256, 256, 256, 256, 256, 256, 1.f, 0.f, true});
+  return e.prim ? e.impl : "unavailable: oneDNN offers only " + e.impl;
 }
 
 bool onednn_bf16_available() {

@@ -1,4 +1,4 @@
-// bf16 x bf16 -> f32 GEMMs on oneDNN's matmul primitive, for the CPUs with bf16 matrix instructions
+// bf16 x bf16 -> f32 (and s8 x s8 -> s32) GEMMs on oneDNN's matmul primitive, for the CPUs with bf16 matrix instructions
 // (AVX512-BF16's vdpbf16ps, AMX-BF16 tiles), where oneDNN's brgemm kernels multiply bf16 pairs natively
 // instead of widening them to f32 as diffq's blocked kernel does. Used by gemm.cpp for one part of C
 // at a time, on the diffq pool thread that owns the part (oneDNN's own OpenMP threads stay at one per
@@ -27,5 +27,13 @@ std::string onednn_bf16_impl();
 bool onednn_gemm_bf16_part(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                            const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
                            int64_t ldc);
+
+// int8: C[m, n] (int32) = A[m, k] @ B[n, k]^T, exact (torchao int8dq's product), single-threaded, on
+// oneDNN's VNNI / AMX-INT8 kernels. onednn_int8_available(): the CPU has AVX512-VNNI or usable AMX-INT8
+// and oneDNN a native kernel; onednn_int8_impl() its name or why none.
+bool onednn_int8_available();
+std::string onednn_int8_impl();
+bool onednn_gemm_s8s8s32_part(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const int8_t* b,
+                              int64_t ldb, int32_t* c, int64_t ldc);
 
 }  // namespace diffq::backend::cpu

@@ -25,7 +25,7 @@ enum class GemmKernel : uint8_t {
   best,      // the one measured faster for the shape (docs/benchmarks.md "CPU GEMM (issue 2)")
   diffq,     // diffq's own blocked kernel (sgemm_kernel.h)
   openblas,  // OpenBLAS cblas_sgemm (bf16: widened to f32 block by block first)
-  onednn,    // bf16: oneDNN's matmul on AVX512-BF16 / AMX (onednn_gemm.h); f32 as `best`
+  onednn,    // bf16 and int8: oneDNN's matmul (AVX512-BF16 / AVX512-VNNI / AMX; onednn_gemm.h); f32 as `best`
 };
 
 struct Tuning {
