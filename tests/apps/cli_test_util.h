@@ -30,8 +30,12 @@ inline double max_rel(const std::vector<float>& got, const std::vector<float>& w
   return num / den;
 }
 
-inline CliResult run_cli(const std::filesystem::path& dir, const std::string& args) {
-  const std::string cmd = "cd '" + dir.string() + "' && '" DIFFQ_CLI_PATH "' " + args + " 2>&1";
+// Runs `env <env> diffq <args>` (args already shell-quoted) in `dir`; stderr joins stdout unless
+// `stdout_only` (for output that is parsed, e.g. --json).
+inline CliResult run_cli_env(const std::filesystem::path& dir, const std::string& env, const std::string& args,
+                             bool stdout_only = false) {
+  const std::string cmd = "cd '" + dir.string() + "' && env " + env + " '" DIFFQ_CLI_PATH "' " + args +
+                          (stdout_only ? " 2>/dev/null" : " 2>&1");
   CliResult r;
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return r;
@@ -42,5 +46,7 @@ inline CliResult run_cli(const std::filesystem::path& dir, const std::string& ar
   r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   return r;
 }
+
+inline CliResult run_cli(const std::filesystem::path& dir, const std::string& args) { return run_cli_env(dir, "", args); }
 
 }  // namespace diffq::testing

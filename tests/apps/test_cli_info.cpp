@@ -3,8 +3,7 @@
 // DIFFQ_SIMD_TARGET / DIFFQ_GEMM_KERNEL / DIFFQ_NUM_THREADS, and bad overrides are clear errors.
 #include <gtest/gtest.h>
 
-#include <array>
-#include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -15,23 +14,10 @@
 
 namespace {
 
-struct CliRun {
-  int status = -1;
-  std::string out;
-};
+using diffq::testing::CliResult;
 
-// `env diffq args`, stdout only unless merge.
-CliRun run_info_cli(const std::string& env, const std::string& args, bool merge = false) {
-  const std::string cmd = "env " + env + " '" DIFFQ_CLI_PATH "' " + args + (merge ? " 2>&1" : " 2>/dev/null");
-  CliRun r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
+CliResult run_info_cli(const std::string& env, const std::string& args, bool merge = false) {
+  return diffq::testing::run_cli_env(std::filesystem::current_path(), env, args, !merge);
 }
 
 std::set<std::string> cpuinfo_flags() {
@@ -47,7 +33,7 @@ std::set<std::string> cpuinfo_flags() {
 }
 
 nlohmann::json info(const std::string& env = "DIFFQ_NUM_THREADS=2") {
-  const CliRun r = run_info_cli(env, "info --json");
+  const CliResult r = run_info_cli(env, "info --json");
   EXPECT_EQ(r.status, 0) << r.out;
   return nlohmann::json::parse(r.out);
 }
@@ -88,7 +74,7 @@ TEST(CliInfo, ReportsBuildKernelsThreadsAndGpus) {
     EXPECT_FALSE(j.at("kernels").at(k).get<std::string>().empty()) << k;
   if (j.at("gpus").empty()) EXPECT_FALSE(j.at("gpus_none_reason").get<std::string>().empty());
   EXPECT_NE(j.at("summary").get<std::string>().find(j.at("cpu").at("model").get<std::string>()), std::string::npos);
-  const CliRun text = run_info_cli("DIFFQ_NUM_THREADS=2", "info");
+  const CliResult text = run_info_cli("DIFFQ_NUM_THREADS=2", "info");
   EXPECT_EQ(text.status, 0);
   EXPECT_NE(text.out.find("kernels:"), std::string::npos) << text.out;
 }
@@ -106,7 +92,7 @@ TEST(CliInfo, OverridesChangeWhatItReports) {
   EXPECT_NE(ob.at("kernels").at("gemm_bf16").get<std::string>().find("OpenBLAS"), std::string::npos);
   const nlohmann::json dq = info("DIFFQ_GEMM_KERNEL=diffq");
   EXPECT_NE(dq.at("kernels").at("gemm_f32").get<std::string>().find("diffq"), std::string::npos);
-  const CliRun bad = run_info_cli("DIFFQ_SIMD_TARGET=NEON", "info --json", true);
+  const CliResult bad = run_info_cli("DIFFQ_SIMD_TARGET=NEON", "info --json", true);
   EXPECT_EQ(bad.status, 1);
   EXPECT_NE(bad.out.find("DIFFQ_SIMD_TARGET='NEON'"), std::string::npos) << bad.out;
 }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/error_of.h"
 #include "diffq/error.h"
 #include "io/json_config.h"
 
@@ -18,15 +19,7 @@ namespace {
 
 JsonConfig config(const char* text) { return JsonConfig(nlohmann::json::parse(text), "transformer/config.json"); }
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using diffq::testing::error_of;
 
 }  // namespace
 

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <functional>
 
+#include "common/error_of.h"
 #include "diffq/error.h"
 #include "io/diffusers_folder.h"
 #include "io/safetensors.h"
@@ -55,14 +56,7 @@ double max_rel_err(const Tensor& got, const Tensor& want) {
   return diff / scale;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using diffq::testing::error_of;
 
 }  // namespace
 
