@@ -1,4 +1,4 @@
-// bf16 GEMMs on oneDNN's matmul (backend/cpu/onednn_gemm.h), where the CPU has AVX512-BF16 or AMX-BF16:
+// bf16 (and f32) GEMMs on oneDNN's matmul (backend/cpu/onednn_gemm.h), where the CPU has AVX512-BF16 or AMX-BF16 (AVX-512):
 // against the f64 reference (the products of bf16 values are exact in f32, so the bound is f32
 // accumulation's), for the layouts the linears and matmuls use, alpha / beta, row strides wider than
 // the rows (padding untouched), parts (gemm_bf16_parts delivers the same bits), 1 and 2 threads, and the
@@ -61,7 +61,51 @@ TEST_P(OnednnGemm, MatchesReferenceAndPartsGiveTheSameBits) {
         }
 }
 
+// f32 GEMMs on oneDNN (the default on AVX-512 CPUs): the same checks with f32 operands.
+TEST_P(OnednnGemm, F32MatchesReferenceAndPartsGiveTheSameBits) {
+  if (!cpu::cpu_features().avx512f) GTEST_SKIP() << "needs AVX-512 (oneDNN's f32 path is used only there)";
+  cpu::Tuning t;
+  t.gemm_kernel = cpu::GemmKernel::onednn;
+  const cpu::ScopedTuning scope(t);
+  uint32_t seed = 1900;
+  for (const Dims& d : {Dims{150, 96, 300}, Dims{7, 33, 5}, Dims{64, 256, 64}, Dims{1, 40, 17}, Dims{288, 192, 96}})
+    for (const bool ta : {false, true})
+      for (const bool tb : {false, true})
+        for (const auto& [alpha, beta] : {std::pair{1.0f, 0.0f}, std::pair{0.75f, 0.5f}}) {
+          const Problem p(ta, tb, d, alpha, beta, seed++);
+          std::vector<float> c = p.c0;
+          cpu::sgemm(ta, tb, d.m, d.n, d.k, alpha, p.a.data(), p.lda, p.b.data(), p.ldb, beta, c.data(), p.ldc);
+          p.check(c, "sgemm " + p.name());
+          std::vector<float> byparts = p.c0;
+          std::vector<std::vector<float>> tiles;
+          tiles.reserve(64);
+          cpu::sgemm_parts(ta, tb, d.m, d.n, d.k, alpha, p.a.data(), p.lda, p.b.data(), p.ldb, beta,
+                           scratch_parts(byparts, p.ldc, beta, tiles));
+          for (int64_t i = 0; i < d.m; ++i)
+            EXPECT_EQ(0, std::memcmp(c.data() + i * p.ldc, byparts.data() + i * p.ldc, size_t(d.n) * 4))
+                << "sgemm_parts row " << i << " " << p.name();
+        }
+  const Problem p(false, true, {48, 64, 96}, 1.0f, 0.0f, 5, false);
+  std::vector<float> cc = p.c0;
+  EXPECT_TRUE(cpu::onednn_sgemm_part(false, true, 48, 64, 96, 1.0f, p.a.data(), p.lda, p.b.data(), p.ldb, 0.0f,
+                                     cc.data(), p.ldc))
+      << cpu::onednn_f32_impl();
+  p.check(cc, "direct f32 part " + p.name());
+  EXPECT_EQ(cpu::gemm_f32_uses_onednn(1152, 3072, cpu::Tuning{}), true);
+}
+
 INSTANTIATE_TEST_SUITE_P(Threads, OnednnGemm, ::testing::Values(1, 2));
+
+TEST(OnednnGemmChoice, F32OnOnednnOnlyWithAvx512) {
+  const cpu::Tuning def;
+  EXPECT_EQ(cpu::gemm_f32_uses_onednn(1152, 3072, def), cpu::cpu_features().avx512f);
+  EXPECT_FALSE(cpu::gemm_f32_uses_onednn(1, 3072, def));
+  cpu::Tuning blocked;
+  blocked.gemm_kernel = cpu::GemmKernel::diffq;
+  EXPECT_FALSE(cpu::gemm_f32_uses_onednn(1152, 3072, blocked));
+  EXPECT_EQ(cpu::gemm_kernel_name(false).find("oneDNN") != std::string::npos, cpu::cpu_features().avx512f)
+      << cpu::gemm_kernel_name(false);
+}
 
 // The layouts of a linear (x @ W^T: NT) and of attention-style matmuls (NN) run on oneDNN itself, not
 // the blocked fallback, with padded row strides too.

@@ -168,7 +168,20 @@ bool gemm_bf16_uses_onednn(int64_t m, int64_t n, const Tuning& t) {
   return onednn_bf16_uses_amx() && m >= 16 && n >= 16;
 }
 
+bool gemm_f32_uses_onednn(int64_t m, int64_t n, const Tuning& t) {
+  if (!cpu_features().avx512f) return false;  // AVX2 CPUs: OpenBLAS / the blocked kernel (measured there)
+  switch (t.gemm_kernel) {
+    case GemmKernel::onednn: return true;
+    case GemmKernel::diffq: case GemmKernel::openblas: return false;
+    case GemmKernel::best: break;
+  }
+  // On AVX-512: oneDNN's brgemm per part made an fp32 FLUX step 1.13x faster than the blocked kernel on
+  // an Emerald Rapids Xeon (docs/benchmarks.md "Session 7").
+  return m >= 16 && n >= 16;
+}
+
 std::string gemm_kernel_name(bool bf16) {
+  if (!bf16 && gemm_f32_uses_onednn(1024, 1024, current_tuning())) return "oneDNN matmul " + onednn_f32_impl();
   if (bf16 && gemm_bf16_uses_onednn(1024, 1024, current_tuning())) return "oneDNN matmul " + onednn_bf16_impl();
   const bool own = gemm_uses_diffq_kernel(bf16, 1024, 1024, current_tuning());
   if (own)
@@ -223,10 +236,21 @@ const T* b_cols_at(const T* b, bool trans_b, int64_t ldb, int64_t c0) {
   return trans_b ? b + c0 * ldb : b + c0;
 }
 
-// One part of C, by diffq's blocked kernel (own) or OpenBLAS.
-void part_gemm(bool own, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+// The kernel of an f32 GEMM's parts.
+enum class F32Kernel { onednn, own, blas };
+F32Kernel f32_kernel(int64_t m, int64_t n) {
+  const Tuning& t = current_tuning();
+  if (gemm_f32_uses_onednn(m, n, t)) return F32Kernel::onednn;
+  return gemm_uses_diffq_kernel(false, m, n, t) ? F32Kernel::own : F32Kernel::blas;
+}
+
+// One part of C, by oneDNN (where it has a kernel for the part's layout), diffq's blocked kernel or
+// OpenBLAS.
+void part_gemm(F32Kernel kern, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (own)
+  if (kern == F32Kernel::onednn && onednn_sgemm_part(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
+    return;
+  if (kern != F32Kernel::blas)
     sgemm_blocked(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   else
     blas_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
@@ -237,10 +261,10 @@ void part_gemm(bool own, bool trans_a, bool trans_b, int64_t m, int64_t n, int64
 void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m <= 0 || n <= 0) return;
-  const bool own = gemm_uses_diffq_kernel(false, m, n, current_tuning());
-  if (!own) blas_single_threaded();
+  const F32Kernel kern = f32_kernel(m, n);
+  blas_single_threaded();
   for_each_part(m, n, k, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-    part_gemm(own, trans_a, trans_b, r1 - r0, c1 - c0, k, alpha, a_rows_at(a, trans_a, lda, r0), lda,
+    part_gemm(kern, trans_a, trans_b, r1 - r0, c1 - c0, k, alpha, a_rows_at(a, trans_a, lda, r0), lda,
               b_cols_at(b, trans_b, ldb, c0), ldb, beta, c + r0 * ldc + c0, ldc);
   });
 }
@@ -248,12 +272,12 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
 void sgemm_parts(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                  int64_t lda, const float* b, int64_t ldb, float beta, const GemmParts& parts) {
   if (m <= 0 || n <= 0) return;
-  const bool own = gemm_uses_diffq_kernel(false, m, n, current_tuning());
-  if (!own) blas_single_threaded();
+  const F32Kernel kern = f32_kernel(m, n);
+  blas_single_threaded();
   for_each_part(m, n, k, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
     int64_t ld = 0;
     float* c = parts.begin(r0, r1, c0, c1, &ld);
-    part_gemm(own, trans_a, trans_b, r1 - r0, c1 - c0, k, alpha, a_rows_at(a, trans_a, lda, r0), lda,
+    part_gemm(kern, trans_a, trans_b, r1 - r0, c1 - c0, k, alpha, a_rows_at(a, trans_a, lda, r0), lda,
               b_cols_at(b, trans_b, ldb, c0), ldb, beta, c, ld);
     parts.end(r0, r1, c0, c1, c, ld);
   });

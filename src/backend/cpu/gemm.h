@@ -36,6 +36,10 @@ bool gemm_uses_diffq_kernel(bool bf16, int64_t m, int64_t n, const Tuning& t);
 // t.gemm_kernel == onednn, or `best` on a CPU with native bf16 matrix instructions.
 bool gemm_bf16_uses_onednn(int64_t m, int64_t n, const Tuning& t);
 
+// Whether sgemm / sgemm_parts compute this GEMM's parts with oneDNN's f32 matmul: on AVX-512 CPUs, by
+// default or forced (GemmKernel::onednn).
+bool gemm_f32_uses_onednn(int64_t m, int64_t n, const Tuning& t);
+
 // True where OpenBLAS runs pre-AVX2 kernels on a CPU with AVX2 + FMA (its DYNAMIC_ARCH does not know the
 // CPU model and fell back): then f32 GEMMs go to diffq's blocked kernel too.
 bool openblas_lacks_this_cpu();

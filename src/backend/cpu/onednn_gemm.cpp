@@ -22,14 +22,15 @@ struct Key {
   int64_t m, n, k, lda, ldb, ldc;
   float alpha, beta;
   bool int8 = false;  // s8 x s8 -> s32 (alpha 1, beta 0) instead of bf16 x bf16 -> f32
+  bool f32 = false;   // f32 x f32 -> f32
   bool operator==(const Key& o) const {
-    return std::tie(ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, int8) ==
-           std::tie(o.ta, o.tb, o.m, o.n, o.k, o.lda, o.ldb, o.ldc, o.alpha, o.beta, o.int8);
+    return std::tie(ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, int8, f32) ==
+           std::tie(o.ta, o.tb, o.m, o.n, o.k, o.lda, o.ldb, o.ldc, o.alpha, o.beta, o.int8, o.f32);
   }
 };
 struct KeyHash {
   size_t operator()(const Key& x) const {
-    size_t h = size_t(x.ta) * 2 + size_t(x.tb) + size_t(x.int8) * 4;
+    size_t h = size_t(x.ta) * 2 + size_t(x.tb) + size_t(x.int8) * 4 + size_t(x.f32) * 8;
     for (int64_t v : {x.m, x.n, x.k, x.lda, x.ldb, x.ldc}) h = h * 1000003u ^ size_t(v);
     return h;
   }
@@ -55,7 +56,7 @@ bool native_impl(const std::string& impl) { return impl.find("ref") == std::stri
 
 std::unique_ptr<Entry> make_entry(const Key& key) {
   auto e = std::make_unique<Entry>();
-  const auto in = key.int8 ? memory::data_type::s8 : memory::data_type::bf16;
+  const auto in = key.int8 ? memory::data_type::s8 : key.f32 ? memory::data_type::f32 : memory::data_type::bf16;
   e->a = memory::desc({key.m, key.k}, in, key.ta ? memory::dims{1, key.lda} : memory::dims{key.lda, 1});
   e->b = memory::desc({key.k, key.n}, in, key.tb ? memory::dims{1, key.ldb} : memory::dims{key.ldb, 1});
   e->c = memory::desc({key.m, key.n}, key.int8 ? memory::data_type::s32 : memory::data_type::f32,
@@ -154,6 +155,18 @@ bool onednn_gemm_s8s8s32_part(int64_t m, int64_t n, int64_t k, const int8_t* a, 
                               int64_t ldb, int32_t* c, int64_t ldc) {
   if (!cpu_has_int8_matrix()) return false;
   return run_cached({false, true, m, n, k, lda, ldb, ldc, 1.f, 0.f, true}, a, b, c);
+}
+
+bool onednn_sgemm_part(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                       int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (!cpu_features().avx512f) return false;
+  return run_cached({trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, false, true}, a, b, c);
+}
+
+std::string onednn_f32_impl() {
+  if (!cpu_features().avx512f) return "unavailable: no AVX-512";
+  const Entry& e = entry_for({false, true, 256, 256, 256, 256, 256, 256, 1.f, 0.f, false, true});
+  return e.prim ? e.impl : "unavailable: oneDNN offers only " + e.impl;
 }
 
 bool onednn_int8_available() {

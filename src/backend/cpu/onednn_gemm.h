@@ -36,4 +36,9 @@ std::string onednn_int8_impl();
 bool onednn_gemm_s8s8s32_part(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const int8_t* b,
                               int64_t ldb, int32_t* c, int64_t ldc);
 
+// f32: the same for f32 operands (oneDNN's AVX-512 brgemm / jit GEMM); false without AVX-512.
+std::string onednn_f32_impl();
+bool onednn_sgemm_part(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                       int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
 }  // namespace diffq::backend::cpu
