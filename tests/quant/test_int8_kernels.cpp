@@ -138,14 +138,15 @@ TEST(Int8Kernels, FusedEpilogueEqualsUnfused) {
           std::vector<float> parts_y(size_t(m * n), -7.0f);
           std::vector<int> seen(size_t(m * n), 0);
           cpu::GemmParts parts;
-          parts.begin = [&](int64_t r0, int64_t, int64_t c0, int64_t, int64_t* ld) {
+          // Init-captures: clang 14 cannot capture structured bindings (m, n) by reference.
+          parts.begin = [&, m = m, n = n](int64_t r0, int64_t, int64_t c0, int64_t, int64_t* ld) {
             *ld = n + 3;  // a row stride of its own: the part lands in a scratch of the caller's choice
             thread_local std::vector<float> scratch;
             scratch.assign(size_t(m * (n + 3)), 0.0f);
             (void)r0, (void)c0;
             return scratch.data();
           };
-          parts.end = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1, const float* part, int64_t ld) {
+          parts.end = [&, n = n](int64_t r0, int64_t r1, int64_t c0, int64_t c1, const float* part, int64_t ld) {
             for (int64_t i = r0; i < r1; ++i)
               for (int64_t j = c0; j < c1; ++j) {
                 parts_y[size_t(i * n + j)] = part[(i - r0) * ld + (j - c0)];
