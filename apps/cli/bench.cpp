@@ -309,7 +309,7 @@ void run(const BenchArgs& a) {
 void add_bench_command(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   auto* cmd = app.add_subcommand("bench", "Latency and peak memory per combination (dtype, ...), as a markdown table");
-  cmd->add_option("-m,--model", a->model, "builtin:flux-small | builtin:flux-medium | builtin:flux-dev-shape | a FluxPipeline folder");
+  cmd->add_option("-m,--model", a->model, "builtin:flux-small | builtin:flux-medium | builtin:flux-dev-shape | builtin:flux-dev-width | a FluxPipeline folder");
   cmd->add_option("--combos", a->combos, "combinations separated by ';' (e.g. \"fp32; bf16\")");
   cmd->add_option("--steps", a->steps, "denoising steps per generation (default 4)");
   cmd->add_option("--size", a->size, "WIDTHxHEIGHT (default 512x512)");

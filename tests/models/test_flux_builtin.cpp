@@ -29,6 +29,10 @@ TEST(FluxBuiltin, ParameterCountsEqualDiffusers) {
   EXPECT_EQ(builtin_flux("flux-small").text_tokens, 128);
   EXPECT_EQ(builtin_flux("flux-medium").text_tokens, 128);
   EXPECT_EQ(builtin_flux("flux-dev-shape").text_tokens, 512);
+  // FluxTransformer2DModel(num_layers=1, num_single_layers=2, 24 x 128 heads, axes (16, 56, 56),
+  // guidance_embeds=True) on torch's meta device: 687139904 parameters.
+  EXPECT_EQ(parameter_count(builtin_flux("flux-dev-width").transformer), 687139904);
+  EXPECT_EQ(builtin_flux("flux-dev-width").text_tokens, 256);
 }
 
 TEST(FluxBuiltin, UnknownNameListsTheKnownOnes) {

@@ -37,6 +37,8 @@ BUILTIN = {
                         axes_dims_rope=(8, 28, 28), text_tokens=128),
     "flux-dev-shape": dict(num_layers=19, num_single_layers=38, num_attention_heads=24, attention_head_dim=128,
                            axes_dims_rope=(16, 56, 56), text_tokens=512),
+    "flux-dev-width": dict(num_layers=1, num_single_layers=2, num_attention_heads=24, attention_head_dim=128,
+                           axes_dims_rope=(16, 56, 56), text_tokens=256),
 }
 SCHEDULER = dict(shift=3.0, use_dynamic_shifting=True, base_shift=0.5, max_shift=1.15, base_image_seq_len=256,
                  max_image_seq_len=4096)

@@ -18,7 +18,7 @@ FlowMatchEulerDiscreteConfig flux_dev_scheduler() {
 }  // namespace
 
 const std::vector<std::string>& builtin_flux_names() {
-  static const std::vector<std::string> names = {"flux-small", "flux-medium", "flux-dev-shape"};
+  static const std::vector<std::string> names = {"flux-small", "flux-medium", "flux-dev-shape", "flux-dev-width"};
   return names;
 }
 
@@ -30,6 +30,14 @@ FluxBuiltin builtin_flux(std::string_view name) {
   c.guidance_embeds = true;
   if (name == "flux-dev-shape") {
     b.text_tokens = 512;
+    return b;
+  }
+  if (name == "flux-dev-width") {
+    // FLUX.1-dev's widths (24 heads x 128, T5 width 4096) with 1 double and 2 single blocks: a step has
+    // FLUX.1's GEMM and attention shapes at a fraction of its time (issue 17's FLUX.1-width benchmark).
+    c.num_layers = 1;
+    c.num_single_layers = 2;
+    b.text_tokens = 256;
     return b;
   }
   if (name == "flux-small" || name == "flux-medium") {
