@@ -162,9 +162,9 @@ bool gemm_bf16_uses_onednn(int64_t m, int64_t n, const Tuning& t) {
     case GemmKernel::diffq: case GemmKernel::openblas: return false;
     case GemmKernel::best: break;
   }
-  // AMX tiles only: with AVX512-BF16 alone (vdpbf16ps: one per cycle, 32 bf16 products, the same as two
-  // f32 FMAs) oneDNN's matmul ran 76-81 GFLOP/s a thread against the blocked kernel's 110 on an Emerald
-  // Rapids Xeon (docs/benchmarks.md "Session 7: bf16 GEMM kernels on AVX512-BF16").
+  // AMX tiles only: with AVX512-BF16 alone (vdpbf16ps: 32 bf16 products a cycle, as two f32 FMAs)
+  // oneDNN's matmul ran 81 GFLOP/s a thread against the blocked kernel's 142 on an Emerald Rapids Xeon
+  // (docs/benchmarks.md "Session 7").
   return onednn_bf16_uses_amx() && m >= 16 && n >= 16;
 }
 

@@ -20,6 +20,7 @@
 
 #include "backend/cpu/int8_gemm.h"
 #include "backend/cpu/onednn_gemm.h"
+#include "backend/cpu/simd_targets.h"
 #include "backend/cpu/threads.h"
 #include "backend/cpu/tuning.h"
 
@@ -394,14 +395,14 @@ bool int8_uses_onednn() {
     case GemmKernel::diffq: case GemmKernel::openblas: return false;
     case GemmKernel::best: break;
   }
-  // Measured on an Emerald Rapids Xeon (AVX512-VNNI): oneDNN's s8 GEMM 490 GOP/s a thread against the
-  // vpmaddwd tile's ~120 (docs/benchmarks.md "Session 7"); exact either way.
+  // Measured on an Emerald Rapids Xeon (AVX512-VNNI): the int8dq linear 327 GOP/s a thread on oneDNN
+  // against 116 on the vpmaddwd tile (docs/benchmarks.md "Session 7"); exact either way.
   return onednn_int8_available();
 }
 
 std::string int8_gemm_kernel_name() {
   if (int8_uses_onednn()) return "oneDNN matmul " + onednn_int8_impl() + " (s8 x s8 -> s32)";
-  return "diffq int8: int16-pair madd tile (" + std::string(hwy::TargetName(hwy::SupportedAndGeneratedTargets().front())) + ")";
+  return "diffq int8: int16-pair madd tile (" + simd_target_chosen() + ")";
 }
 
 namespace {

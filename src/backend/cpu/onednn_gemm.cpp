@@ -17,20 +17,22 @@ namespace {
 
 using dnnl::memory;
 
+// The operand types of a matmul: bf16 x bf16 -> f32, s8 x s8 -> s32 (alpha 1, beta 0), f32 x f32 -> f32.
+enum class Kind : uint8_t { bf16, s8, f32 };
+
 struct Key {
+  Kind kind;
   bool ta, tb;
   int64_t m, n, k, lda, ldb, ldc;
   float alpha, beta;
-  bool int8 = false;  // s8 x s8 -> s32 (alpha 1, beta 0) instead of bf16 x bf16 -> f32
-  bool f32 = false;   // f32 x f32 -> f32
   bool operator==(const Key& o) const {
-    return std::tie(ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, int8, f32) ==
-           std::tie(o.ta, o.tb, o.m, o.n, o.k, o.lda, o.ldb, o.ldc, o.alpha, o.beta, o.int8, o.f32);
+    return std::tie(kind, ta, tb, m, n, k, lda, ldb, ldc, alpha, beta) ==
+           std::tie(o.kind, o.ta, o.tb, o.m, o.n, o.k, o.lda, o.ldb, o.ldc, o.alpha, o.beta);
   }
 };
 struct KeyHash {
   size_t operator()(const Key& x) const {
-    size_t h = size_t(x.ta) * 2 + size_t(x.tb) + size_t(x.int8) * 4 + size_t(x.f32) * 8;
+    size_t h = size_t(x.kind) * 4 + size_t(x.ta) * 2 + size_t(x.tb);
     for (int64_t v : {x.m, x.n, x.k, x.lda, x.ldb, x.ldc}) h = h * 1000003u ^ size_t(v);
     return h;
   }
@@ -56,10 +58,11 @@ bool native_impl(const std::string& impl) { return impl.find("ref") == std::stri
 
 std::unique_ptr<Entry> make_entry(const Key& key) {
   auto e = std::make_unique<Entry>();
-  const auto in = key.int8 ? memory::data_type::s8 : key.f32 ? memory::data_type::f32 : memory::data_type::bf16;
+  const auto in = key.kind == Kind::s8 ? memory::data_type::s8
+                  : key.kind == Kind::f32 ? memory::data_type::f32 : memory::data_type::bf16;
   e->a = memory::desc({key.m, key.k}, in, key.ta ? memory::dims{1, key.lda} : memory::dims{key.lda, 1});
   e->b = memory::desc({key.k, key.n}, in, key.tb ? memory::dims{1, key.ldb} : memory::dims{key.ldb, 1});
-  e->c = memory::desc({key.m, key.n}, key.int8 ? memory::data_type::s32 : memory::data_type::f32,
+  e->c = memory::desc({key.m, key.n}, key.kind == Kind::s8 ? memory::data_type::s32 : memory::data_type::f32,
                       memory::dims{key.ldc, 1});
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // per-thread scratch: concurrent parts never share
@@ -92,8 +95,7 @@ const Entry& entry_for(const Key& key) {
 }
 
 // Each calling thread runs oneDNN single-threaded (its OpenMP team of one) with its own stream and
-// scratchpad.
-// Debian's oneDNN runs on OpenMP (libgomp, loaded as its dependency): omp_set_num_threads(1) is looked
+// scratchpad. Debian's oneDNN runs on OpenMP (libgomp, loaded as its dependency): omp_set_num_threads(1) is looked
 // up at run time, so diffq links no OpenMP runtime of its own (clang's would be another package).
 void omp_threads_one_for_this_thread() {
   using Fn = void (*)(int);
@@ -115,10 +117,6 @@ bool cpu_has_bf16_matrix() {
   const CpuFeatures& f = cpu_features();
   return f.avx512_bf16 || (f.amx_bf16 && amx_tiles_permitted());
 }
-
-}  // namespace
-
-namespace {
 
 // Runs the cached primitive of `key` on this thread; false where oneDNN has no native kernel for it.
 bool run_cached(const Key& key, const void* a, const void* b, void* c) {
@@ -142,66 +140,71 @@ bool cpu_has_int8_matrix() {
   return f.avx512_vnni || (f.amx_int8 && amx_tiles_permitted());
 }
 
+// A representative matmul of each kind (256^3, x @ W^T), for the availability checks and names.
+const Entry& probe(Kind kind) { return entry_for({kind, false, true, 256, 256, 256, 256, 256, 256, 1.f, 0.f}); }
+
+// What the CPU must have for each kind to be worth oneDNN, and why not when it lacks it.
+bool cpu_has(Kind kind) {
+  switch (kind) {
+    case Kind::bf16: return cpu_has_bf16_matrix();
+    case Kind::s8: return cpu_has_int8_matrix();
+    case Kind::f32: return cpu_features().avx512f;
+  }
+  return false;
+}
+const char* lacking(Kind kind) {
+  switch (kind) {
+    case Kind::bf16: return "unavailable: the CPU has neither AVX512-BF16 nor usable AMX-BF16";
+    case Kind::s8: return "unavailable: the CPU has neither AVX512-VNNI nor usable AMX-INT8";
+    case Kind::f32: return "unavailable: no AVX-512";
+  }
+  return "unavailable";
+}
+
+bool available(Kind kind) { return cpu_has(kind) && probe(kind).prim != nullptr; }
+
+std::string impl_name(Kind kind) {
+  if (!cpu_has(kind)) return lacking(kind);
+  const Entry& e = probe(kind);
+  return e.prim ? e.impl : "unavailable: oneDNN offers only " + e.impl;
+}
+
 }  // namespace
 
 bool onednn_gemm_bf16_part(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                            const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
                            int64_t ldc) {
-  if (!cpu_has_bf16_matrix()) return false;
-  return run_cached({trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, false}, a, b, c);
+  return cpu_has_bf16_matrix() && run_cached({Kind::bf16, trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta}, a, b, c);
 }
 
 bool onednn_gemm_s8s8s32_part(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const int8_t* b,
                               int64_t ldb, int32_t* c, int64_t ldc) {
-  if (!cpu_has_int8_matrix()) return false;
-  return run_cached({false, true, m, n, k, lda, ldb, ldc, 1.f, 0.f, true}, a, b, c);
+  return cpu_has_int8_matrix() && run_cached({Kind::s8, false, true, m, n, k, lda, ldb, ldc, 1.f, 0.f}, a, b, c);
 }
 
 bool onednn_sgemm_part(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                        int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (!cpu_features().avx512f) return false;
-  return run_cached({trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, false, true}, a, b, c);
-}
-
-std::string onednn_f32_impl() {
-  if (!cpu_features().avx512f) return "unavailable: no AVX-512";
-  const Entry& e = entry_for({false, true, 256, 256, 256, 256, 256, 256, 1.f, 0.f, false, true});
-  return e.prim ? e.impl : "unavailable: oneDNN offers only " + e.impl;
-}
-
-bool onednn_int8_available() {
-  static const bool ok =
-      cpu_has_int8_matrix() && entry_for({false, true, 256, 256, 256, 256, 256, 256, 1.f, 0.f, true}).prim;
-  return ok;
-}
-
-std::string onednn_int8_impl() {
-  if (!cpu_has_int8_matrix()) return "unavailable: the CPU has neither AVX512-VNNI nor usable AMX-INT8";
-  const Entry& e = entry_for({false, true, 256, 256, 256, 256, 256, 256, 1.f, 0.f, true});
-  return e.prim ? e.impl : "unavailable: oneDNN offers only " + e.impl;
+  return cpu_features().avx512f && run_cached({Kind::f32, trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta}, a, b, c);
 }
 
 bool onednn_bf16_available() {
-  static const bool ok = cpu_has_bf16_matrix() && entry_for({false, true, 256, 256, 256, 256, 256, 256, 1.f, 0.f}).prim;
+  static const bool ok = available(Kind::bf16);
+  return ok;
+}
+bool onednn_int8_available() {
+  static const bool ok = available(Kind::s8);
   return ok;
 }
 
+// Read once: gemm_bf16 asks this for every GEMM.
 bool onednn_bf16_uses_amx() {
-  return onednn_bf16_available() && cpu_features().amx_bf16 && amx_tiles_permitted() &&
-         onednn_bf16_impl().find("amx") != std::string::npos;
+  static const bool amx = onednn_bf16_available() && cpu_features().amx_bf16 && amx_tiles_permitted() &&
+                          probe(Kind::bf16).impl.find("amx") != std::string::npos;
+  return amx;
 }
 
-std::string onednn_bf16_impl() {
-  if (!cpu_has_bf16_matrix()) return "unavailable: the CPU has neither AVX512-BF16 nor usable AMX-BF16";
-  try {
-    const memory::desc a({256, 256}, memory::data_type::bf16, memory::dims{256, 1});
-    const memory::desc b({256, 256}, memory::data_type::bf16, memory::dims{1, 256});
-    const memory::desc c({256, 256}, memory::data_type::f32, memory::dims{256, 1});
-    const std::string impl = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), engine()).impl_info_str();
-    return native_impl(impl) ? impl : "unavailable: oneDNN offers only " + impl;
-  } catch (const dnnl::error& e) {
-    return std::string("unavailable: ") + e.what();
-  }
-}
+std::string onednn_bf16_impl() { return impl_name(Kind::bf16); }
+std::string onednn_int8_impl() { return impl_name(Kind::s8); }
+std::string onednn_f32_impl() { return impl_name(Kind::f32); }
 
 }  // namespace diffq::backend::cpu

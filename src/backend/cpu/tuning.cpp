@@ -21,8 +21,9 @@ const Tuning& defaults() {
       else if (v == "openblas")
         d.gemm_kernel = GemmKernel::openblas;
       else if (v == "onednn") {
-        check(onednn_bf16_available() || onednn_int8_available(), "tuning", "DIFFQ_GEMM_KERNEL=onednn: bf16 ",
-              onednn_bf16_impl(), "; int8 ", onednn_int8_impl());
+        check(onednn_bf16_available() || onednn_int8_available() || onednn_f32_impl().rfind("unavailable", 0) != 0,
+              "tuning", "DIFFQ_GEMM_KERNEL=onednn: f32 ", onednn_f32_impl(), "; bf16 ", onednn_bf16_impl(), "; int8 ",
+              onednn_int8_impl());
         d.gemm_kernel = GemmKernel::onednn;
       } else
         check(v == "best", "tuning", "DIFFQ_GEMM_KERNEL='", v, "' is not one of best, diffq, openblas, onednn");
