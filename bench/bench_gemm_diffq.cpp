@@ -49,7 +49,8 @@ std::vector<Shape> flux_small_shapes() {
   return out;
 }
 
-// sgemm / gemm_bf16 with the part kernel forced (GemmKernel::diffq or ::openblas), registered shape by
+// sgemm / gemm_bf16 with the part kernel forced (GemmKernel::diffq, ::diffq_widen for bf16, or
+// ::openblas), registered shape by
 // shape with both kernels next to each other so that a noisy machine hits both alike.
 template <bool kBf16>
 void kernel_vs(benchmark::State& state, const Shape& s, int threads, cpu::GemmKernel kernel) {
@@ -78,7 +79,9 @@ template <bool kBf16>
 void register_kernel_vs(const std::string& name) {
   for (const int t : thread_counts())
     for (const Shape& s : flux_small_shapes())
-      for (const auto& [tag, kernel] : std::vector<std::pair<std::string, cpu::GemmKernel>>{
+      for (const auto& [tag, kernel] : kBf16 ? std::vector<std::pair<std::string, cpu::GemmKernel>>{
+               {"openblas", cpu::GemmKernel::openblas}, {"diffq-widen", cpu::GemmKernel::diffq_widen},
+               {"diffq", cpu::GemmKernel::diffq}} : std::vector<std::pair<std::string, cpu::GemmKernel>>{
                {"openblas", cpu::GemmKernel::openblas}, {"diffq", cpu::GemmKernel::diffq}})
         register_shape(name + "_" + tag, s, t, [kernel](benchmark::State& st, const Shape& sh, int th) {
           kernel_vs<kBf16>(st, sh, th, kernel);

@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 
+#include "backend/cpu/bf16_dot_gemm.h"
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/onednn_gemm.h"
 #include "backend/cpu/sgemm_kernel.h"
@@ -144,7 +145,7 @@ bool openblas_lacks_this_cpu() {
 
 bool gemm_uses_diffq_kernel(bool bf16, int64_t m, int64_t n, const Tuning& t) {
   switch (t.gemm_kernel) {
-    case GemmKernel::diffq: return true;
+    case GemmKernel::diffq: case GemmKernel::diffq_widen: return true;
     case GemmKernel::openblas: return false;
     case GemmKernel::best: case GemmKernel::onednn: break;
   }
@@ -159,7 +160,7 @@ bool gemm_uses_diffq_kernel(bool bf16, int64_t m, int64_t n, const Tuning& t) {
 bool gemm_bf16_uses_onednn(int64_t m, int64_t n, const Tuning& t) {
   switch (t.gemm_kernel) {
     case GemmKernel::onednn: return true;
-    case GemmKernel::diffq: case GemmKernel::openblas: return false;
+    case GemmKernel::diffq: case GemmKernel::diffq_widen: case GemmKernel::openblas: return false;
     case GemmKernel::best: break;
   }
   // AMX tiles only: with AVX512-BF16 alone (vdpbf16ps: 32 bf16 products a cycle, as two f32 FMAs)
@@ -168,11 +169,22 @@ bool gemm_bf16_uses_onednn(int64_t m, int64_t n, const Tuning& t) {
   return onednn_bf16_uses_amx() && m >= 16 && n >= 16;
 }
 
+bool gemm_bf16_uses_dot(int64_t m, int64_t n, const Tuning& t) {
+  switch (t.gemm_kernel) {
+    case GemmKernel::best: case GemmKernel::diffq: break;
+    case GemmKernel::diffq_widen: case GemmKernel::openblas: case GemmKernel::onednn: return false;
+  }
+  if (t.gemm_kernel == GemmKernel::best && gemm_bf16_uses_onednn(m, n, t)) return false;  // AMX first
+  // Every shape, thin ones too: bf16 pairs are packed without widening, so even a GEMV reads its
+  // weight once at half the bytes of the widened copy the OpenBLAS path makes.
+  return bf16_dot_gemm_usable();
+}
+
 bool gemm_f32_uses_onednn(int64_t m, int64_t n, const Tuning& t) {
   if (!cpu_features().avx512f) return false;  // AVX2 CPUs: OpenBLAS / the blocked kernel (measured there)
   switch (t.gemm_kernel) {
     case GemmKernel::onednn: return true;
-    case GemmKernel::diffq: case GemmKernel::openblas: return false;
+    case GemmKernel::diffq: case GemmKernel::diffq_widen: case GemmKernel::openblas: return false;
     case GemmKernel::best: break;
   }
   // On AVX-512: oneDNN's brgemm per part made an fp32 FLUX step 1.13x faster than the blocked kernel on
@@ -183,6 +195,7 @@ bool gemm_f32_uses_onednn(int64_t m, int64_t n, const Tuning& t) {
 std::string gemm_kernel_name(bool bf16) {
   if (!bf16 && gemm_f32_uses_onednn(1024, 1024, current_tuning())) return "oneDNN matmul " + onednn_f32_impl();
   if (bf16 && gemm_bf16_uses_onednn(1024, 1024, current_tuning())) return "oneDNN matmul " + onednn_bf16_impl();
+  if (bf16 && gemm_bf16_uses_dot(1024, 1024, current_tuning())) return "diffq-blocked (AVX512-BF16 vdpbf16ps pairs)";
   const bool own = gemm_uses_diffq_kernel(bf16, 1024, 1024, current_tuning());
   if (own)
     return std::string("diffq-blocked (") + simd_target_chosen() + (bf16 ? ", bf16 widened in packing)" : ")") +
@@ -285,12 +298,25 @@ void sgemm_parts(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
 
 namespace {
 
-// One part of a bf16 GEMM by oneDNN (where it has a native kernel for the part's layout) or diffq's
-// blocked kernel.
-void bf16_part(bool onednn, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+// The kernel of a bf16 GEMM's parts.
+enum class Bf16Kernel { onednn, dot, widening, blas };
+Bf16Kernel bf16_kernel(int64_t m, int64_t n) {
+  const Tuning& t = current_tuning();
+  if (gemm_bf16_uses_onednn(m, n, t)) return Bf16Kernel::onednn;
+  if (gemm_bf16_uses_dot(m, n, t)) return Bf16Kernel::dot;
+  return gemm_uses_diffq_kernel(true, m, n, t) ? Bf16Kernel::widening : Bf16Kernel::blas;
+}
+
+// One part of a bf16 GEMM by oneDNN (where it has a native kernel for the part's layout), diffq's
+// bf16-pair kernel or diffq's widening blocked kernel.
+void bf16_part(Bf16Kernel kern, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (onednn && onednn_gemm_bf16_part(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return;
-  sgemm_blocked_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (kern == Bf16Kernel::onednn && onednn_gemm_bf16_part(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
+    return;
+  if (kern == Bf16Kernel::dot)
+    gemm_bf16_dot(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  else
+    sgemm_blocked_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 // gemm_bf16's blocks: op(A) and op(B) widened block by block into per-thread scratch, each block pair
@@ -331,12 +357,12 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
       for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
     return;
   }
-  const Tuning& tune = current_tuning();
-  const bool onednn = gemm_bf16_uses_onednn(m, n, tune);
-  if (onednn || gemm_uses_diffq_kernel(true, m, n, tune)) {
-    // oneDNN multiplies bf16 natively; the blocked kernel widens bf16 while packing: no widened copy.
+  const Bf16Kernel kern = bf16_kernel(m, n);
+  if (kern != Bf16Kernel::blas) {
+    // oneDNN and the pair kernel multiply bf16 natively; the blocked kernel widens bf16 while packing:
+    // no widened copy.
     for_each_part(m, n, k, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-      bf16_part(onednn, trans_a, trans_b, r1 - r0, c1 - c0, k, alpha, a_rows_at(a, trans_a, lda, r0), lda,
+      bf16_part(kern, trans_a, trans_b, r1 - r0, c1 - c0, k, alpha, a_rows_at(a, trans_a, lda, r0), lda,
                 b_cols_at(b, trans_b, ldb, c0), ldb, beta, c + r0 * ldc + c0, ldc);
     });
     return;
@@ -360,13 +386,12 @@ void gemm_bf16_parts(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
     parts.end(0, m, 0, n, c, ld);
     return;
   }
-  const Tuning& tune = current_tuning();
-  const bool onednn = gemm_bf16_uses_onednn(m, n, tune);
-  if (onednn || gemm_uses_diffq_kernel(true, m, n, tune)) {
+  const Bf16Kernel kern = bf16_kernel(m, n);
+  if (kern != Bf16Kernel::blas) {
     for_each_part(m, n, k, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
       int64_t ld = 0;
       float* c = parts.begin(r0, r1, c0, c1, &ld);
-      bf16_part(onednn, trans_a, trans_b, r1 - r0, c1 - c0, k, alpha, a_rows_at(a, trans_a, lda, r0), lda,
+      bf16_part(kern, trans_a, trans_b, r1 - r0, c1 - c0, k, alpha, a_rows_at(a, trans_a, lda, r0), lda,
                 b_cols_at(b, trans_b, ldb, c0), ldb, beta, c, ld);
       parts.end(r0, r1, c0, c1, c, ld);
     });

@@ -36,6 +36,11 @@ bool gemm_uses_diffq_kernel(bool bf16, int64_t m, int64_t n, const Tuning& t);
 // t.gemm_kernel == onednn, or `best` on a CPU with native bf16 matrix instructions.
 bool gemm_bf16_uses_onednn(int64_t m, int64_t n, const Tuning& t);
 
+// Whether gemm_bf16 / gemm_bf16_parts compute this GEMM's parts with diffq's bf16-pair kernel
+// (bf16_dot_gemm.h): `best` or `diffq` where bf16_dot_gemm_usable() (after oneDNN on AMX for `best`),
+// every shape.
+bool gemm_bf16_uses_dot(int64_t m, int64_t n, const Tuning& t);
+
 // Whether sgemm / sgemm_parts compute this GEMM's parts with oneDNN's f32 matmul: on AVX-512 CPUs, by
 // default or forced (GemmKernel::onednn).
 bool gemm_f32_uses_onednn(int64_t m, int64_t n, const Tuning& t);

@@ -392,7 +392,7 @@ bool run_part_onednn(int64_t m, int64_t n, int64_t k, const int16_t* ap, const i
 bool int8_uses_onednn() {
   switch (current_tuning().gemm_kernel) {
     case GemmKernel::onednn: return true;
-    case GemmKernel::diffq: case GemmKernel::openblas: return false;
+    case GemmKernel::diffq: case GemmKernel::diffq_widen: case GemmKernel::openblas: return false;
     case GemmKernel::best: break;
   }
   // Measured on an Emerald Rapids Xeon (AVX512-VNNI): the int8dq linear 327 GOP/s a thread on oneDNN

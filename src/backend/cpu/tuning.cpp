@@ -10,7 +10,7 @@
 namespace diffq::backend::cpu {
 namespace {
 
-// Tuning{} with DIFFQ_GEMM_KERNEL (best, diffq, openblas or onednn) applied, read once.
+// Tuning{} with DIFFQ_GEMM_KERNEL (best, diffq, diffq-widen, openblas or onednn) applied, read once.
 const Tuning& defaults() {
   static const Tuning t = [] {
     Tuning d;
@@ -18,6 +18,8 @@ const Tuning& defaults() {
       const std::string v = env;
       if (v == "diffq")
         d.gemm_kernel = GemmKernel::diffq;
+      else if (v == "diffq-widen")
+        d.gemm_kernel = GemmKernel::diffq_widen;
       else if (v == "openblas")
         d.gemm_kernel = GemmKernel::openblas;
       else if (v == "onednn") {
@@ -26,7 +28,7 @@ const Tuning& defaults() {
               onednn_int8_impl());
         d.gemm_kernel = GemmKernel::onednn;
       } else
-        check(v == "best", "tuning", "DIFFQ_GEMM_KERNEL='", v, "' is not one of best, diffq, openblas, onednn");
+        check(v == "best", "tuning", "DIFFQ_GEMM_KERNEL='", v, "' is not one of best, diffq, diffq-widen, openblas, onednn");
     }
     return d;
   }();

@@ -19,11 +19,13 @@ enum class GemmSplit : uint8_t {
 
 // Which kernel computes each part of sgemm / gemm_bf16 (gemm.h). Not autotuned: `best` is a fixed
 // function of the shape and thread count (gemm.cpp), so results stay deterministic. The default can be
-// overridden with DIFFQ_GEMM_KERNEL=best|diffq|openblas|onednn (for benchmarks
+// overridden with DIFFQ_GEMM_KERNEL=best|diffq|diffq-widen|openblas|onednn (for benchmarks
 // and tests; onednn is an error on a CPU without bf16 matrix instructions).
 enum class GemmKernel : uint8_t {
   best,      // the one measured faster for the shape (docs/benchmarks.md "CPU GEMM (issue 2)")
-  diffq,     // diffq's own blocked kernel (sgemm_kernel.h)
+  diffq,     // diffq's own blocked kernels: bf16 on the bf16 dot product where the CPU has it
+             // (bf16_dot_gemm.h), else widened to f32 (sgemm_kernel.h)
+  diffq_widen,  // diffq's blocked kernel with bf16 widened to f32 FMAs even where the CPU has a bf16 dot
   openblas,  // OpenBLAS cblas_sgemm (bf16: widened to f32 block by block first)
   onednn,    // bf16 and int8: oneDNN's matmul (AVX512-BF16 / AVX512-VNNI / AMX; onednn_gemm.h); f32 as `best`
 };
