@@ -1,6 +1,6 @@
 // diffq's bf16-pair GEMM (backend/cpu/bf16_dot_gemm.h, vdpbf16ps) against the f64 reference
 // (sgemm_reference; products of bf16 values are exact in f32, so the bound is f32 accumulation's): edge
-// tiles (m, n of 1..100 around the 6 x 32 tile, odd and even k around the pairs and K blocks), all four
+// tiles (m, n of 1..100 around the 8 x 32 tile, odd and even k around the pairs and K blocks), all four
 // transpose combinations, row strides wider than the rows (padding untouched), alpha / beta (beta = 0
 // ignores NaN in C), k = 0; through gemm_bf16 / gemm_bf16_parts on 1 and 2 threads (same bits, repeat
 // identical); and the dispatch: the default runs it where the CPU has AVX512-BF16, and DIFFQ_SIMD_TARGET /
@@ -37,11 +37,11 @@ TEST(Bf16DotGemm, MatchesReferenceAtEdges) {
   DIFFQ_REQUIRE_BF16_DOT();
   uint32_t seed = 1;
   std::vector<Dims> dims;
-  for (const int64_t m : {1, 5, 6, 7, 13, 33, 100})
+  for (const int64_t m : {1, 5, 7, 8, 9, 17, 33, 100})
     for (const int64_t n : {1, 17, 31, 32, 33, 100})
       for (const int64_t k : {1, 2, 7, 33, 64}) dims.push_back({m, n, k});
   // Several K blocks (600 -> 3 x 200, 1031 -> 5 blocks of odd depth 207 / 203), more than one M block
-  // (150 > 144 rows), more than one N block (3100 > 3072 columns).
+  // (150 > 144 rows), several N blocks (3100 > 6 x 512 columns).
   for (const Dims d : {Dims{150, 40, 600}, Dims{13, 70, 1031}, Dims{7, 3100, 3}, Dims{145, 65, 257}}) dims.push_back(d);
   for (const Dims& d : dims)
     for (const bool ta : {false, true})
