@@ -206,6 +206,42 @@ DIFFQ_BF16_DOT_TARGET __attribute__((noinline)) void tile(int64_t kp, const uint
     }
 }
 
+// Fewer rows than a tile, B stored [n, k] (a linear's weight): C[i, j] = alpha * <A row i, B row j> +
+// beta * C straight from the rows, 32 k at a time (the tail masked), 4 columns at once, no packing: a
+// modulation GEMV ([1, 3072] x [18432, 3072]^T) reads its weight once and is bound by that read.
+DIFFQ_BF16_DOT_TARGET void few_rows_nt(int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+                                       int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
+                                       int64_t ldc) {
+  constexpr int64_t kCols = 4;
+  const __mmask32 tail = k % 32 ? __mmask32((uint64_t(1) << (k % 32)) - 1) : __mmask32(0xffffffffu);
+  for (int64_t j0 = 0; j0 < n; j0 += kCols) {
+    const int64_t cols = std::min(kCols, n - j0);
+    __m512 acc[kMR - 1][kCols];
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t q = 0; q < kCols; ++q) acc[i][q] = _mm512_setzero_ps();
+    for (int64_t p = 0; p < k; p += 32) {
+      const __mmask32 mask = p + 32 <= k ? __mmask32(0xffffffffu) : tail;
+      __m512bh bv[kCols];
+      for (int64_t q = 0; q < kCols; ++q)
+        bv[q] = (__m512bh)_mm512_maskz_loadu_epi16(mask, b + (j0 + std::min(q, cols - 1)) * ldb + p);
+      for (int64_t i = 0; i < m; ++i) {
+        const __m512bh av = (__m512bh)_mm512_maskz_loadu_epi16(mask, a + i * lda + p);
+        for (int64_t q = 0; q < kCols; ++q) acc[i][q] = _mm512_dpbf16_ps(acc[i][q], av, bv[q]);
+      }
+    }
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t q = 0; q < cols; ++q) {
+        float& x = c[i * ldc + j0 + q];
+        alignas(64) float lanes[16];
+        _mm512_store_ps(lanes, acc[i][q]);
+        float sum = 0.0f;
+        for (const float l : lanes) sum += l;
+        const float v = alpha * sum;
+        x = beta == 0.0f ? v : v + beta * x;
+      }
+  }
+}
+
 void blocked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a, int64_t lda,
              const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   thread_local Buffer abuf, bbuf;
@@ -250,6 +286,7 @@ void gemm_bf16_dot(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
       for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
     return;
   }
+  if (m < kMR && !trans_a && trans_b) return few_rows_nt(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   blocked(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
