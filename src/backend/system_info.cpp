@@ -82,7 +82,7 @@ SystemInfo system_info() {
       {"gemm_int8 (torchao int8dq)", backend::cpu::int8_gemm_kernel_name()},
       {"attention", "diffq flash attention, f32 tiles (" + s.simd_target + ")"},
       {"quantized linears (dequantizing)", "f32 weight tiles -> " + f32},
-      {"conv2d", "im2col chunks -> the f32/bf16 GEMM above"},
+      {"conv2d", "im2col chunks -> the GEMM above of the dtype (bf16 input and weights stay bf16)"},
   };
 
 #if DIFFQ_HAS_CUDA

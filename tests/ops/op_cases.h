@@ -224,6 +224,12 @@ inline void norm_cases(Table& t) {
   t.add("group_norm", {I({2, 8, 6, 5}, bf16), I({8}, bf16), I({8}, bf16)}, gn(4), 1e-2);
   t.add("group_norm", {I({2, 6, 5, 7}, f32, P), I({6}, f32, S), I({6})}, gn(2));
   t.add("group_norm", {I({1, 64, 32, 32}), I({64}), I({64})}, gn(32));
+  // Blocks normalized in the thread's scratch (bf16 / f16 inputs), in place (f32), or via a copy
+  // (views); blocks longer than the statistics' chunks.
+  t.add("group_norm", {I({1, 64, 40, 40}, bf16), I({64}, bf16), I({64}, bf16)}, gn(32), 1e-2);
+  t.add("group_norm", {I({2, 6, 5, 7}, bf16, P), I({6}, bf16), absent()}, gn(3), 1e-2);
+  t.add("group_norm", {I({2, 8, 6, 5}, f16), I({8}, f16), I({8}, f16)}, gn(2), 2e-3);
+  t.add("group_norm", {I({1, 8, 70, 70}), absent(), I({8})}, gn(2));
 }
 
 inline void rope_attention_cases(Table& t) {
@@ -296,6 +302,16 @@ inline void conv_layout_cases(Table& t) {
         1e-4);
   t.add("conv2d", {I({1, 8, 10, 9}, bf16), I({8, 8, 3, 3}, bf16), I({8}, bf16)}, cv(1, {1, 1, 1, 1}),
         1e-2);
+  // bf16 input and weights stay bf16 (col in bf16, gemm_bf16): strided, 1x1 direct and strided, no
+  // bias, several im2col chunks, batch of two, wide enough for whole 32-column panels and K blocks,
+  // views that must be made contiguous first, and a bf16 input with f32 weights (widened).
+  t.add("conv2d", {I({2, 5, 9, 7}, bf16), I({6, 5, 3, 3}, bf16), I({6}, bf16)}, cv(2, {0, 1, 0, 1}), 1e-2);
+  t.add("conv2d", {I({2, 5, 9, 7}, bf16), I({3, 5, 1, 1}, bf16), I({3}, bf16)}, cv(1, {}), 1e-2);
+  t.add("conv2d", {I({1, 4, 9, 7}, bf16), I({3, 4, 1, 1}, bf16), absent()}, cv(2, {}), 1e-2);
+  t.add("conv2d", {I({1, 32, 20, 40}, bf16), I({40, 32, 3, 3}, bf16), I({40}, bf16)}, cv(1, {1, 1, 1, 1}), 1e-2);
+  t.add("conv2d", {I({1, 64, 20, 200}, bf16), I({8, 64, 3, 3}, bf16), I({8}, bf16)}, cv(1, {1, 1, 1, 1}), 1e-2);
+  t.add("conv2d", {I({2, 3, 6, 5}, bf16, P), I({4, 3, 3, 3}, bf16, T), I({4}, bf16, S)}, cv(1, {1, 1, 1, 1}), 1e-2);
+  t.add("conv2d", {I({1, 8, 10, 9}, bf16), I({8, 8, 3, 3}), I({8})}, cv(1, {1, 1, 1, 1}), 1e-2);
   t.add("conv2d", {I({1, 4, 6, 6}, f16), I({2, 4, 3, 3}, f16), I({2}, f16)}, cv(1, {1, 1, 1, 1}),
         2e-3);
 

@@ -141,9 +141,19 @@ DIFFQ_BF16_DOT_TARGET void pack_b(bool trans_b, const uint16_t* b, int64_t ldb, 
         if (kc % 2) out[full * kNR + j] = col[kc - 1];
       }
     } else {  // rows 2p and 2p + 1 of op(B) interleaved
+      // Whole panels: 32 columns of the two rows interleaved by one two-source permute per 16 pairs.
+      const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6,
+                                          37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+      const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
       for (int64_t p = 0; p < kp; ++p) {
         const uint16_t* r0 = b + (k0 + 2 * p) * ldb + j0 + q;
         const uint16_t* r1 = 2 * p + 1 < kc ? r0 + ldb : nullptr;
+        if (cols == kNR && r1) {
+          const __m512i x0 = _mm512_loadu_si512(r0), x1 = _mm512_loadu_si512(r1);
+          _mm512_store_si512(out + p * kNR, _mm512_permutex2var_epi16(x0, lo, x1));
+          _mm512_store_si512(out + p * kNR + 16, _mm512_permutex2var_epi16(x0, hi, x1));
+          continue;
+        }
         for (int64_t j = 0; j < kNR; ++j)
           out[p * kNR + j] = j < cols ? pair(r0[j], r1 ? r1[j] : uint16_t(0)) : 0;
       }

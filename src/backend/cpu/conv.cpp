@@ -1,7 +1,13 @@
 // conv2d as GEMM: out_n[O, Ho*Wo] = W[O, C*kh*kw] @ col[C*kh*kw, pixels]. col (im2col) is built for a
 // bounded chunk of output rows at a time (<= kColBytes), so memory stays small for large images; a
-// 1x1 stride-1 unpadded conv multiplies the input directly. f32 accumulation, one rounding at the end.
+// 1x1 stride-1 unpadded conv multiplies the input directly. f32 accumulation into a chunk buffer, one
+// rounding at the end.
+// A bf16 input with bf16 weights stays bf16 (col in bf16, gemm_bf16: the bf16 dot product where the
+// CPU has one, as PyTorch's oneDNN convolution); anything else is widened to f32.
 #include <cstring>
+#include <functional>
+#include <type_traits>
+#include <vector>
 
 #include "backend/cpu/common.h"
 #include "backend/cpu/gemm.h"
@@ -14,68 +20,117 @@ namespace {
 
 constexpr int64_t kColBytes = int64_t(4) << 20;
 
-void conv2d_kernel(const OpCall& c, Tensor& out) {
-  const Tensor &x = c.inputs[0], &w = c.inputs[1];
+// Rows [k0, k1) of im2col for output rows [oy0, oy0 + nr): col[kk * cols + r * Wo + ox] = x[ch, iy, ix]
+// (zero outside the image), x one image [C, H, W] of T (float or bf16 bits).
+template <class T>
+void im2col_rows(const T* xn, int64_t H, int64_t W, int64_t KH, int64_t KW, int64_t s, int64_t pl, int64_t pt,
+                 int64_t Wo, int64_t oy0, int64_t nr, int64_t k0, int64_t k1, T* col) {
+  const int64_t cols = nr * Wo;
+  for (int64_t kk = k0; kk < k1; ++kk) {
+    const int64_t ch = kk / (KH * KW), ky = (kk / KW) % KH, kx = kk % KW;
+    T* dstrow = col + kk * cols;
+    for (int64_t r = 0; r < nr; ++r) {
+      const int64_t iy = (oy0 + r) * s + ky - pt;
+      T* d = dstrow + r * Wo;
+      if (iy < 0 || iy >= H) {
+        std::fill(d, d + Wo, T(0));
+        continue;
+      }
+      const T* srow = xn + (ch * H + iy) * W;
+      // Output columns whose input column ox * s + kx - pl lies in [0, W): [lo, hi); zeros around.
+      const int64_t lo = std::min(Wo, std::max<int64_t>(0, (pl - kx + s - 1) / s));
+      const int64_t hi = std::max(lo, std::min(Wo, (W + pl - kx + s - 1) / s));
+      std::fill(d, d + lo, T(0));
+      if (s == 1) {
+        std::memcpy(d + lo, srow + lo + kx - pl, size_t(hi - lo) * sizeof(T));
+      } else {
+        for (int64_t ox = lo; ox < hi; ++ox) d[ox] = srow[ox * s + kx - pl];
+      }
+      std::fill(d + hi, d + Wo, T(0));
+    }
+  }
+}
+
+// yc[m, n] (row stride n) = W[m, k] @ B[k, n] (row stride ldb), f32 accumulation.
+void conv_gemm(bool bf16, int64_t m, int64_t n, int64_t k, const void* w, const void* b, int64_t ldb, float* yc) {
+  if (bf16)
+    gemm_bf16(false, false, m, n, k, 1.f, static_cast<const uint16_t*>(w), k, static_cast<const uint16_t*>(b), ldb,
+              0.f, yc, n);
+  else
+    sgemm(false, false, m, n, k, 1.f, static_cast<const float*>(w), k, static_cast<const float*>(b), ldb, 0.f, yc, n);
+}
+
+// The conv with W ([O, C * KH * KW]) and image n of x (image(n): [C, H, W], contiguous) in T. Output
+// pixels go in chunks: im2col of the chunk (<= kColBytes; a 1x1 stride-1 conv reads x in place), one
+// GEMM into a compact f32 chunk (its own row stride, so the tile's rows never alias in cache as rows of
+// the whole image, P apart, would), then bias and the rounding to out's dtype, straight into out.
+template <class T>
+void conv2d_typed(const OpCall& c, Tensor& out, const std::function<const T*(int64_t)>& image, const T* w) {
+  const Tensor &x = c.inputs[0], &wt = c.inputs[1];
   const Tensor bias = c.inputs.size() > 2 ? c.inputs[2] : Tensor();
   const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
-  const int64_t O = w.size(0), KH = w.size(2), KW = w.size(3);
+  const int64_t O = wt.size(0), KH = wt.size(2), KW = wt.size(3);
   const int64_t s = c.attrs.ints[0], pl = c.attrs.ints[1], pt = c.attrs.ints[3];
   const int64_t Ho = out.size(2), Wo = out.size(3), P = Ho * Wo, Kd = C * KH * KW;
-  const F32Input wf(w);
+  constexpr bool kBf16 = std::is_same_v<T, uint16_t>;
   std::unique_ptr<F32Input> bf = bias.defined() ? std::make_unique<F32Input>(bias) : nullptr;
   const bool direct_1x1 = KH == 1 && KW == 1 && s == 1 && Ho == H && Wo == W && pl == 0 && pt == 0;
-  const bool x_direct = x.dtype() == DType::f32 && x.is_contiguous();
   const DType ot = out.dtype();
   const int64_t oes = int64_t(dtype_size(ot));
-
-  std::unique_ptr<float[]> xbuf = x_direct ? nullptr : alloc_f32(C * H * W);
-  std::unique_ptr<float[]> ybuf = ot == DType::f32 ? nullptr : alloc_f32(O * P);
-  const int64_t rows_per_chunk =
-      std::max<int64_t>(1, std::min<int64_t>(Ho, kColBytes / std::max<int64_t>(Kd * Wo * 4, 1)));
-  std::unique_ptr<float[]> col = direct_1x1 ? nullptr : alloc_f32(Kd * rows_per_chunk * Wo);
+  const int64_t depth_bytes = Kd * int64_t(sizeof(T));
+  // A chunk: whole output rows (im2col) or any run of pixels (1x1).
+  const int64_t chunk = direct_1x1 ? std::max<int64_t>(256, std::min<int64_t>(P, kColBytes / std::max<int64_t>(depth_bytes, 1)))
+                                   : Wo * std::max<int64_t>(1, std::min<int64_t>(Ho, kColBytes / std::max<int64_t>(depth_bytes * Wo, 1)));
+  std::vector<T> col(direct_1x1 ? 0 : size_t(Kd * chunk));
+  std::unique_ptr<float[]> yc = alloc_f32(O * std::min(chunk, P));
 
   for (int64_t n = 0; n < N; ++n) {
-    const float* xn = x_direct ? x.data<float>() + n * C * H * W : xbuf.get();
-    if (!x_direct) gather_f32(x.select(0, n), xbuf.get());
-    float* yn = ot == DType::f32 ? out.data<float>() + n * O * P : ybuf.get();
-    // Bias first, then GEMMs accumulate onto it.
-    parallel_for(O, std::max<int64_t>(1, 16384 / std::max<int64_t>(P, 1)), [&](int64_t o0, int64_t o1) {
-      for (int64_t o = o0; o < o1; ++o) std::fill(yn + o * P, yn + (o + 1) * P, bf ? bf->data()[o] : 0.f);
-    });
-    if (direct_1x1) {
-      sgemm(false, false, O, P, C, 1.f, wf.data(), C, xn, P, 1.f, yn, P);
-    } else {
-      for (int64_t oy0 = 0; oy0 < Ho; oy0 += rows_per_chunk) {
-        const int64_t nr = std::min(rows_per_chunk, Ho - oy0), cols = nr * Wo;
+    const T* xn = image(n);
+    auto* dst = static_cast<uint8_t*>(out.data_ptr()) + n * O * P * oes;
+    for (int64_t p0 = 0; p0 < P; p0 += chunk) {
+      const int64_t cols = std::min(chunk, P - p0);
+      if (direct_1x1) {
+        conv_gemm(kBf16, O, cols, C, w, xn + p0, P, yc.get());
+      } else {
+        const int64_t oy0 = p0 / Wo, nr = cols / Wo;
         parallel_for(Kd, 1, [&](int64_t k0, int64_t k1) {
-          for (int64_t kk = k0; kk < k1; ++kk) {
-            const int64_t ch = kk / (KH * KW), ky = (kk / KW) % KH, kx = kk % KW;
-            float* dstrow = col.get() + kk * cols;
-            for (int64_t r = 0; r < nr; ++r) {
-              const int64_t iy = (oy0 + r) * s + ky - pt;
-              float* d = dstrow + r * Wo;
-              if (iy < 0 || iy >= H) {
-                std::fill(d, d + Wo, 0.f);
-                continue;
-              }
-              const float* srow = xn + (ch * H + iy) * W;
-              for (int64_t ox = 0; ox < Wo; ++ox) {
-                const int64_t ix = ox * s + kx - pl;
-                d[ox] = (ix >= 0 && ix < W) ? srow[ix] : 0.f;
-              }
-            }
-          }
+          im2col_rows(xn, H, W, KH, KW, s, pl, pt, Wo, oy0, nr, k0, k1, col.data());
         });
-        sgemm(false, false, O, cols, Kd, 1.f, wf.data(), Kd, col.get(), cols, 1.f, yn + oy0 * Wo, P);
+        conv_gemm(kBf16, O, cols, Kd, w, col.data(), cols, yc.get());
       }
-    }
-    if (ot != DType::f32) {
-      auto* dst = static_cast<uint8_t*>(out.data_ptr()) + n * O * P * oes;
-      parallel_for(O, 1, [&](int64_t o0, int64_t o1) {
-        for (int64_t o = o0; o < o1; ++o) store_f32(yn + o * P, dst + o * P * oes, ot, P);
+      parallel_for(O, std::max<int64_t>(1, 16384 / cols), [&](int64_t o0, int64_t o1) {
+        for (int64_t o = o0; o < o1; ++o) {
+          float* row = yc.get() + o * cols;
+          if (bf) {
+            const float bo = bf->data()[o];
+            for (int64_t j = 0; j < cols; ++j) row[j] += bo;
+          }
+          store_f32(row, dst + (o * P + p0) * oes, ot, cols);
+        }
       });
     }
   }
+}
+
+void conv2d_kernel(const OpCall& c, Tensor& out) {
+  const Tensor &x = c.inputs[0], &w = c.inputs[1];
+  if (x.dtype() == DType::bf16 && w.dtype() == DType::bf16) {
+    const Tensor xc = x.is_contiguous() ? x : x.contiguous();
+    const Tensor wc = w.is_contiguous() ? w : w.contiguous();
+    const int64_t image_elems = x.numel() / std::max<int64_t>(x.size(0), 1);
+    conv2d_typed<uint16_t>(c, out, [&](int64_t n) { return xc.data<uint16_t>() + n * image_elems; },
+                           wc.data<uint16_t>());
+    return;
+  }
+  const F32Input wf(w);
+  const bool x_direct = x.dtype() == DType::f32 && x.is_contiguous();
+  const int64_t image_elems = x.numel() / std::max<int64_t>(x.size(0), 1);
+  std::unique_ptr<float[]> xbuf = x_direct ? nullptr : alloc_f32(image_elems);
+  conv2d_typed<float>(c, out, [&](int64_t n) -> const float* {
+    if (x_direct) return x.data<float>() + n * image_elems;
+    gather_f32(x.select(0, n), xbuf.get());
+    return xbuf.get();
+  }, wf.data());
 }
 
 }  // namespace

@@ -8,6 +8,8 @@
 #include <hwy/highway.h>
 
 #include <cmath>
+#include <vector>
+#include <optional>
 
 #include "backend/cpu/common.h"
 #include "backend/cpu/kernels.h"
@@ -133,19 +135,38 @@ void row_norm(const OpCall& c, Tensor& out, bool rms) {
 void layer_norm_kernel(const OpCall& c, Tensor& out) { row_norm(c, out, false); }
 void rms_norm_kernel(const OpCall& c, Tensor& out) { row_norm(c, out, true); }
 
+// One (image, group) block at a time, in cache: a contiguous input's block is widened into the
+// thread's scratch (f32 input: used in place), its two-pass statistics taken there, and each channel
+// normalized from there straight into out's dtype (one read and one write of the tensor in memory).
+// Other layouts go through a contiguous f32 copy first. Same arithmetic either way.
 void group_norm_kernel(const OpCall& c, Tensor& out) {
   const Tensor& x = c.inputs[0];
   const int64_t N = x.size(0), C = x.size(1), G = c.attrs.i0, cg = C / G;
   const int64_t spatial = x.numel() / std::max<int64_t>(N * C, 1), block = cg * spatial;
   const auto w = optional_input(c, 1);
   const auto b = optional_input(c, 2);
-  const F32Input xin(x);
-  F32Output y(out);
+  const bool in_place = x.is_contiguous();
+  std::optional<F32Input> xin;
+  if (!in_place) xin.emplace(x);
+  const uint8_t* xbytes = in_place ? elem_ptr(x, x.offset()) : nullptr;
+  const DType xt = x.dtype(), ot = out.dtype();
+  const int64_t xes = int64_t(dtype_size(xt)), oes = int64_t(dtype_size(ot));
+  auto* obytes = static_cast<uint8_t*>(out.data_ptr());
   const double eps = c.attrs.f0;
   constexpr int64_t kChunk = 4096;
   parallel_for(N * G, 1, [&](int64_t p0, int64_t p1) {
+    thread_local std::vector<float> scratch, row;
     for (int64_t p = p0; p < p1; ++p) {
-      const float* src = xin.data() + p * block;
+      const float* src;
+      if (!in_place) {
+        src = xin->data() + p * block;
+      } else if (xt == DType::f32) {
+        src = reinterpret_cast<const float*>(xbytes) + p * block;
+      } else {
+        scratch.resize(size_t(block));
+        load_f32(xbytes + p * block * xes, xt, 1, scratch.data(), block);
+        src = scratch.data();
+      }
       double s = 0, q = 0, cs, cq;
       for (int64_t i = 0; i < block; i += kChunk) {
         HWY_DYNAMIC_DISPATCH(SumAndSquares)(src + i, std::min(kChunk, block - i), 0.f, &cs, &cq);
@@ -162,12 +183,19 @@ void group_norm_kernel(const OpCall& c, Tensor& out) {
         const int64_t ch = g * cg + k;
         const double scale = rstd * (w ? w->data()[ch] : 1.0);
         const float shift = b ? b->data()[ch] : 0.f;
-        HWY_DYNAMIC_DISPATCH(ScaleShiftRow)(src + k * spatial, y.data() + p * block + k * spatial,
-                                            spatial, float(mean), float(scale), shift);
+        uint8_t* dst = obytes + (p * block + k * spatial) * oes;
+        if (ot == DType::f32) {
+          HWY_DYNAMIC_DISPATCH(ScaleShiftRow)(src + k * spatial, reinterpret_cast<float*>(dst), spatial,
+                                              float(mean), float(scale), shift);
+        } else {
+          row.resize(size_t(spatial));
+          HWY_DYNAMIC_DISPATCH(ScaleShiftRow)(src + k * spatial, row.data(), spatial, float(mean), float(scale),
+                                              shift);
+          store_f32(row.data(), dst, ot, spatial);
+        }
       }
     }
   });
-  y.commit();
 }
 
 }  // namespace
