@@ -90,6 +90,46 @@ TEST(Bf16DotGemm, PropagatesInfAndNaN) {
     }
 }
 
+// B given by row pointers (the implicit convolution's B): rows of a random [k + 3, n + 40] matrix taken
+// in a shuffled order at a column offset, against the reference on the gathered matrix; the dot kernel
+// directly, and gemm_bf16_rows by default and with the widening kernel forced (its gathering fallback).
+TEST(Bf16DotGemm, RowPointerOperandMatchesReference) {
+  uint32_t seed = 40;
+  for (const Dims& d : {Dims{8, 32, 64}, Dims{13, 70, 33}, Dims{150, 600, 300}, Dims{1, 5, 7}, Dims{40, 96, 1031}})
+    for (const bool ta : {false, true}) {
+      const Problem p(ta, false, d, 0.75f, seed % 2 ? 0.5f : 0.0f, seed, /*bf16_values=*/true);
+      ++seed;
+      const int64_t ld = d.n + 40, col0 = 17;
+      std::vector<uint16_t> store(size_t((d.k + 3) * ld));
+      std::vector<const uint16_t*> rows(size_t(d.k));
+      for (int64_t kk = 0; kk < d.k; ++kk) {  // row kk of op(B) lives at store row (kk * 7) % (k + 3)
+        const int64_t at = (kk * 7) % (d.k + 3);
+        rows[size_t(kk)] = store.data() + at * ld;
+        for (int64_t j = 0; j < d.n; ++j) store[size_t(at * ld + col0 + j)] = p.b16[size_t(kk * p.ldb + j)];
+      }
+      auto check = [&](const std::string& what, auto&& run) {
+        std::vector<float> c = p.c0;
+        run(c);
+        p.check(c, what + " " + p.name());
+      };
+      if (cpu::bf16_dot_gemm_usable())
+        check("dot rows", [&](std::vector<float>& c) {
+          cpu::gemm_bf16_dot_rows(ta, d.m, d.n, d.k, p.alpha, p.a16.data(), p.lda, rows.data(), col0, p.beta,
+                                  c.data(), p.ldc);
+        });
+      for (const cpu::GemmKernel k : {cpu::GemmKernel::best, cpu::GemmKernel::diffq_widen}) {
+        cpu::Tuning t;
+        t.gemm_kernel = k;
+        const cpu::ScopedTuning scope(t);
+        check("gemm_bf16_rows kernel " + std::to_string(int(k)), [&](std::vector<float>& c) {
+          cpu::gemm_bf16_rows(ta, d.m, d.n, d.k, p.alpha, p.a16.data(), p.lda, rows.data(), col0, p.beta, c.data(),
+                              p.ldc);
+        });
+      }
+      if (::testing::Test::HasFailure()) return;
+    }
+}
+
 class Bf16DotThroughGemm : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override { cpu::set_num_threads(GetParam()); }

@@ -117,46 +117,68 @@ DIFFQ_BF16_DOT_TARGET void pack_a(bool trans_a, const uint16_t* a, int64_t lda, 
 // op(B)[k0 + kk, j0 + j] for kk < kc, j < nc -> panels of kNR columns of kp pairs:
 // dst[(j / kNR) * kp * kNR + p * kNR + j % kNR] = (op(B)[2p, j], op(B)[2p + 1, j]); columns past nc and
 // the element past an odd kc are zero.
-DIFFQ_BF16_DOT_TARGET void pack_b(bool trans_b, const uint16_t* b, int64_t ldb, int64_t j0, int64_t nc, int64_t k0, int64_t kc,
-            uint32_t* dst) {
+// op(B) as the packs read it: stored [n, k] (trans), [k, n] with row stride ld, or by row pointers
+// (row kk at rows[kk] + col0: an implicit convolution's shifted input rows).
+struct BOperand {
+  bool trans = false;
+  const uint16_t* b = nullptr;
+  int64_t ld = 0;
+  const uint16_t* const* rows = nullptr;
+  int64_t col0 = 0;
+  const uint16_t* row(int64_t kk) const { return rows ? rows[kk] + col0 : b + kk * ld; }
+};
+
+DIFFQ_BF16_DOT_TARGET void pack_b(const BOperand& B, int64_t j0, int64_t nc, int64_t k0, int64_t kc, uint32_t* dst) {
   const int64_t kp = (kc + 1) / 2, full = kc / 2;
+  if (!B.trans) {
+    // Rows 2p and 2p + 1 of op(B) interleaved, row pair by row pair across all panels, so that each row
+    // is read front to back (the prefetchers follow; panel by panel, every row would be a new stream):
+    // 32 columns of the two rows by one two-source permute per 16 pairs, the last partial panel by element.
+    const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37,
+                                        5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+    const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+    const int64_t whole = nc / kNR * kNR;
+    for (int64_t p = 0; p < kp; ++p) {
+      const uint16_t* r0 = B.row(k0 + 2 * p) + j0;
+      const uint16_t* r1 = 2 * p + 1 < kc ? B.row(k0 + 2 * p + 1) + j0 : nullptr;
+      int64_t q = 0;
+      if (r1) {
+        for (; q < whole; q += kNR) {
+          uint32_t* out = dst + q * kp + p * kNR;
+          const __m512i x0 = _mm512_loadu_si512(r0 + q), x1 = _mm512_loadu_si512(r1 + q);
+          _mm512_store_si512(out, _mm512_permutex2var_epi16(x0, lo, x1));
+          _mm512_store_si512(out + 16, _mm512_permutex2var_epi16(x0, hi, x1));
+        }
+      }
+      for (; q < nc; q += kNR) {
+        uint32_t* out = dst + q * kp + p * kNR;
+        const int64_t cols = std::min(kNR, nc - q);
+        for (int64_t j = 0; j < kNR; ++j) out[j] = j < cols ? pair(r0[q + j], r1 ? r1[q + j] : uint16_t(0)) : 0;
+      }
+    }
+    return;
+  }
+  // op(B)[kk, j] = b[j * ld + kk]: a column of op(B) is a contiguous row of b.
+  const uint16_t* b = B.b;
+  const int64_t ldb = B.ld;
   for (int64_t q = 0; q < nc; q += kNR) {
     uint32_t* out = dst + q * kp;
     const int64_t cols = std::min(kNR, nc - q);
-    if (trans_b) {  // op(B)[kk, j] = b[j * ldb + kk]: a column of op(B) is a contiguous row of b
-      if (cols == kNR) {  // whole panels: 8 x 8 pair blocks, the rest below
-        for (int64_t g = 0; g < kNR; g += 8) {
-          const uint16_t* src[8];
-          for (int64_t j = 0; j < 8; ++j) src[j] = b + (j0 + q + g + j) * ldb + k0;
-          for (int64_t p = 0; p + 8 <= full; p += 8) transpose8x8(src, 2 * p, out + p * kNR + g, kNR);
-        }
+    if (cols == kNR) {  // whole panels: 8 x 8 pair blocks, the rest below
+      for (int64_t g = 0; g < kNR; g += 8) {
+        const uint16_t* src[8];
+        for (int64_t j = 0; j < 8; ++j) src[j] = b + (j0 + q + g + j) * ldb + k0;
+        for (int64_t p = 0; p + 8 <= full; p += 8) transpose8x8(src, 2 * p, out + p * kNR + g, kNR);
       }
-      for (int64_t j = 0; j < kNR; ++j) {
-        if (j >= cols) {
-          for (int64_t p = 0; p < kp; ++p) out[p * kNR + j] = 0;
-          continue;
-        }
-        const uint16_t* col = b + (j0 + q + j) * ldb + k0;
-        for (int64_t p = cols == kNR ? full / 8 * 8 : 0; p < full; ++p) out[p * kNR + j] = load_pair(col + 2 * p);
-        if (kc % 2) out[full * kNR + j] = col[kc - 1];
+    }
+    for (int64_t j = 0; j < kNR; ++j) {
+      if (j >= cols) {
+        for (int64_t p = 0; p < kp; ++p) out[p * kNR + j] = 0;
+        continue;
       }
-    } else {  // rows 2p and 2p + 1 of op(B) interleaved
-      // Whole panels: 32 columns of the two rows interleaved by one two-source permute per 16 pairs.
-      const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6,
-                                          37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
-      const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
-      for (int64_t p = 0; p < kp; ++p) {
-        const uint16_t* r0 = b + (k0 + 2 * p) * ldb + j0 + q;
-        const uint16_t* r1 = 2 * p + 1 < kc ? r0 + ldb : nullptr;
-        if (cols == kNR && r1) {
-          const __m512i x0 = _mm512_loadu_si512(r0), x1 = _mm512_loadu_si512(r1);
-          _mm512_store_si512(out + p * kNR, _mm512_permutex2var_epi16(x0, lo, x1));
-          _mm512_store_si512(out + p * kNR + 16, _mm512_permutex2var_epi16(x0, hi, x1));
-          continue;
-        }
-        for (int64_t j = 0; j < kNR; ++j)
-          out[p * kNR + j] = j < cols ? pair(r0[j], r1 ? r1[j] : uint16_t(0)) : 0;
-      }
+      const uint16_t* col = b + (j0 + q + j) * ldb + k0;
+      for (int64_t p = cols == kNR ? full / 8 * 8 : 0; p < full; ++p) out[p * kNR + j] = load_pair(col + 2 * p);
+      if (kc % 2) out[full * kNR + j] = col[kc - 1];
     }
   }
 }
@@ -252,8 +274,8 @@ DIFFQ_BF16_DOT_TARGET void few_rows_nt(int64_t m, int64_t n, int64_t k, float al
   }
 }
 
-void blocked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a, int64_t lda,
-             const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+void blocked(bool trans_a, const BOperand& B, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+             int64_t lda, float beta, float* c, int64_t ldc) {
   thread_local Buffer abuf, bbuf;
   const int64_t kb = k_block(k), kp_max = (kb + 1) / 2;
   const int64_t mc_max = std::min(kMc, (m + kMR - 1) / kMR * kMR);
@@ -265,7 +287,7 @@ void blocked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float 
     for (int64_t pc = 0; pc < k; pc += kb) {
       const int64_t kc = std::min(kb, k - pc), kp = (kc + 1) / 2;
       const float beta_p = pc == 0 ? beta : 1.0f;  // later K blocks add to the first one's C
-      pack_b(trans_b, b, ldb, jc, nc, pc, kc, bp);
+      pack_b(B, jc, nc, pc, kc, bp);
       for (int64_t ic = 0; ic < m; ic += kMc) {
         const int64_t mc = std::min(kMc, m - ic);
         pack_a(trans_a, a, lda, ic, mc, pc, kc, ap);
@@ -297,7 +319,25 @@ void gemm_bf16_dot(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
     return;
   }
   if (m < kMR && !trans_a && trans_b) return few_rows_nt(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  blocked(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  BOperand B;
+  B.trans = trans_b;
+  B.b = b;
+  B.ld = ldb;
+  blocked(trans_a, B, m, n, k, alpha, a, lda, beta, c, ldc);
+}
+
+void gemm_bf16_dot_rows(bool trans_a, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a, int64_t lda,
+                        const uint16_t* const* b_rows, int64_t b_col0, float beta, float* c, int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+    return;
+  }
+  BOperand B;
+  B.rows = b_rows;
+  B.col0 = b_col0;
+  blocked(trans_a, B, m, n, k, alpha, a, lda, beta, c, ldc);
 }
 
 }  // namespace diffq::backend::cpu

@@ -23,4 +23,9 @@ bool bf16_dot_gemm_usable();
 void gemm_bf16_dot(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
                    int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
+// The same with B given by its rows: B[kk, j] = b_rows[kk][b_col0 + j] (kk < k, j < n): an implicit
+// convolution's B, whose rows are shifted views of the padded input (no im2col copy).
+void gemm_bf16_dot_rows(bool trans_a, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a, int64_t lda,
+                        const uint16_t* const* b_rows, int64_t b_col0, float beta, float* c, int64_t ldc);
+
 }  // namespace diffq::backend::cpu

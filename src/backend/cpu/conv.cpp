@@ -2,8 +2,9 @@
 // bounded chunk of output rows at a time (<= kColBytes), so memory stays small for large images; a
 // 1x1 stride-1 unpadded conv multiplies the input directly. f32 accumulation into a chunk buffer, one
 // rounding at the end.
-// A bf16 input with bf16 weights stays bf16 (col in bf16, gemm_bf16: the bf16 dot product where the
-// CPU has one, as PyTorch's oneDNN convolution); anything else is widened to f32.
+// A bf16 input with bf16 weights stays bf16 (gemm_bf16: the bf16 dot product where the CPU has one, as
+// PyTorch's oneDNN convolution), stride-1 convs as implicit GEMMs over the padded input (no im2col);
+// anything else is widened to f32.
 #include <cstring>
 #include <functional>
 #include <type_traits>
@@ -112,14 +113,72 @@ void conv2d_typed(const OpCall& c, Tensor& out, const std::function<const T*(int
   }
 }
 
+// A bf16 stride-1 conv as an implicit GEMM: image n is copied once into a zero-padded [C, Hp, Wp]
+// buffer, and row (ch, ky, kx) of B is that buffer from ch * Hp * Wp + ky * Wp + kx on: column
+// oy * Wp + ox of the product is output pixel (oy, ox) for ox < Wo (the Wp - Wo columns past each row
+// are computed and dropped). No im2col (which writes every input element KH * KW times).
+void conv2d_bf16_implicit(const OpCall& c, Tensor& out, const std::function<const uint16_t*(int64_t)>& image,
+                          const uint16_t* w) {
+  const Tensor &x = c.inputs[0], &wt = c.inputs[1];
+  const Tensor bias = c.inputs.size() > 2 ? c.inputs[2] : Tensor();
+  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
+  const int64_t O = wt.size(0), KH = wt.size(2), KW = wt.size(3);
+  const int64_t pl = c.attrs.ints[1], pr = c.attrs.ints[2], pt = c.attrs.ints[3], pb = c.attrs.ints[4];
+  const int64_t Ho = out.size(2), Wo = out.size(3), P = Ho * Wo, Kd = C * KH * KW;
+  const int64_t Hp = H + pt + pb, Wp = W + pl + pr, plane = Hp * Wp;
+  std::unique_ptr<F32Input> bf = bias.defined() ? std::make_unique<F32Input>(bias) : nullptr;
+  const DType ot = out.dtype();
+  const int64_t oes = int64_t(dtype_size(ot));
+  // The last row of the last channel reads up to KW - 1 elements past the plane: slack of a row.
+  std::vector<uint16_t> xpad(size_t(C * plane + Wp + KW), 0);
+  std::vector<const uint16_t*> rows(static_cast<size_t>(Kd));
+  for (int64_t kk = 0; kk < Kd; ++kk) {
+    const int64_t ch = kk / (KH * KW), ky = (kk / KW) % KH, kx = kk % KW;
+    rows[size_t(kk)] = xpad.data() + ch * plane + ky * Wp + kx;
+  }
+  // Output rows per GEMM: the f32 chunk [O, rows * Wp] within kColBytes.
+  const int64_t chunk_rows = std::max<int64_t>(1, std::min<int64_t>(Ho, kColBytes / std::max<int64_t>(O * Wp * 4, 1)));
+  std::unique_ptr<float[]> yc = alloc_f32(O * chunk_rows * Wp);
+  for (int64_t n = 0; n < N; ++n) {
+    const uint16_t* xn = image(n);
+    parallel_for(C, 1, [&](int64_t c0, int64_t c1) {
+      for (int64_t ch = c0; ch < c1; ++ch)
+        for (int64_t y = 0; y < H; ++y)
+          std::memcpy(xpad.data() + ch * plane + (y + pt) * Wp + pl, xn + (ch * H + y) * W, size_t(W) * 2);
+    });
+    auto* dst = static_cast<uint8_t*>(out.data_ptr()) + n * O * P * oes;
+    for (int64_t oy0 = 0; oy0 < Ho; oy0 += chunk_rows) {
+      const int64_t nr = std::min(chunk_rows, Ho - oy0), cols = nr * Wp;
+      gemm_bf16_rows(false, O, cols, Kd, 1.f, w, Kd, rows.data(), oy0 * Wp, 0.f, yc.get(), cols);
+      parallel_for(O, std::max<int64_t>(1, 16384 / cols), [&](int64_t o0, int64_t o1) {
+        for (int64_t o = o0; o < o1; ++o)
+          for (int64_t r = 0; r < nr; ++r) {
+            float* row = yc.get() + o * cols + r * Wp;
+            if (bf) {
+              const float bo = bf->data()[o];
+              for (int64_t j = 0; j < Wo; ++j) row[j] += bo;
+            }
+            store_f32(row, dst + (o * P + (oy0 + r) * Wo) * oes, ot, Wo);
+          }
+      });
+    }
+  }
+}
+
 void conv2d_kernel(const OpCall& c, Tensor& out) {
   const Tensor &x = c.inputs[0], &w = c.inputs[1];
   if (x.dtype() == DType::bf16 && w.dtype() == DType::bf16) {
     const Tensor xc = x.is_contiguous() ? x : x.contiguous();
     const Tensor wc = w.is_contiguous() ? w : w.contiguous();
     const int64_t image_elems = x.numel() / std::max<int64_t>(x.size(0), 1);
-    conv2d_typed<uint16_t>(c, out, [&](int64_t n) { return xc.data<uint16_t>() + n * image_elems; },
-                           wc.data<uint16_t>());
+    const std::function<const uint16_t*(int64_t)> image = [&](int64_t n) {
+      return xc.data<uint16_t>() + n * image_elems;
+    };
+    const bool one_by_one = w.size(2) == 1 && w.size(3) == 1;
+    if (c.attrs.ints[0] == 1 && !one_by_one)
+      conv2d_bf16_implicit(c, out, image, wc.data<uint16_t>());
+    else
+      conv2d_typed<uint16_t>(c, out, image, wc.data<uint16_t>());
     return;
   }
   const F32Input wf(w);

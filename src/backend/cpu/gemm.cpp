@@ -18,6 +18,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "backend/cpu/bf16_dot_gemm.h"
 #include "backend/cpu/cpu_features.h"
@@ -409,6 +410,29 @@ void gemm_bf16_parts(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
                 };
                 sgemm_parts(trans_a, trans_b, mr, nr, k, alpha, aw, lda_w, bw, ldb_w, beta, shifted);
               });
+}
+
+void gemm_bf16_rows(bool trans_a, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a, int64_t lda,
+                    const uint16_t* const* b_rows, int64_t b_col0, float beta, float* c, int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  if (k > 0 && bf16_kernel(m, n) == Bf16Kernel::dot) {
+    for_each_part(m, n, k, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+      gemm_bf16_dot_rows(trans_a, r1 - r0, c1 - c0, k, alpha, a_rows_at(a, trans_a, lda, r0), lda, b_rows,
+                         b_col0 + c0, beta, c + r0 * ldc + c0, ldc);
+    });
+    return;
+  }
+  // Elsewhere: column blocks of B gathered into a contiguous [k, nb] copy (<= 4 MiB) for gemm_bf16.
+  const int64_t nb = std::max<int64_t>(32, std::min<int64_t>(n, (int64_t(2) << 20) / std::max<int64_t>(k, 1)));
+  std::vector<uint16_t> block(size_t(std::max<int64_t>(k, 1) * nb));
+  for (int64_t j0 = 0; j0 < n; j0 += nb) {
+    const int64_t cols = std::min(nb, n - j0);
+    parallel_for(k, std::max<int64_t>(1, 4096 / cols), [&](int64_t k0, int64_t k1) {
+      for (int64_t kk = k0; kk < k1; ++kk)
+        std::memcpy(block.data() + kk * cols, b_rows[kk] + b_col0 + j0, size_t(cols) * sizeof(uint16_t));
+    });
+    gemm_bf16(trans_a, false, m, cols, k, alpha, a, lda, block.data(), cols, beta, c + j0, ldc);
+  }
 }
 
 void sgemm_reference(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,

@@ -64,6 +64,13 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
                const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
                int64_t ldc);
 
+// C[m, n] = alpha * op(A) @ B + beta * C, bf16 A and B, f32 C, with B given by its rows:
+// B[kk, j] = b_rows[kk][b_col0 + j] (an implicit convolution: rows are shifted views of the padded
+// input). The bf16 dot kernel reads the rows in place; elsewhere column blocks are gathered into a
+// contiguous copy (<= 4 MiB) for gemm_bf16. Same parts and threads as gemm_bf16.
+void gemm_bf16_rows(bool trans_a, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a, int64_t lda,
+                    const uint16_t* const* b_rows, int64_t b_col0, float beta, float* c, int64_t ldc);
+
 // A GEMM whose C is produced part by part (the same parts sgemm / gemm_bf16 split C into, so the
 // same BLAS calls and the same bits): before part [r0, r1) x [c0, c1) of C is computed, `begin` says
 // where it goes (a pointer to its element (r0, c0) and its row stride in *ld; it may be C itself or a
