@@ -15,6 +15,7 @@
 
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/tuning.h"
 #include "backend/cpu/int8_gemm.h"
 #include "backend/cpu/simd_targets.h"
 #include "diffq/runtime.h"
@@ -76,13 +77,20 @@ SystemInfo system_info() {
   s.threads = num_threads();
 
   const std::string f32 = backend::cpu::gemm_kernel_name(false);
+  std::string attention = "diffq flash attention, ";
+  attention += backend::cpu::gemm_bf16_uses_dot(1024, 1024, backend::cpu::current_tuning())
+                   ? "bf16 inputs on vdpbf16ps pairs (P in bf16), others f32 tiles ("
+                   : "f32 tiles (";
+  attention += s.simd_target;
+  attention += ")";
   s.kernels = {
       {"gemm_f32", f32},
       {"gemm_bf16", backend::cpu::gemm_kernel_name(true)},
       {"gemm_int8 (torchao int8dq)", backend::cpu::int8_gemm_kernel_name()},
-      {"attention", "diffq flash attention, f32 tiles (" + s.simd_target + ")"},
+      {"attention", attention},
       {"quantized linears (dequantizing)", "f32 weight tiles -> " + f32},
-      {"conv2d", "im2col chunks -> the GEMM above of the dtype (bf16 input and weights stay bf16)"},
+      {"conv2d", "im2col chunks -> the GEMM above of the dtype (bf16 input and weights stay bf16; stride-1 bf16 "
+                 "convs as implicit GEMMs, no im2col)"},
   };
 
 #if DIFFQ_HAS_CUDA

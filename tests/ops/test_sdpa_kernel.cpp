@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend/cpu/attention_tiles.h"
+#include "backend/cpu/bf16_dot_gemm.h"
 #include "backend/cpu/threads.h"
 #include "backend/cpu/tuning.h"
 #include "backend/reference/reference_ops.h"
@@ -135,7 +136,8 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 
 using Tilings = std::vector<std::pair<int64_t, int64_t>>;  // (attn_bq, attn_bk); (0, 0): defaults
 
-void expect_matches_reference(const Case& c, const Tilings& tilings) {
+void expect_matches_reference(const Case& c, const Tilings& tilings,
+                              cpu::GemmKernel kernel = cpu::GemmKernel::best) {
   const Inputs in = make_inputs(c);
   reference::Array ref = reference::sdpa(reference::from_tensor(in.q), reference::from_tensor(in.k),
                                          reference::from_tensor(in.v), reference::from_tensor(in.mask),
@@ -145,6 +147,7 @@ void expect_matches_reference(const Case& c, const Tilings& tilings) {
   const bool expect_nan_rows = c.D == 0 && c.scale == 0;  // 0 * inf scores; masked rows are 0
   for (const auto& [bq, bk] : tilings) {
     cpu::Tuning t;
+    t.gemm_kernel = kernel;  // diffq_widen: bf16 inputs on the f32 tiles even where the bf16 dot exists
     if (bq > 0) t.attn_bq = bq, t.attn_bk = bk;
     cpu::ScopedTuning scope(t);
     std::vector<float> first;
@@ -200,6 +203,51 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"flux_layout_f32", 1, 3, 25, 25, 40, 40, DType::f32, MaskKind::none, 0,
                            true}),
     [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
+
+// bf16 inputs: on the bf16 dot-product tiles where the CPU has AVX512-BF16 (attention_bf16_dot.h; the
+// f32 tiles elsewhere and under the @AVX2 registration), and on the f32 tiles forced (diffq-widen):
+// odd head sizes (pairs padded), odd key counts (key pairs padded), Dv != D, masks of every kind with
+// fully masked rows, the FLUX layout, every tiling.
+class SdpaBf16 : public ::testing::TestWithParam<Case> {};
+
+TEST_P(SdpaBf16, MatchesTheF64ReferenceOnBothTiles) {
+  const Tilings tilings = {{0, 0}, {1, 1}, {6, 16}, {7, 33}, {13, 100}, {64, 4096}};
+  expect_matches_reference(GetParam(), tilings);
+  expect_matches_reference(GetParam(), tilings, cpu::GemmKernel::diffq_widen);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, SdpaBf16,
+    ::testing::Values(Case{"b_d1", 1, 2, 5, 7, 1, 1, DType::bf16}, Case{"b_d0", 1, 2, 3, 4, 0, 5, DType::bf16},
+                      Case{"b_d23_dv40", 1, 2, 19, 45, 23, 40, DType::bf16},
+                      Case{"b_d64_dv17", 1, 2, 12, 41, 64, 17, DType::bf16},
+                      Case{"b_d128", 1, 2, 13, 70, 128, 128, DType::bf16},
+                      Case{"b_one_key", 1, 2, 9, 1, 16, 16, DType::bf16},
+                      Case{"b_one_query", 2, 3, 1, 301, 64, 64, DType::bf16},
+                      Case{"b_additive", 2, 2, 9, 71, 16, 16, DType::bf16, MaskKind::additive},
+                      Case{"b_bool_rows", 2, 2, 11, 37, 24, 8, DType::bf16, MaskKind::bool_rows},
+                      Case{"b_key_padding", 2, 3, 10, 50, 64, 64, DType::bf16, MaskKind::key_padding},
+                      Case{"b_mask_strided", 1, 2, 13, 40, 16, 16, DType::bf16, MaskKind::transposed},
+                      Case{"b_mask_per_query", 1, 2, 13, 40, 16, 16, DType::bf16, MaskKind::per_query},
+                      Case{"b_scale", 1, 2, 17, 33, 32, 32, DType::bf16, MaskKind::none, 0.3},
+                      Case{"b_flux_layout", 1, 3, 25, 35, 64, 64, DType::bf16, MaskKind::none, 0, true}),
+    [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
+
+// Where the CPU has the bf16 dot product the default runs the bf16 tiles (P rounded to bf16: other
+// bits than the f32 tiles), and diffq-widen the f32 ones.
+TEST(SdpaBf16Choice, DotTilesRunWhereTheCpuHasThem) {
+  const Case c{"choice", 1, 2, 40, 90, 64, 64, DType::bf16};
+  const Inputs in = make_inputs(c);
+  auto run = [&](cpu::GemmKernel k) {
+    cpu::Tuning t;
+    t.gemm_kernel = k;
+    cpu::ScopedTuning scope(t);
+    return ops::sdpa(in.q, in.k, in.v, in.mask, c.scale).to_f32_vector();
+  };
+  const bool differ = !same_bits(run(cpu::GemmKernel::best), run(cpu::GemmKernel::diffq_widen));
+  EXPECT_EQ(differ, cpu::bf16_dot_gemm_usable())
+      << "the bf16 dot tiles run exactly where bf16_dot_gemm_usable() (avx512_bf16 and an AVX3 target)";
+}
 
 // 2^x for x <= 0: within 1 ulp of the exact value for normal results (x >= -126), 0 below 2^-127,
 // exactly 1 at 0.

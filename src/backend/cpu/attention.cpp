@@ -31,6 +31,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/attention_bf16_dot.h"
 #include "backend/cpu/attention_tiles.h"
 #include "backend/cpu/common.h"
 #include "backend/cpu/kernels.h"
@@ -406,9 +407,15 @@ void sdpa_kernel(const OpCall& c, Tensor& out) {
       store_f32(nan.data(), p.dst + r * p.Dv * oes, p.out_dtype, p.Dv);
     return;
   }
+  // bf16 inputs on the CPU's bf16 dot product where it has one (as PyTorch's bf16 flash attention:
+  // attention_bf16_dot.h); DIFFQ_GEMM_KERNEL=diffq-widen keeps them on the f32 tiles.
+  const bool bf16_dot = tune.gemm_kernel != GemmKernel::diffq_widen && attention_bf16_dot_applies(p);
   // Tiles are independent: the pool takes them in contiguous runs, each worker with its own buffers.
   parallel_for(p.B * p.H * p.q_blocks, 1, [&](int64_t t0, int64_t t1) {
-    HWY_DYNAMIC_DISPATCH(AttentionTiles)(p, t0, t1);
+    if (bf16_dot)
+      attention_tiles_bf16_dot(p, t0, t1);
+    else
+      HWY_DYNAMIC_DISPATCH(AttentionTiles)(p, t0, t1);
   });
 }
 

@@ -14,6 +14,12 @@
 
 #include "backend/cpu/cpu_features.h"
 
+// GCC 12's AVX-512 intrinsic headers trip -Wmaybe-uninitialized on their own _mm512_undefined
+// placeholders when inlined into target-attribute functions (a known false positive).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
 #define DIFFQ_BF16_DOT_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
 namespace diffq::backend::cpu {

@@ -1,0 +1,300 @@
+// bf16 attention tiles on vdpbf16ps (see attention_bf16_dot.h). Per worker and head: K packed into
+// panels of 32 keys of head-dim pairs (kp[panel][e / 2][key]), V into panels of 32 columns of key pairs
+// (vp[panel][j / 2][col]); per tile, Q's rows in groups of 6 as head-dim pairs (qp[group][e / 2][row]).
+// Per block of keys: S = Q K^T (6 x 32 register tile, 12 accumulators), S *= scale * log2(e) (+ mask),
+// the online softmax in f32 with the f32 tiles' base-2 exponential (same polynomial, same bits), P
+// rounded to bf16 (vcvtne2ps2bf16, round to nearest even), O = alpha O + P V (6 x 32 tile over key
+// pairs). Compiled for AVX512-BF16 with function target attributes; only run where it applies.
+#include "backend/cpu/attention_bf16_dot.h"
+
+#include <hwy/aligned_allocator.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/bf16_dot_gemm.h"
+#include "backend/cpu/common.h"
+
+// GCC 12's AVX-512 intrinsic headers trip -Wmaybe-uninitialized on their own _mm512_undefined
+// placeholders when inlined into target-attribute functions (a known false positive).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+#define DIFFQ_BF16_DOT_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+namespace diffq::backend::cpu {
+
+namespace {
+
+constexpr int64_t kMR = kAttentionRows;  // query rows per micro-tile
+constexpr int64_t kNR = 32;              // keys (S) / value columns (O) per micro-tile: two vectors
+
+template <class T>
+struct Buf {
+  hwy::AlignedFreeUniquePtr<T[]> data;
+  size_t size = 0;
+  T* get(size_t n) {
+    n = std::max<size_t>(n, 1);
+    if (n > size) {
+      data = hwy::AllocateAligned<T>(n);
+      size = n;
+    }
+    return data.get();
+  }
+};
+
+struct Scratch {
+  Buf<uint32_t> kp, vp, qp, pb;
+  Buf<float> s, o, mrow, stats;
+};
+
+// Element c of a [.., cols] row of bf16 bits with column stride st.
+inline uint16_t at(const uint16_t* row, int64_t st, int64_t c) { return row[c * st]; }
+inline uint32_t pair(uint16_t lo, uint16_t hi) { return uint32_t(lo) | (uint32_t(hi) << 16); }
+inline const uint16_t* row_of(const AttentionOperand& t, int64_t b, int64_t h, int64_t r) {
+  return reinterpret_cast<const uint16_t*>(t.at(b, h, r, 0));
+}
+
+// The f32 tiles' Exp2NonPositive (attention.cpp), the same operations in the same order.
+DIFFQ_BF16_DOT_TARGET inline __m512 exp2_nonpositive(__m512 x) {
+  x = _mm512_max_ps(_mm512_set1_ps(-127.0f), x);
+  const __m512 magic = _mm512_set1_ps(12582912.0f + 127.0f);
+  const __m512 t = _mm512_add_ps(x, magic);
+  const __m512 f = _mm512_sub_ps(x, _mm512_sub_ps(t, magic));
+  const __m512 two_n = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_castps_si512(t), 23));
+  __m512 p = _mm512_set1_ps(1.5353361959569156e-4f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3398875016719103e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.61843691766262e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5503323674201965e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.24022647738456726f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.6931471824645996f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  return _mm512_mul_ps(p, two_n);
+}
+
+DIFFQ_BF16_DOT_TARGET inline float lanes_max(__m512 v) {
+  alignas(64) float x[16];
+  _mm512_store_ps(x, v);
+  float m = x[0];
+  for (int i = 1; i < 16; ++i) m = std::max(m, x[i]);
+  return m;
+}
+DIFFQ_BF16_DOT_TARGET inline float lanes_sum(__m512 v) {
+  alignas(64) float x[16];
+  _mm512_store_ps(x, v);
+  float s = 0.f;
+  for (int i = 0; i < 16; ++i) s += x[i];
+  return s;
+}
+
+// acc[6][2] += a pairs (6 per step, stride 6) . b pairs (32 per step), `steps` steps; then stored to
+// out (row stride ldo) as is.
+DIFFQ_BF16_DOT_TARGET inline void micro(const uint32_t* __restrict a, const uint32_t* __restrict b, int64_t steps,
+                                        __m512 (&acc)[kMR][2]) {
+  for (int64_t e = 0; e < steps; ++e, a += kMR, b += kNR) {
+    const __m512bh b0 = (__m512bh)_mm512_load_si512(b), b1 = (__m512bh)_mm512_load_si512(b + 16);
+#pragma GCC unroll 6
+    for (int64_t r = 0; r < kMR; ++r) {
+      const __m512bh av = (__m512bh)_mm512_set1_epi32(int(a[r]));
+      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
+      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
+    }
+  }
+}
+
+// The same with a's pairs read from 6 rows (P in bf16, row stride ldp pairs) instead of a packed strip.
+DIFFQ_BF16_DOT_TARGET inline void micro_rows(const uint32_t* __restrict p, int64_t ldp, const uint32_t* __restrict b,
+                                             int64_t steps, __m512 (&acc)[kMR][2]) {
+  for (int64_t j = 0; j < steps; ++j, b += kNR) {
+    const __m512bh b0 = (__m512bh)_mm512_load_si512(b), b1 = (__m512bh)_mm512_load_si512(b + 16);
+#pragma GCC unroll 6
+    for (int64_t r = 0; r < kMR; ++r) {
+      const __m512bh av = (__m512bh)_mm512_set1_epi32(int(p[r * ldp + j]));
+      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
+      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
+    }
+  }
+}
+
+// Row r of S (n keys, readable and writable up to n rounded up to 16): s = s * scale + add * log2(e)
+// (add may be null); returns the max over [0, n).
+DIFFQ_BF16_DOT_TARGET float scale_and_max(float* s, int64_t n, float scale, const float* add) {
+  const __m512 vs = _mm512_set1_ps(scale), log2e = _mm512_set1_ps(float(M_LOG2E));
+  __m512 mx = _mm512_set1_ps(-INFINITY);
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 valid = n - j >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - j)) - 1);
+    __m512 v = _mm512_mul_ps(_mm512_load_ps(s + j), vs);
+    if (add) v = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(valid, add + j), log2e, v);
+    _mm512_store_ps(s + j, v);
+    mx = _mm512_mask_max_ps(mx, valid, mx, v);
+  }
+  return lanes_max(mx);
+}
+
+// P = 2^(s - m) for j < n (0 up to n rounded up to 32), rounded to bf16 into pb (pairs); returns the sum
+// of the f32 P.
+DIFFQ_BF16_DOT_TARGET float exp_to_bf16(const float* s, int64_t n, float m, uint32_t* pb) {
+  const __m512 vm = _mm512_set1_ps(m);
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t j = 0; j < n; j += 32) {
+    __m512 e[2];
+    for (int h = 0; h < 2; ++h) {
+      const int64_t left = n - j - 16 * h;
+      const __mmask16 valid = left >= 16 ? __mmask16(0xffff) : left <= 0 ? __mmask16(0) : __mmask16((1u << left) - 1);
+      e[h] = _mm512_maskz_mov_ps(valid, exp2_nonpositive(_mm512_sub_ps(_mm512_load_ps(s + j + 16 * h), vm)));
+      sum = _mm512_add_ps(sum, e[h]);
+    }
+    _mm512_store_si512(pb + j / 2, (__m512i)_mm512_cvtne2ps_pbh(e[1], e[0]));
+  }
+  return lanes_sum(sum);
+}
+
+DIFFQ_BF16_DOT_TARGET void store_tile(float* o, int64_t ldo, const __m512 (&acc)[kMR][2]) {
+  for (int64_t r = 0; r < kMR; ++r) {
+    _mm512_store_ps(o + r * ldo, acc[r][0]);
+    _mm512_store_ps(o + r * ldo + 16, acc[r][1]);
+  }
+}
+
+DIFFQ_BF16_DOT_TARGET void tiles(const AttentionProblem& p, int64_t t0, int64_t t1) {
+  const int64_t D = p.D, Dv = p.Dv, Sk = p.Sk, Sq = p.Sq;
+  const int64_t Dp = (D + 1) / 2, Skp = (Sk + 1) / 2;
+  const int64_t k_panels = (Sk + kNR - 1) / kNR, v_panels = (Dv + kNR - 1) / kNR, ldo = v_panels * kNR;
+  const int64_t bq_pad = (std::min(p.bq, Sq) + kMR - 1) / kMR * kMR;
+  const int64_t kb = std::min((std::max<int64_t>(p.bk, 1) + kNR - 1) / kNR, std::max<int64_t>(k_panels, 1)) * kNR;
+  const int64_t oes = int64_t(dtype_size(p.out_dtype));
+
+  thread_local Scratch sc;
+  uint32_t* const kp = sc.kp.get(size_t(k_panels * kNR * Dp));
+  uint32_t* const vp = sc.vp.get(size_t(v_panels * kNR * Skp));
+  uint32_t* const qp = sc.qp.get(size_t(bq_pad * Dp));
+  uint32_t* const pb = sc.pb.get(size_t(bq_pad * kb / 2));
+  float* const s = sc.s.get(size_t(bq_pad * kb));
+  float* const o = sc.o.get(size_t(bq_pad * ldo));
+  float* const mrow = sc.mrow.get(size_t(kb));
+  float* const stats = sc.stats.get(size_t(3 * bq_pad));
+  float *const m = stats, *const l = stats + bq_pad, *const alpha = stats + 2 * bq_pad;
+  const int64_t kst = p.k.st[3], vst = p.v.st[3], qst = p.q.st[3];
+
+  int64_t bound = -1;
+  for (int64_t t = t0; t < t1; ++t) {
+    const int64_t bh = t / p.q_blocks, b = bh / p.H, h = bh % p.H, i0 = (t % p.q_blocks) * p.bq;
+    if (bh != bound) {
+      // kp[panel][e2][jj] = (K[j][2 e2], K[j][2 e2 + 1]), j = panel * 32 + jj (0 past Sk and past D).
+      for (int64_t pj = 0; pj < k_panels; ++pj) {
+        uint32_t* dst = kp + pj * Dp * kNR;
+        for (int64_t jj = 0; jj < kNR; ++jj) {
+          const int64_t j = pj * kNR + jj;
+          if (j >= Sk) {
+            for (int64_t e = 0; e < Dp; ++e) dst[e * kNR + jj] = 0;
+            continue;
+          }
+          const uint16_t* row = row_of(p.k, b, h, j);
+          for (int64_t e = 0; e < Dp; ++e)
+            dst[e * kNR + jj] = pair(at(row, kst, 2 * e), 2 * e + 1 < D ? at(row, kst, 2 * e + 1) : uint16_t(0));
+        }
+      }
+      // vp[panel][j2][c] = (V[2 j2][col], V[2 j2 + 1][col]), col = panel * 32 + c (0 past Sk and Dv).
+      for (int64_t j2 = 0; j2 < Skp; ++j2) {
+        const uint16_t* r0 = row_of(p.v, b, h, 2 * j2);
+        const uint16_t* r1 = 2 * j2 + 1 < Sk ? row_of(p.v, b, h, 2 * j2 + 1) : nullptr;
+        for (int64_t pe = 0; pe < v_panels; ++pe) {
+          uint32_t* dst = vp + (pe * Skp + j2) * kNR;
+          for (int64_t cc = 0; cc < kNR; ++cc) {
+            const int64_t col = pe * kNR + cc;
+            dst[cc] = col < Dv ? pair(at(r0, vst, col), r1 ? at(r1, vst, col) : uint16_t(0)) : 0;
+          }
+        }
+      }
+      bound = bh;
+    }
+    const int64_t rows = std::min(p.bq, Sq - i0), groups = (rows + kMR - 1) / kMR, rows_pad = groups * kMR;
+    // qp[g][e2][r] = (Q[i0 + r][2 e2], Q[i0 + r][2 e2 + 1]) (0 past `rows` and D).
+    for (int64_t r = 0; r < rows_pad; ++r) {
+      uint32_t* dst = qp + (r / kMR) * Dp * kMR + r % kMR;
+      const uint16_t* row = r < rows ? row_of(p.q, b, h, i0 + r) : nullptr;
+      for (int64_t e = 0; e < Dp; ++e)
+        dst[e * kMR] = row ? pair(at(row, qst, 2 * e), 2 * e + 1 < D ? at(row, qst, 2 * e + 1) : uint16_t(0)) : 0;
+    }
+    for (int64_t r = 0; r < rows_pad; ++r) m[r] = -INFINITY, l[r] = 0.f;
+    if (Sk == 0) std::fill(o, o + rows_pad * ldo, 0.f);
+
+    for (int64_t j0 = 0; j0 < Sk; j0 += kb) {
+      const int64_t n = std::min(kb, Sk - j0), n_panels = (n + kNR - 1) / kNR;
+      // 1. S = Q K^T for keys [j0, j0 + n), row stride kb.
+      for (int64_t pj = 0; pj < n_panels; ++pj)
+        for (int64_t g = 0; g < groups; ++g) {
+          __m512 acc[kMR][2];
+          for (auto& r : acc) r[0] = r[1] = _mm512_setzero_ps();
+          micro(qp + g * Dp * kMR, kp + (j0 / kNR + pj) * Dp * kNR, Dp, acc);
+          store_tile(s + g * kMR * kb + pj * kNR, kb, acc);
+        }
+      // 2. Online softmax in f32; P in bf16 pairs (row stride kb / 2).
+      for (int64_t r = 0; r < rows_pad; ++r) {
+        float* srow = s + r * kb;
+        uint32_t* prow = pb + r * (kb / 2);
+        const float* add = nullptr;
+        if (p.mask.base && r < rows) {
+          const uint8_t* src = p.mask.at(b, h, i0 + r, j0);
+          if (p.mask.dtype == DType::f32 && p.mask.st[3] == 1) {
+            add = reinterpret_cast<const float*>(src);
+          } else {
+            load_f32(src, p.mask.dtype, p.mask.st[3], mrow, n);
+            if (p.bool_mask)
+              for (int64_t j = 0; j < n; ++j) mrow[j] = mrow[j] != 0.f ? 0.f : -INFINITY;
+            add = mrow;
+          }
+        }
+        const float m_new = std::max(m[r], scale_and_max(srow, n, p.scale_log2e, add));
+        if (m_new == -INFINITY) {  // nothing attended in this row yet: P = 0, O stays 0
+          std::memset(prow, 0, size_t(n_panels * kNR / 2) * sizeof(uint32_t));
+          alpha[r] = 1.f;
+          continue;
+        }
+        alpha[r] = m[r] == -INFINITY ? 0.f : std::exp2(m[r] - m_new);
+        l[r] = l[r] * alpha[r] + exp_to_bf16(srow, n, m_new, prow);
+        m[r] = m_new;
+      }
+      // 3. O = alpha O + P V over the block's key pairs.
+      const int64_t steps = (n + 1) / 2;
+      for (int64_t pe = 0; pe < v_panels; ++pe)
+        for (int64_t g = 0; g < groups; ++g) {
+          float* og = o + g * kMR * ldo + pe * kNR;
+          __m512 acc[kMR][2];
+          for (int64_t r = 0; r < kMR; ++r) {
+            if (j0 == 0) {
+              acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+            } else {
+              const __m512 a = _mm512_set1_ps(alpha[g * kMR + r]);
+              acc[r][0] = _mm512_mul_ps(a, _mm512_load_ps(og + r * ldo));
+              acc[r][1] = _mm512_mul_ps(a, _mm512_load_ps(og + r * ldo + 16));
+            }
+          }
+          micro_rows(pb + g * kMR * (kb / 2), kb / 2, vp + (pe * Skp + j0 / 2) * kNR, steps, acc);
+          store_tile(og, ldo, acc);
+        }
+    }
+    // out = O / l in the output dtype (l = 0: every key masked, 0 as torch).
+    const int64_t pos0 = (b * p.H + h) * Sq + i0;
+    for (int64_t r = 0; r < rows; ++r) {
+      float* orow = o + r * ldo;
+      const float inv = l[r] == 0.f ? 0.f : 1.f / l[r];
+      for (int64_t c = 0; c < Dv; ++c) orow[c] *= inv;
+      store_f32(orow, p.dst + (pos0 + r) * Dv * oes, p.out_dtype, Dv);
+    }
+  }
+}
+
+}  // namespace
+
+bool attention_bf16_dot_applies(const AttentionProblem& p) {
+  return p.q.dtype == DType::bf16 && p.k.dtype == DType::bf16 && p.v.dtype == DType::bf16 && p.q.base &&
+         p.k.base && p.v.base && bf16_dot_gemm_usable();
+}
+
+void attention_tiles_bf16_dot(const AttentionProblem& p, int64_t t0, int64_t t1) { tiles(p, t0, t1); }
+
+}  // namespace diffq::backend::cpu
