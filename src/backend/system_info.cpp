@@ -77,6 +77,9 @@ SystemInfo system_info() {
   s.threads = num_threads();
 
   const std::string f32 = backend::cpu::gemm_kernel_name(false);
+  std::string quantized = "f32 weight tiles -> " + f32;
+  if (backend::cpu::gemm_bf16_uses_dot(1024, 1024, backend::cpu::current_tuning()))
+    quantized += "; tiles of exact bf16 values (GGUF, bnb 4-bit in bf16) with a bf16 input -> the bf16 GEMM";
   std::string attention = "diffq flash attention, ";
   attention += backend::cpu::gemm_bf16_uses_dot(1024, 1024, backend::cpu::current_tuning())
                    ? "bf16 inputs on vdpbf16ps pairs (P in bf16), others f32 tiles ("
@@ -88,7 +91,7 @@ SystemInfo system_info() {
       {"gemm_bf16", backend::cpu::gemm_kernel_name(true)},
       {"gemm_int8 (torchao int8dq)", backend::cpu::int8_gemm_kernel_name()},
       {"attention", attention},
-      {"quantized linears (dequantizing)", "f32 weight tiles -> " + f32},
+      {"quantized linears (dequantizing)", quantized},
       {"conv2d", "im2col chunks -> the GEMM above of the dtype (bf16 input and weights stay bf16; stride-1 bf16 "
                  "convs as implicit GEMMs, no im2col)"},
   };

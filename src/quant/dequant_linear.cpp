@@ -1,10 +1,12 @@
 #include "quant/dequant_linear.h"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/threads.h"
+#include "backend/cpu/tuning.h"
 #include "diffq/error.h"
 
 namespace diffq::quant {
@@ -34,27 +36,61 @@ void validate(const TileLinearPlan& p) {
 
 }  // namespace
 
+namespace {
+
+// dst[i] = the bf16 bits of src[i] for i < n; false when some value is not exactly a bf16 (then dst is
+// not usable).
+bool to_bf16_exact(const float* src, uint16_t* dst, int64_t n) {
+  uint32_t low = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, &src[i], 4);
+    low |= u & 0xffffu;
+    dst[i] = uint16_t(u >> 16);
+  }
+  return low == 0;
+}
+
+}  // namespace
+
 void tile_linear_parts(const TileLinearPlan& p, const cpu::GemmParts& parts, bool round) {
   validate(p);
   const int64_t N = p.N, K = p.K;
-  const Tensor xf = p.x.to(DType::f32).contiguous();
-  const int64_t M = xf.numel() / std::max<int64_t>(K, 1);
+  const int64_t M = p.x.numel() / std::max<int64_t>(K, 1);
   if (M == 0 || N == 0) return;
-  const float* xp = xf.data<float>();
   Tensor bf;
   if (p.bias.defined()) bf = p.bias.to(DType::f32).contiguous();
   const float* bp = bf.defined() ? bf.data<float>() : nullptr;
   const DType rd = round ? p.x.dtype() : DType::f32;
 
   const int64_t tn = dequant_tile_rows(N, K);
+  // A bf16 input where the CPU has the bf16 dot product: a tile whose dequantized values are all exact
+  // bf16 (the schemes that round W to a bf16 compute dtype: GGUF, bitsandbytes 4-bit) runs the bf16
+  // GEMM on the same products (f32 accumulation); any other tile the f32 GEMM.
+  const bool try_bf16 = p.x.dtype() == DType::bf16 && cpu::gemm_bf16_uses_dot(M, tn, cpu::current_tuning());
+  const Tensor x16 = try_bf16 ? p.x.contiguous() : Tensor();
+  Tensor xf;  // f32 x, made when a tile needs it
   static thread_local std::vector<float> tile;
+  static thread_local std::vector<uint16_t> tile16;
   tile.resize(size_t(tn * K));
+  if (try_bf16) tile16.resize(size_t(tn * K));
   for (int64_t n0 = 0; n0 < N; n0 += tn) {
     const int64_t n1 = std::min(N, n0 + tn);
     float* tp = tile.data();
+    uint16_t* tp16 = tile16.data();
     // Dequantize the tile in parallel (16-row chunks), then one multithreaded GEMM consumes it, part by
     // part: the parts are columns [n0, n1) of y.
-    cpu::parallel_for(n1 - n0, 16, [&](int64_t r0, int64_t r1) { p.dequant_rows(n0 + r0, n0 + r1, tp + r0 * K); });
+    const int64_t chunks = (n1 - n0 + 15) / 16;
+    std::vector<char> inexact(size_t(chunks), 0);
+    cpu::parallel_for(n1 - n0, 16, [&](int64_t r0, int64_t r1) {
+      p.dequant_rows(n0 + r0, n0 + r1, tp + r0 * K);
+      if (try_bf16)
+        for (int64_t c0 = r0; c0 < r1; c0 += 16) {
+          const int64_t c1 = std::min(r1, c0 + 16);
+          inexact[size_t(c0 / 16)] = !to_bf16_exact(tp + c0 * K, tp16 + c0 * K, (c1 - c0) * K);
+        }
+    });
+    const bool bf16_tile = try_bf16 && std::find(inexact.begin(), inexact.end(), 1) == inexact.end();
     cpu::GemmParts shifted;
     shifted.begin = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t* ld) {
       return parts.begin(r0, r1, n0 + c0, n0 + c1, ld);
@@ -68,7 +104,12 @@ void tile_linear_parts(const TileLinearPlan& p, const cpu::GemmParts& parts, boo
             w[r * ld + c] = round_through(rd, bp ? w[r * ld + c] + bp[n0 + c0 + c] : w[r * ld + c]);
       parts.end(r0, r1, n0 + c0, n0 + c1, part, ld);
     };
-    cpu::sgemm_parts(false, true, M, n1 - n0, K, 1.0f, xp, K, tp, K, 0.0f, shifted);
+    if (bf16_tile) {
+      cpu::gemm_bf16_parts(false, true, M, n1 - n0, K, 1.0f, x16.data<uint16_t>(), K, tp16, K, 0.0f, shifted);
+    } else {
+      if (!xf.defined()) xf = p.x.to(DType::f32).contiguous();
+      cpu::sgemm_parts(false, true, M, n1 - n0, K, 1.0f, xf.data<float>(), K, tp, K, 0.0f, shifted);
+    }
   }
 }
 

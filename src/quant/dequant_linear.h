@@ -1,6 +1,8 @@
 // The shared driver of every quantized CPU linear that dequantizes: y = x @ W^T + bias where W [N, K]
 // is produced by the scheme tile by tile (up to ~16 MiB of f32 rows at a time) and consumed at once
-// by the f32 GEMM. The full-precision weight is never materialised beyond one tile.
+// by the f32 GEMM, or by the bf16 GEMM where x is bf16, the CPU has the bf16 dot product and every
+// dequantized value of the tile is exactly a bf16 (the same products). The full-precision weight is
+// never materialised beyond one tile.
 //
 // A scheme supplies `dequant_rows(n0, n1, dst)`: rows [n0, n1) of W as f32, row-major, K per row,
 // bit-identical to its reference dequantization. The driver calls it from several threads at once

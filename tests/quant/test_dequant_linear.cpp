@@ -1,9 +1,12 @@
 // The tiled dequantize-in-GEMM driver against the dense linear op on the same (dequantized) weight.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
+#include "backend/cpu/bf16_dot_gemm.h"
+#include "backend/cpu/simd_targets.h"
 #include "core/random.h"
 #include "diffq/error.h"
 #include "ops/ops.h"
@@ -62,6 +65,47 @@ TEST(DequantTileLinear, EqualsDenseLinearForOddShapesAndDtypes) {
   EXPECT_GE(diffq::quant::dequant_tile_rows(100000, 3072), 16);
   EXPECT_LE(diffq::quant::dequant_tile_rows(100000, 3072) * 3072 * 4, 16 << 20);
   EXPECT_LT(diffq::quant::dequant_tile_rows(12288, 3072), 12288);  // a FLUX.1 MLP weight is never whole
+}
+
+// A bf16 input on a CPU with the bf16 dot product: tiles whose dequantized values are all exact bf16
+// (W rounded to bf16, as GGUF and bitsandbytes 4-bit do for a bf16 compute dtype) run the bf16 GEMM
+// (other bits than the f32 GEMM, run with DIFFQ_SIMD_TARGET=AVX2's restriction, within the f32
+// accumulation bound of the f64 reference); any other tile keeps the f32 GEMM bit for bit. Several
+// tiles (N past dequant_tile_rows), bias, bf16 output rounding.
+TEST(DequantTileLinear, Bf16InputWithBf16ExactTilesRunsTheBf16Gemm) {
+  namespace cpu = diffq::backend::cpu;
+  diffq::Generator g(5);
+  const int64_t M = 13, K = 3000, N = diffq::quant::dequant_tile_rows(100000, K) + 40;
+  const Tensor w_exact = diffq::randn_tensor({N, K}, g, DType::f32).to(DType::bf16).to(DType::f32);
+  const Tensor w_any = diffq::randn_tensor({N, K}, g, DType::f32);
+  const Tensor x = diffq::randn_tensor({1, M, K}, g, DType::f32).to(DType::bf16);
+  const Tensor b = diffq::randn_tensor({N}, g, DType::f32);
+  auto rows_of = [](const Tensor& w) {
+    return [w](int64_t n0, int64_t n1, float* dst) {
+      const int64_t K = w.shape()[1];
+      std::memcpy(dst, w.data<float>() + n0 * K, size_t((n1 - n0) * K) * sizeof(float));
+    };
+  };
+  // The f32 GEMM's path: the bf16 dot product turned off by a lower SIMD target (the f32 GEMM's kernel,
+  // OpenBLAS or oneDNN, does not depend on it).
+  const auto supported = cpu::simd_targets_supported();
+  const bool can_force = std::find(supported.begin(), supported.end(), "AVX2") != supported.end();
+  auto run = [&](const Tensor& w, bool f32_path) {
+    if (f32_path && can_force) cpu::force_simd_target("AVX2");
+    Tensor y = diffq::quant::dequant_tile_linear(x, b, N, K, rows_of(w));
+    cpu::force_simd_target("");
+    return y;
+  };
+  auto bits = [](const Tensor& t) { return t.to_f32_vector(); };
+  // Inexact tiles: the f32 GEMM, bit for bit.
+  EXPECT_EQ(bits(run(w_any, false)), bits(run(w_any, true)));
+  // Exact tiles: the same products; against the reference in f32 (before the bf16 output rounding).
+  const Tensor ref = diffq::ops::linear(x.to(DType::f32), w_exact, b);
+  const Tensor y = run(w_exact, false);
+  EXPECT_EQ(y.dtype(), DType::bf16);
+  EXPECT_LE(max_rel(y, ref), 8e-3);
+  if (cpu::bf16_dot_gemm_usable() && can_force)
+    EXPECT_NE(bits(y), bits(run(w_exact, true))) << "the bf16 GEMM did not run";
 }
 
 TEST(DequantTileLinear, RejectsMismatchedShapes) {
