@@ -2,7 +2,7 @@
 // bounded chunk of output rows at a time (<= kColBytes), so memory stays small for large images; a
 // 1x1 stride-1 unpadded conv multiplies the input directly. f32 accumulation into a chunk buffer, one
 // rounding at the end.
-// A bf16 input with bf16 weights stays bf16 (gemm_bf16: the bf16 dot product where the CPU has one, as
+// Where the CPU has the bf16 dot product, a bf16 input with bf16 weights stays bf16 (gemm_bf16, as
 // PyTorch's oneDNN convolution), stride-1 convs as implicit GEMMs over the padded input (no im2col);
 // anything else is widened to f32.
 #include <cstring>
@@ -14,6 +14,7 @@
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/threads.h"
+#include "backend/cpu/tuning.h"
 
 namespace diffq::backend::cpu {
 
@@ -167,7 +168,9 @@ void conv2d_bf16_implicit(const OpCall& c, Tensor& out, const std::function<cons
 
 void conv2d_kernel(const OpCall& c, Tensor& out) {
   const Tensor &x = c.inputs[0], &w = c.inputs[1];
-  if (x.dtype() == DType::bf16 && w.dtype() == DType::bf16) {
+  // bf16 stays bf16 only on the bf16 dot product (elsewhere the bf16 GEMM widens to f32 anyway, and the
+  // f32 path below measured faster than the widening kernel there).
+  if (x.dtype() == DType::bf16 && w.dtype() == DType::bf16 && gemm_bf16_uses_dot(w.size(0), 1024, current_tuning())) {
     const Tensor xc = x.is_contiguous() ? x : x.contiguous();
     const Tensor wc = w.is_contiguous() ? w : w.contiguous();
     const int64_t image_elems = x.numel() / std::max<int64_t>(x.size(0), 1);
