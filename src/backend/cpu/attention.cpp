@@ -247,7 +247,6 @@ void AttentionTiles(const AttentionProblem& p, int64_t t0, int64_t t1) {
   // Keys per block: a whole number of K panels, at most all of them.
   const int64_t kb =
       std::min((std::max<int64_t>(p.bk, 1) + NR - 1) / NR, std::max<int64_t>(k_panels, 1)) * NR;
-  const int64_t oes = int64_t(dtype_size(p.out_dtype));
 
   thread_local TileScratch scratch;
   float* const kp = scratch.kp.get(size_t(std::max<int64_t>(k_panels * NR * D, 1)));
@@ -315,18 +314,7 @@ void AttentionTiles(const AttentionProblem& p, int64_t t0, int64_t t1) {
       // 2. Online softmax: P = 2^(S - m_new) in place, l and alpha per row.
       for (int64_t r = 0; r < rows_pad; ++r) {
         float* srow = s + r * kb;
-        const float* add = nullptr;
-        if (p.mask.base && r < rows) {
-          const uint8_t* src = p.mask.at(b, h, i0 + r, j0);
-          if (p.mask.dtype == DType::f32 && p.mask.st[3] == 1) {
-            add = reinterpret_cast<const float*>(src);
-          } else {
-            load_f32(src, p.mask.dtype, p.mask.st[3], mrow, n);
-            if (p.bool_mask)
-              for (int64_t j = 0; j < n; ++j) mrow[j] = mrow[j] != 0.f ? 0.f : -INFINITY;
-            add = mrow;
-          }
-        }
+        const float* add = r < rows ? attention_mask_row(p, b, h, i0 + r, j0, n, mrow) : nullptr;
         const float m_new = std::max(m[r], RowMax(d, srow, n, add));
         if (m_new == -INFINITY) {  // nothing attended in this row yet: P = 0, O stays 0
           std::fill(srow, srow + n, 0.f);
@@ -348,12 +336,7 @@ void AttentionTiles(const AttentionProblem& p, int64_t t0, int64_t t1) {
     // out = O / l in the output dtype. l = 0 only when every key of the row is masked (a row with a
     // finite max has a term 2^0 = 1): torch returns 0 there, not 0 * inf = NaN.
     const int64_t pos0 = (b * p.H + h) * Sq + i0;
-    for (int64_t r = 0; r < rows; ++r) {
-      float* orow = o + r * ldo;
-      const float inv = l[r] == 0.f ? 0.f : 1.f / l[r];
-      for (int64_t c = 0; c < Dv; ++c) orow[c] *= inv;
-      store_f32(orow, p.dst + (pos0 + r) * Dv * oes, p.out_dtype, Dv);
-    }
+    for (int64_t r = 0; r < rows; ++r) attention_store_row(p, pos0 + r, o + r * ldo, l[r]);
   }
 }
 
@@ -366,6 +349,23 @@ namespace diffq::backend::cpu {
 
 HWY_EXPORT(AttentionTiles);
 HWY_EXPORT(Exp2ForTest);
+
+const float* attention_mask_row(const AttentionProblem& p, int64_t b, int64_t h, int64_t i, int64_t j0, int64_t n,
+                                float* tmp) {
+  if (!p.mask.base || i >= p.Sq) return nullptr;
+  const uint8_t* src = p.mask.at(b, h, i, j0);
+  if (p.mask.dtype == DType::f32 && p.mask.st[3] == 1) return reinterpret_cast<const float*>(src);
+  load_f32(src, p.mask.dtype, p.mask.st[3], tmp, n);
+  if (p.bool_mask)
+    for (int64_t j = 0; j < n; ++j) tmp[j] = tmp[j] != 0.f ? 0.f : -INFINITY;
+  return tmp;
+}
+
+void attention_store_row(const AttentionProblem& p, int64_t pos, float* orow, float l) {
+  const float inv = l == 0.f ? 0.f : 1.f / l;
+  for (int64_t c = 0; c < p.Dv; ++c) orow[c] *= inv;
+  store_f32(orow, p.dst + pos * p.Dv * int64_t(dtype_size(p.out_dtype)), p.out_dtype, p.Dv);
+}
 
 void attention_exp2_for_test(const float* x, float* y, int64_t n) {
   HWY_DYNAMIC_DISPATCH(Exp2ForTest)(x, y, n);

@@ -7,23 +7,15 @@
 // pairs). Compiled for AVX512-BF16 with function target attributes; only run where it applies.
 #include "backend/cpu/attention_bf16_dot.h"
 
-#include <hwy/aligned_allocator.h>
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
+#include "backend/cpu/aligned_buffer.h"
 #include "backend/cpu/bf16_dot_gemm.h"
+#include "backend/cpu/bf16_dot_target.h"
 #include "backend/cpu/common.h"
 
-// GCC 12's AVX-512 intrinsic headers trip -Wmaybe-uninitialized on their own _mm512_undefined
-// placeholders when inlined into target-attribute functions (a known false positive).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-
-#define DIFFQ_BF16_DOT_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
 namespace diffq::backend::cpu {
 
@@ -32,23 +24,10 @@ namespace {
 constexpr int64_t kMR = kAttentionRows;  // query rows per micro-tile
 constexpr int64_t kNR = 32;              // keys (S) / value columns (O) per micro-tile: two vectors
 
-template <class T>
-struct Buf {
-  hwy::AlignedFreeUniquePtr<T[]> data;
-  size_t size = 0;
-  T* get(size_t n) {
-    n = std::max<size_t>(n, 1);
-    if (n > size) {
-      data = hwy::AllocateAligned<T>(n);
-      size = n;
-    }
-    return data.get();
-  }
-};
 
 struct Scratch {
-  Buf<uint32_t> kp, vp, qp, pb;
-  Buf<float> s, o, mrow, stats;
+  AlignedBuffer<uint32_t> kp, vp, qp, pb;
+  AlignedBuffer<float> s, o, mrow, stats;
 };
 
 // Element c of a [.., cols] row of bf16 bits with column stride st.
@@ -165,7 +144,6 @@ DIFFQ_BF16_DOT_TARGET void tiles(const AttentionProblem& p, int64_t t0, int64_t 
   const int64_t k_panels = (Sk + kNR - 1) / kNR, v_panels = (Dv + kNR - 1) / kNR, ldo = v_panels * kNR;
   const int64_t bq_pad = (std::min(p.bq, Sq) + kMR - 1) / kMR * kMR;
   const int64_t kb = std::min((std::max<int64_t>(p.bk, 1) + kNR - 1) / kNR, std::max<int64_t>(k_panels, 1)) * kNR;
-  const int64_t oes = int64_t(dtype_size(p.out_dtype));
 
   thread_local Scratch sc;
   uint32_t* const kp = sc.kp.get(size_t(k_panels * kNR * Dp));
@@ -236,18 +214,7 @@ DIFFQ_BF16_DOT_TARGET void tiles(const AttentionProblem& p, int64_t t0, int64_t 
       for (int64_t r = 0; r < rows_pad; ++r) {
         float* srow = s + r * kb;
         uint32_t* prow = pb + r * (kb / 2);
-        const float* add = nullptr;
-        if (p.mask.base && r < rows) {
-          const uint8_t* src = p.mask.at(b, h, i0 + r, j0);
-          if (p.mask.dtype == DType::f32 && p.mask.st[3] == 1) {
-            add = reinterpret_cast<const float*>(src);
-          } else {
-            load_f32(src, p.mask.dtype, p.mask.st[3], mrow, n);
-            if (p.bool_mask)
-              for (int64_t j = 0; j < n; ++j) mrow[j] = mrow[j] != 0.f ? 0.f : -INFINITY;
-            add = mrow;
-          }
-        }
+        const float* add = r < rows ? attention_mask_row(p, b, h, i0 + r, j0, n, mrow) : nullptr;
         const float m_new = std::max(m[r], scale_and_max(srow, n, p.scale_log2e, add));
         if (m_new == -INFINITY) {  // nothing attended in this row yet: P = 0, O stays 0
           std::memset(prow, 0, size_t(n_panels * kNR / 2) * sizeof(uint32_t));
@@ -279,12 +246,7 @@ DIFFQ_BF16_DOT_TARGET void tiles(const AttentionProblem& p, int64_t t0, int64_t 
     }
     // out = O / l in the output dtype (l = 0: every key masked, 0 as torch).
     const int64_t pos0 = (b * p.H + h) * Sq + i0;
-    for (int64_t r = 0; r < rows; ++r) {
-      float* orow = o + r * ldo;
-      const float inv = l[r] == 0.f ? 0.f : 1.f / l[r];
-      for (int64_t c = 0; c < Dv; ++c) orow[c] *= inv;
-      store_f32(orow, p.dst + (pos0 + r) * Dv * oes, p.out_dtype, Dv);
-    }
+    for (int64_t r = 0; r < rows; ++r) attention_store_row(p, pos0 + r, o + r * ldo, l[r]);
   }
 }
 

@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include <hwy/aligned_allocator.h>
+#include "backend/cpu/aligned_buffer.h"
 
 #include "diffq/tensor.h"
 
@@ -43,21 +43,19 @@ struct AttentionProblem {
   DType out_dtype = DType::f32;
 };
 
-// A per-thread growable aligned float buffer (kept between calls: no allocation per tile or call).
-class AlignedScratch {
- public:
-  float* get(size_t n) {
-    if (n > size_) {
-      buf_ = hwy::AllocateAligned<float>(n);
-      size_ = n;
-    }
-    return buf_.get();
-  }
+// Row (b, h, i) of p's mask over keys [j0, j0 + n) as an additive f32 row (scores + row): a pointer into
+// the mask where it is f32 with unit key stride, else converted into tmp (bool masks: 0 where attended,
+// -inf elsewhere); null where there is no mask or i is a padding row (i >= Sq). Shared by the f32 and
+// bf16 tiles.
+const float* attention_mask_row(const AttentionProblem& p, int64_t b, int64_t h, int64_t i, int64_t j0, int64_t n,
+                                float* tmp);
 
- private:
-  hwy::AlignedFreeUniquePtr<float[]> buf_;
-  size_t size_ = 0;
-};
+// Output row pos (of [B * H * Sq]) = orow / l (l = 0: every key masked, 0 as torch), rounded to p's
+// output dtype; orow is scaled in place.
+void attention_store_row(const AttentionProblem& p, int64_t pos, float* orow, float l);
+
+// A per-thread growable aligned float buffer (kept between calls: no allocation per tile or call).
+using AlignedScratch = AlignedBuffer<float>;
 
 // The kernel's base-2 exponential, vectorised as in the attention tiles, for x <= 0 (tests).
 void attention_exp2_for_test(const float* x, float* y, int64_t n);

@@ -5,22 +5,15 @@
 #include "backend/cpu/bf16_dot_gemm.h"
 
 #include "backend/cpu/hwy_config.h"
-#include <hwy/aligned_allocator.h>
 #include <hwy/targets.h>
-#include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
 
+#include "backend/cpu/aligned_buffer.h"
+#include "backend/cpu/bf16_dot_target.h"
 #include "backend/cpu/cpu_features.h"
 
-// GCC 12's AVX-512 intrinsic headers trip -Wmaybe-uninitialized on their own _mm512_undefined
-// placeholders when inlined into target-attribute functions (a known false positive).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-
-#define DIFFQ_BF16_DOT_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
 namespace diffq::backend::cpu {
 
@@ -51,17 +44,6 @@ uint32_t load_pair(const uint16_t* p) {
   return v;
 }
 
-struct Buffer {
-  hwy::AlignedFreeUniquePtr<uint32_t[]> data;
-  size_t size = 0;
-  uint32_t* get(size_t n) {
-    if (n > size) {
-      data = hwy::AllocateAligned<uint32_t>(n);
-      size = n;
-    }
-    return data.get();
-  }
-};
 
 // Eight rows of eight 32-bit pairs (src[i] + 0..7 for i < 8) transposed into dst[j * ld + i]: the
 // packs' inner step (unpack 32 / 64, then swap 128-bit halves).
@@ -282,7 +264,7 @@ DIFFQ_BF16_DOT_TARGET void few_rows_nt(int64_t m, int64_t n, int64_t k, float al
 
 void blocked(bool trans_a, const BOperand& B, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
              int64_t lda, float beta, float* c, int64_t ldc) {
-  thread_local Buffer abuf, bbuf;
+  thread_local AlignedBuffer<uint32_t> abuf, bbuf;
   const int64_t kb = k_block(k), kp_max = (kb + 1) / 2;
   const int64_t mc_max = std::min(kMc, (m + kMR - 1) / kMR * kMR);
   const int64_t nc_max = std::min(kNc, (n + kNR - 1) / kNR * kNR);

@@ -5,11 +5,11 @@
 #define HWY_TARGET_INCLUDE "backend/cpu/sgemm_kernel.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
-#include <hwy/aligned_allocator.h>
 
 #include <algorithm>
 #include <cstring>
 
+#include "backend/cpu/aligned_buffer.h"
 #include "backend/cpu/sgemm_kernel.h"
 
 #ifndef DIFFQ_SGEMM_KERNEL_ONCE
@@ -38,18 +38,6 @@ inline int64_t k_block(int64_t k) {
   return (k + blocks - 1) / blocks;
 }
 
-// A grow-only aligned buffer, one per thread (no allocation or page faults per call).
-struct Buffer {
-  hwy::AlignedFreeUniquePtr<float[]> data;
-  size_t size = 0;
-  float* get(size_t n) {
-    if (n > size) {
-      data = hwy::AllocateAligned<float>(n);
-      size = n;
-    }
-    return data.get();
-  }
-};
 
 // C = beta * C (k == 0); beta == 0 writes zeros without reading C.
 inline void scale_c(int64_t m, int64_t n, float beta, float* c, int64_t ldc) {
@@ -246,7 +234,7 @@ HWY_NOINLINE void Tile(int64_t kc, const float* HWY_RESTRICT ap, const float* HW
 template <class T>
 void Blocked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const T* a, int64_t lda,
              const T* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  thread_local Buffer abuf, bbuf;
+  thread_local AlignedBuffer<float> abuf, bbuf;
   const int64_t kb = k_block(k);
   const int64_t mc_max = std::min(kMc, (m + kMR - 1) / kMR * kMR);
   const int64_t nc_max = std::min(kNc, (n + kNR - 1) / kNR * kNR);
