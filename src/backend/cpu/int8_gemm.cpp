@@ -375,10 +375,22 @@ bool run_part_onednn(int64_t m, int64_t n, int64_t k, const int16_t* ap, const i
     if (rows <= 0) break;
     abuf.resize(size_t(rows * k));
     cbuf.resize(size_t(rows * cols));
-    for (int64_t i = r0; i < r1; ++i) {  // strip s, pair p: word r = (a[6s + r, 2p], a[6s + r, 2p + 1])
-      const int16_t* strip = ap + (i / kMR) * se + 2 * (i % kMR);
-      int8_t* dst = abuf.data() + (i - r0) * k;
-      for (int64_t p = 0; p < k; ++p) dst[p] = int8_t(strip[(p / 2) * 2 * kMR + (p & 1)]);
+    // Strip s, pair p: words 2r, 2r + 1 = a[6s + r, 2p], a[6s + r, 2p + 1]. Each strip read front to back
+    // once, its rows written side by side (a row at a time, the strip would be read six times with a
+    // stride).
+    for (int64_t s = r0 / kMR; s * kMR < r1; ++s) {
+      const int16_t* strip = ap + s * se;
+      const int64_t rs = std::min(kMR, r1 - s * kMR);
+      int8_t* dst[kMR];
+      for (int64_t r = 0; r < rs; ++r) dst[r] = abuf.data() + (s * kMR + r - r0) * k;
+      const int64_t pairs = k / 2;
+      for (int64_t p = 0; p < pairs; ++p, strip += 2 * kMR)
+        for (int64_t r = 0; r < rs; ++r) {
+          dst[r][2 * p] = int8_t(strip[2 * r]);
+          dst[r][2 * p + 1] = int8_t(strip[2 * r + 1]);
+        }
+      if (k % 2)
+        for (int64_t r = 0; r < rs; ++r) dst[r][k - 1] = int8_t(strip[2 * r]);
     }
     if (!onednn_gemm_s8s8s32_part(rows, cols, k, abuf.data(), k, b + c0 * ldb, ldb, cbuf.data(), cols)) return false;
     for (int64_t j = c0; j < c1; j += kNR)
