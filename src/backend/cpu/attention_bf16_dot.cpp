@@ -1,10 +1,11 @@
 // bf16 attention tiles on vdpbf16ps (see attention_bf16_dot.h). Per worker and head: K packed into
 // panels of 32 keys of head-dim pairs (kp[panel][e / 2][key]), V into panels of 32 columns of key pairs
 // (vp[panel][j / 2][col]); per tile, Q's rows in groups of 6 as head-dim pairs (qp[group][e / 2][row]).
-// Per block of keys: S = Q K^T (6 x 32 register tile, 12 accumulators), S *= scale * log2(e) (+ mask),
+// Per block of keys: S = Q K^T (6 x 64 register tile over two panels, 24 accumulators; 6 x 32 for a last
+// odd panel), S *= scale * log2(e) (+ mask),
 // the online softmax in f32 with the f32 tiles' base-2 exponential (same polynomial, same bits), P
-// rounded to bf16 (vcvtne2ps2bf16, round to nearest even), O = alpha O + P V (6 x 32 tile over key
-// pairs). Compiled for AVX512-BF16 with function target attributes; only run where it applies.
+// rounded to bf16 (vcvtne2ps2bf16, round to nearest even), O = alpha O + P V (6 x 64 / 6 x 32 tiles
+// over key pairs). Compiled for AVX512-BF16 with function target attributes; only run where it applies.
 #include "backend/cpu/attention_bf16_dot.h"
 
 #include <algorithm>
@@ -69,31 +70,42 @@ DIFFQ_BF16_DOT_TARGET inline float lanes_sum(__m512 v) {
   return s;
 }
 
-// acc[6][2] += a pairs (6 per step, stride 6) . b pairs (32 per step), `steps` steps; then stored to
-// out (row stride ldo) as is.
-DIFFQ_BF16_DOT_TARGET inline void micro(const uint32_t* __restrict a, const uint32_t* __restrict b, int64_t steps,
-                                        __m512 (&acc)[kMR][2]) {
-  for (int64_t e = 0; e < steps; ++e, a += kMR, b += kNR) {
-    const __m512bh b0 = (__m512bh)_mm512_load_si512(b), b1 = (__m512bh)_mm512_load_si512(b + 16);
+// acc[6][2 P] += a pairs (6 per step, stride 6) . the pairs of P panels (32 per step each, panel q at
+// b[q]), `steps` steps. Two panels at once (24 accumulators) keep both dot-product pipes busy where one
+// (12) leaves them waiting on the latency.
+template <int P>
+DIFFQ_BF16_DOT_TARGET inline void micro(const uint32_t* __restrict a, const uint32_t* const (&b)[P], int64_t steps,
+                                        __m512 (&acc)[kMR][2 * P]) {
+  for (int64_t e = 0; e < steps; ++e, a += kMR) {
+    __m512bh bv[2 * P];
+    for (int q = 0; q < P; ++q) {
+      bv[2 * q] = (__m512bh)_mm512_load_si512(b[q] + e * kNR);
+      bv[2 * q + 1] = (__m512bh)_mm512_load_si512(b[q] + e * kNR + 16);
+    }
 #pragma GCC unroll 6
     for (int64_t r = 0; r < kMR; ++r) {
       const __m512bh av = (__m512bh)_mm512_set1_epi32(int(a[r]));
-      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
-      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
+#pragma GCC unroll 4
+      for (int v = 0; v < 2 * P; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], av, bv[v]);
     }
   }
 }
 
 // The same with a's pairs read from 6 rows (P in bf16, row stride ldp pairs) instead of a packed strip.
-DIFFQ_BF16_DOT_TARGET inline void micro_rows(const uint32_t* __restrict p, int64_t ldp, const uint32_t* __restrict b,
-                                             int64_t steps, __m512 (&acc)[kMR][2]) {
-  for (int64_t j = 0; j < steps; ++j, b += kNR) {
-    const __m512bh b0 = (__m512bh)_mm512_load_si512(b), b1 = (__m512bh)_mm512_load_si512(b + 16);
+template <int P>
+DIFFQ_BF16_DOT_TARGET inline void micro_rows(const uint32_t* __restrict p, int64_t ldp, const uint32_t* const (&b)[P],
+                                             int64_t steps, __m512 (&acc)[kMR][2 * P]) {
+  for (int64_t j = 0; j < steps; ++j) {
+    __m512bh bv[2 * P];
+    for (int q = 0; q < P; ++q) {
+      bv[2 * q] = (__m512bh)_mm512_load_si512(b[q] + j * kNR);
+      bv[2 * q + 1] = (__m512bh)_mm512_load_si512(b[q] + j * kNR + 16);
+    }
 #pragma GCC unroll 6
     for (int64_t r = 0; r < kMR; ++r) {
       const __m512bh av = (__m512bh)_mm512_set1_epi32(int(p[r * ldp + j]));
-      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
-      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
+#pragma GCC unroll 4
+      for (int v = 0; v < 2 * P; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], av, bv[v]);
     }
   }
 }
@@ -131,11 +143,40 @@ DIFFQ_BF16_DOT_TARGET float exp_to_bf16(const float* s, int64_t n, float m, uint
   return lanes_sum(sum);
 }
 
-DIFFQ_BF16_DOT_TARGET void store_tile(float* o, int64_t ldo, const __m512 (&acc)[kMR][2]) {
+// The 6 x 32 P tile of acc to o (row stride ldo); panel q at o + 32 q.
+template <int P>
+DIFFQ_BF16_DOT_TARGET void store_tile(float* o, int64_t ldo, const __m512 (&acc)[kMR][2 * P]) {
+  for (int64_t r = 0; r < kMR; ++r)
+    for (int v = 0; v < 2 * P; ++v) _mm512_store_ps(o + r * ldo + 16 * v, acc[r][v]);
+}
+
+// QK^T for a group over panels [pj, pj + P) into s (row stride kb).
+template <int P>
+DIFFQ_BF16_DOT_TARGET void qk_panels(const uint32_t* qg, const uint32_t* kp, int64_t pj, int64_t Dp, float* s,
+                                     int64_t kb) {
+  __m512 acc[kMR][2 * P];
+  for (auto& r : acc)
+    for (auto& v : r) v = _mm512_setzero_ps();
+  const uint32_t* b[P];
+  for (int q = 0; q < P; ++q) b[q] = kp + (pj + q) * Dp * kNR;
+  micro<P>(qg, b, Dp, acc);
+  store_tile<P>(s + pj * kNR, kb, acc);
+}
+
+// O[group, panels [pe, pe + P)] = alpha O (0 when alpha is null) + P V over `steps` key pairs.
+template <int P>
+DIFFQ_BF16_DOT_TARGET void pv_panels(const uint32_t* pg, int64_t ldp, const uint32_t* vp, int64_t pe, int64_t Skp,
+                                     int64_t j2, int64_t steps, float* og, int64_t ldo, const float* alpha) {
+  __m512 acc[kMR][2 * P];
   for (int64_t r = 0; r < kMR; ++r) {
-    _mm512_store_ps(o + r * ldo, acc[r][0]);
-    _mm512_store_ps(o + r * ldo + 16, acc[r][1]);
+    const __m512 a = _mm512_set1_ps(alpha ? alpha[r] : 0.f);
+    for (int v = 0; v < 2 * P; ++v)
+      acc[r][v] = alpha ? _mm512_mul_ps(a, _mm512_load_ps(og + pe * kNR + r * ldo + 16 * v)) : _mm512_setzero_ps();
   }
+  const uint32_t* b[P];
+  for (int q = 0; q < P; ++q) b[q] = vp + ((pe + q) * Skp + j2) * kNR;
+  micro_rows<P>(pg, ldp, b, steps, acc);
+  store_tile<P>(og + pe * kNR, ldo, acc);
 }
 
 DIFFQ_BF16_DOT_TARGET void tiles(const AttentionProblem& p, int64_t t0, int64_t t1) {
@@ -203,13 +244,14 @@ DIFFQ_BF16_DOT_TARGET void tiles(const AttentionProblem& p, int64_t t0, int64_t 
     for (int64_t j0 = 0; j0 < Sk; j0 += kb) {
       const int64_t n = std::min(kb, Sk - j0), n_panels = (n + kNR - 1) / kNR;
       // 1. S = Q K^T for keys [j0, j0 + n), row stride kb.
-      for (int64_t pj = 0; pj < n_panels; ++pj)
-        for (int64_t g = 0; g < groups; ++g) {
-          __m512 acc[kMR][2];
-          for (auto& r : acc) r[0] = r[1] = _mm512_setzero_ps();
-          micro(qp + g * Dp * kMR, kp + (j0 / kNR + pj) * Dp * kNR, Dp, acc);
-          store_tile(s + g * kMR * kb + pj * kNR, kb, acc);
-        }
+      for (int64_t g = 0; g < groups; ++g) {
+        const uint32_t* qg = qp + g * Dp * kMR;
+        const uint32_t* kblock = kp + (j0 / kNR) * Dp * kNR;
+        float* sg = s + g * kMR * kb;
+        int64_t pj = 0;
+        for (; pj + 2 <= n_panels; pj += 2) qk_panels<2>(qg, kblock, pj, Dp, sg, kb);
+        if (pj < n_panels) qk_panels<1>(qg, kblock, pj, Dp, sg, kb);
+      }
       // 2. Online softmax in f32; P in bf16 pairs (row stride kb / 2).
       for (int64_t r = 0; r < rows_pad; ++r) {
         float* srow = s + r * kb;
@@ -227,22 +269,14 @@ DIFFQ_BF16_DOT_TARGET void tiles(const AttentionProblem& p, int64_t t0, int64_t 
       }
       // 3. O = alpha O + P V over the block's key pairs.
       const int64_t steps = (n + 1) / 2;
-      for (int64_t pe = 0; pe < v_panels; ++pe)
-        for (int64_t g = 0; g < groups; ++g) {
-          float* og = o + g * kMR * ldo + pe * kNR;
-          __m512 acc[kMR][2];
-          for (int64_t r = 0; r < kMR; ++r) {
-            if (j0 == 0) {
-              acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-            } else {
-              const __m512 a = _mm512_set1_ps(alpha[g * kMR + r]);
-              acc[r][0] = _mm512_mul_ps(a, _mm512_load_ps(og + r * ldo));
-              acc[r][1] = _mm512_mul_ps(a, _mm512_load_ps(og + r * ldo + 16));
-            }
-          }
-          micro_rows(pb + g * kMR * (kb / 2), kb / 2, vp + (pe * Skp + j0 / 2) * kNR, steps, acc);
-          store_tile(og, ldo, acc);
-        }
+      for (int64_t g = 0; g < groups; ++g) {
+        const uint32_t* pg = pb + g * kMR * (kb / 2);
+        float* og = o + g * kMR * ldo;
+        const float* ag = j0 == 0 ? nullptr : alpha + g * kMR;
+        int64_t pe = 0;
+        for (; pe + 2 <= v_panels; pe += 2) pv_panels<2>(pg, kb / 2, vp, pe, Skp, j0 / 2, steps, og, ldo, ag);
+        if (pe < v_panels) pv_panels<1>(pg, kb / 2, vp, pe, Skp, j0 / 2, steps, og, ldo, ag);
+      }
     }
     // out = O / l in the output dtype (l = 0: every key masked, 0 as torch).
     const int64_t pos0 = (b * p.H + h) * Sq + i0;
