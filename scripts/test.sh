@@ -4,7 +4,8 @@
 #   ./scripts/test.sh --sanitize   # AddressSanitizer + UBSan build (clang) in build-asan/, every test
 #   ./scripts/test.sh --fuzz [s]   # libFuzzer targets (clang) in build-fuzz/, s seconds each (default 60)
 #   ./scripts/test.sh --ci-sanitize [s]  # what CI adds (same build-asan/): the parsers' and I/O
-#                                  # tests under ASan + UBSan, and each fuzz target s seconds (default 10)
+#                                  # tests and the SIMD kernel suites under ASan + UBSan, and each fuzz
+#                                  # target s seconds (default 10)
 # Every test runs: those that need a GPU skip with their reason where none is present; the kernel
 # suites also run once per lower SIMD target (names ending @AVX2, @SCALAR or @EMU128; tests/CMakeLists.txt).
 set -euo pipefail
@@ -35,10 +36,16 @@ case "${1:-}" in
     # target briefly on its seed corpus, so `--fuzz` keeps building and a leak or UB in a parser fails CI.
     secs=${2:-10}
     sanitize_configure
-    cmake --build build-asan --target test_io test_pipelines fuzz_targets
+    cmake --build build-asan --target test_io test_pipelines test_ops test_quant fuzz_targets
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
       ctest --test-dir build-asan --output-on-failure -j "$jobs" \
         -R '^(Safetensors[A-Za-z]*|Malformed[A-Za-z]*|GGUF|MappedFile|DiffusersFolder|Inspect|JsonConfig|Png|Tokenizers)\.'
+    # The hand-written SIMD kernels (GEMMs, attention tiles, convolution, group norm, the quantized
+    # tile driver) on this CPU's paths: out-of-bounds packs and loads show up here.
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+      ctest --test-dir build-asan --output-on-failure -j "$jobs" \
+        -R '^(Bf16Dot[A-Za-z]*|[A-Za-z]+/Bf16DotThroughGemm|[A-Za-z]+/SdpaBf16|SdpaBf16Choice|SdpaKernel|[A-Za-z]+/SdpaKernel|SgemmKernel[A-Za-z]*|[A-Za-z]+/BlockedThroughGemm|[A-Za-z]+/OnednnGemm|OnednnGemmChoice|DequantTileLinear|Table/CpuOps\.MatchesReference/(conv2d|group_norm|linear|matmul|sdpa)_)'
+
     for f in build-asan/bin/fuzz_*; do
       name=$(basename "$f" | sed 's/^fuzz_//')
       dict=()

@@ -45,7 +45,8 @@ void expect_through_onednn(bool bf16, uint32_t seed) {
   for (const Dims& d : {Dims{150, 96, 300}, Dims{7, 33, 5}, Dims{64, 256, 64}, Dims{1, 40, 17}, Dims{288, 192, 96}})
     for (const bool ta : {false, true})
       for (const bool tb : {false, true})
-        for (const auto& [alpha, beta] : {std::pair{1.0f, 0.0f}, std::pair{0.75f, 0.5f}}) {
+        for (const auto& ab : {std::pair{1.0f, 0.0f}, std::pair{0.75f, 0.5f}}) {
+          const float alpha = ab.first, beta = ab.second;  // plain locals: lambdas below capture them
           const Problem p(ta, tb, d, alpha, beta, seed++, /*bf16_values=*/bf16);
           auto run = [&](std::vector<float>& c) {
             if (bf16)

@@ -1,7 +1,7 @@
 // The bf16-pair GEMM of bf16_dot_gemm.h: packing into bf16 pairs, the 8 x 32 register tile on
 // vdpbf16ps, and BLIS-style cache blocking as sgemm_kernel.cpp (K blocks of at most 256 = 128 pairs,
-// 144-row A blocks, 512-column B blocks). Compiled for AVX512-BF16 with function target attributes (Highway 1.0 has no
-// bf16 dot-product op); only called where bf16_dot_gemm_usable().
+// 144-row A blocks, 512-column B blocks). Compiled for AVX512-BF16 with function target attributes
+// (Highway 1.0 has no bf16 dot-product op); only called where bf16_dot_gemm_usable().
 #include "backend/cpu/bf16_dot_gemm.h"
 
 #include "backend/cpu/hwy_config.h"
@@ -13,7 +13,6 @@
 #include "backend/cpu/aligned_buffer.h"
 #include "backend/cpu/bf16_dot_target.h"
 #include "backend/cpu/cpu_features.h"
-
 
 namespace diffq::backend::cpu {
 
@@ -44,7 +43,6 @@ uint32_t load_pair(const uint16_t* p) {
   return v;
 }
 
-
 // Eight rows of eight 32-bit pairs (src[i] + 0..7 for i < 8) transposed into dst[j * ld + i]: the
 // packs' inner step (unpack 32 / 64, then swap 128-bit halves).
 DIFFQ_BF16_DOT_TARGET inline void transpose8x8(const uint16_t* const (&src)[8], int64_t off, uint32_t* dst,
@@ -71,8 +69,8 @@ DIFFQ_BF16_DOT_TARGET inline void transpose8x8(const uint16_t* const (&src)[8], 
 // op(A)[i0 + r, k0 + kk] for r < mc, kk < kc -> strips of kMR rows of kp = ceil(kc / 2) pairs:
 // dst[(r / kMR) * kp * kMR + p * kMR + r % kMR] = (op(A)[r, 2p], op(A)[r, 2p + 1]); rows past mc and the
 // element past an odd kc are zero.
-DIFFQ_BF16_DOT_TARGET void pack_a(bool trans_a, const uint16_t* a, int64_t lda, int64_t i0, int64_t mc, int64_t k0, int64_t kc,
-            uint32_t* dst) {
+DIFFQ_BF16_DOT_TARGET void pack_a(bool trans_a, const uint16_t* a, int64_t lda, int64_t i0, int64_t mc, int64_t k0,
+                                   int64_t kc, uint32_t* dst) {
   const int64_t kp = (kc + 1) / 2, full = kc / 2;
   for (int64_t s = 0; s < mc; s += kMR) {
     uint32_t* out = dst + s * kp;

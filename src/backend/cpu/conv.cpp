@@ -81,8 +81,10 @@ void conv2d_typed(const OpCall& c, Tensor& out, const std::function<const T*(int
   const int64_t oes = int64_t(dtype_size(ot));
   const int64_t depth_bytes = Kd * int64_t(sizeof(T));
   // A chunk: whole output rows (im2col) or any run of pixels (1x1).
-  const int64_t chunk = direct_1x1 ? std::max<int64_t>(256, std::min<int64_t>(P, kColBytes / std::max<int64_t>(depth_bytes, 1)))
-                                   : Wo * std::max<int64_t>(1, std::min<int64_t>(Ho, kColBytes / std::max<int64_t>(depth_bytes * Wo, 1)));
+  const int64_t per_col = std::max<int64_t>(depth_bytes, 1);
+  const int64_t rows_fit = kColBytes / std::max<int64_t>(per_col * Wo, 1);
+  const int64_t chunk = direct_1x1 ? std::max<int64_t>(256, std::min<int64_t>(P, kColBytes / per_col))
+                                   : Wo * std::max<int64_t>(1, std::min<int64_t>(Ho, rows_fit));
   std::vector<T> col(direct_1x1 ? 0 : size_t(Kd * chunk));
   std::unique_ptr<float[]> yc = alloc_f32(O * std::min(chunk, P));
 
