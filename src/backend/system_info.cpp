@@ -13,11 +13,12 @@
 #include <cstdio>
 #include <sstream>
 
+#include "backend/cpu/attention_bf16_dot.h"
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/gemm.h"
-#include "backend/cpu/tuning.h"
 #include "backend/cpu/int8_gemm.h"
 #include "backend/cpu/simd_targets.h"
+#include "backend/cpu/tuning.h"
 #include "diffq/runtime.h"
 #include "diffq_git_commit.h"
 #if DIFFQ_HAS_CUDA
@@ -78,10 +79,10 @@ SystemInfo system_info() {
 
   const std::string f32 = backend::cpu::gemm_kernel_name(false);
   std::string quantized = "f32 weight tiles -> " + f32;
-  if (backend::cpu::gemm_bf16_uses_dot(1024, 1024, backend::cpu::current_tuning()))
+  if (backend::cpu::gemm_bf16_native(1024, 1024, backend::cpu::current_tuning()))
     quantized += "; tiles of exact bf16 values (GGUF, bnb 4-bit in bf16) with a bf16 input -> the bf16 GEMM";
   std::string attention = "diffq flash attention, ";
-  attention += backend::cpu::gemm_bf16_uses_dot(1024, 1024, backend::cpu::current_tuning())
+  attention += backend::cpu::attention_bf16_dot_enabled(backend::cpu::current_tuning())
                    ? "bf16 inputs on vdpbf16ps pairs (P in bf16), others f32 tiles ("
                    : "f32 tiles (";
   attention += s.simd_target;

@@ -64,11 +64,10 @@ void tile_linear_parts(const TileLinearPlan& p, const cpu::GemmParts& parts, boo
   const DType rd = round ? p.x.dtype() : DType::f32;
 
   const int64_t tn = dequant_tile_rows(N, K);
-  // A bf16 input where the CPU has the bf16 dot product: a tile whose dequantized values are all exact
-  // bf16 (the schemes that round W to a bf16 compute dtype: GGUF, bitsandbytes 4-bit; they hand the
-  // bf16 rows over directly through dequant_rows_bf16) runs the bf16 GEMM on the same products (f32
-  // accumulation); any other tile the f32 GEMM.
-  const bool try_bf16 = p.x.dtype() == DType::bf16 && cpu::gemm_bf16_uses_dot(M, tn, cpu::current_tuning());
+  // A bf16 input where the bf16 GEMM is native: a tile whose dequantized values are all exact bf16 (the
+  // schemes that round W to a bf16 compute dtype: GGUF, bitsandbytes 4-bit) runs the bf16 GEMM on the
+  // same products (f32 accumulation); any other tile the f32 GEMM.
+  const bool try_bf16 = p.x.dtype() == DType::bf16 && cpu::gemm_bf16_native(M, tn, cpu::current_tuning());
   const Tensor x16 = try_bf16 ? p.x.contiguous() : Tensor();
   Tensor xf;  // f32 x, made when a tile needs it
   static thread_local std::vector<float> tile;
@@ -83,9 +82,7 @@ void tile_linear_parts(const TileLinearPlan& p, const cpu::GemmParts& parts, boo
     // part: the parts are columns [n0, n1) of y.
     const int64_t chunks = (n1 - n0 + 15) / 16;
     std::vector<char> inexact(size_t(chunks), 0);
-    const bool direct_bf16 = try_bf16 && bool(p.dequant_rows_bf16);
     cpu::parallel_for(n1 - n0, 16, [&](int64_t r0, int64_t r1) {
-      if (direct_bf16) return p.dequant_rows_bf16(n0 + r0, n0 + r1, tp16 + r0 * K);
       p.dequant_rows(n0 + r0, n0 + r1, tp + r0 * K);
       if (try_bf16)
         for (int64_t c0 = r0; c0 < r1; c0 += 16) {
@@ -134,7 +131,7 @@ Tensor run_tile_linear(const TileLinearPlan& p) {
 }
 
 Tensor dequant_tile_linear(const Tensor& x, const Tensor& bias, int64_t N, int64_t K, const DequantRows& dequant_rows) {
-  return run_tile_linear({x, bias, N, K, dequant_rows, {}});
+  return run_tile_linear({x, bias, N, K, dequant_rows});
 }
 
 }  // namespace diffq::quant

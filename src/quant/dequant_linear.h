@@ -1,6 +1,6 @@
 // The shared driver of every quantized CPU linear that dequantizes: y = x @ W^T + bias where W [N, K]
 // is produced by the scheme tile by tile (up to ~16 MiB of f32 rows at a time) and consumed at once
-// by the f32 GEMM, or by the bf16 GEMM where x is bf16, the CPU has the bf16 dot product and every
+// by the f32 GEMM, or by the bf16 GEMM where x is bf16, the bf16 GEMM is native (gemm.h) and every
 // dequantized value of the tile is exactly a bf16 (the same products). The full-precision weight is
 // never materialised beyond one tile.
 //
@@ -24,9 +24,6 @@ struct GemmParts;
 namespace diffq::quant {
 
 using DequantRows = std::function<void(int64_t n0, int64_t n1, float* dst)>;
-// Rows [n0, n1) of W as bf16 bits: offered by a scheme whose dequant_rows rounds W to bf16 anyway
-// (exactly those values, without the round trip through f32).
-using DequantRowsBf16 = std::function<void(int64_t n0, int64_t n1, uint16_t* dst)>;
 
 // What a scheme's linear runs: y = x @ W^T + bias with f32 accumulation, then rounded once to x's dtype.
 // x: [..., K] as the scheme feeds the GEMM (already converted to its compute dtype where the scheme
@@ -36,7 +33,6 @@ struct TileLinearPlan {
   Tensor bias;
   int64_t N = 0, K = 0;
   DequantRows dequant_rows;
-  DequantRowsBf16 dequant_rows_bf16;  // optional: used where the bf16 GEMM runs (bf16 x, bf16 dot product)
 };
 
 // x [..., K] (f32, bf16 or f16, any strides) -> [..., N] in x's dtype.

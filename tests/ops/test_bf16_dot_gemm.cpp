@@ -15,6 +15,7 @@
 #include "backend/cpu/bf16_dot_gemm.h"
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/onednn_gemm.h"
 #include "backend/cpu/simd_targets.h"
 #include "backend/cpu/threads.h"
 #include "backend/cpu/tuning.h"
@@ -176,6 +177,10 @@ TEST(Bf16DotChoice, DefaultWhereUsableAndLowerPathsForceable) {
   EXPECT_EQ(usable, cpu::cpu_features().avx512_bf16 && cpu::simd_target_chosen().rfind("AVX3", 0) == 0);
   EXPECT_EQ(cpu::gemm_bf16_uses_dot(1152, 3072, def), usable && !cpu::gemm_bf16_uses_onednn(1152, 3072, def));
   EXPECT_EQ(cpu::gemm_bf16_uses_dot(1, 18432, def), usable);
+  // Native bf16 (what convolutions and quantized tiles ask): the pair kernel or oneDNN.
+  EXPECT_EQ(cpu::gemm_bf16_native(1152, 3072, def),
+            cpu::gemm_bf16_uses_dot(1152, 3072, def) || cpu::gemm_bf16_uses_onednn(1152, 3072, def));
+  EXPECT_EQ(cpu::gemm_bf16_native(1152, 3072, def), usable || cpu::onednn_bf16_uses_amx());
   for (const cpu::GemmKernel k : {cpu::GemmKernel::diffq_widen, cpu::GemmKernel::openblas, cpu::GemmKernel::onednn}) {
     cpu::Tuning t;
     t.gemm_kernel = k;

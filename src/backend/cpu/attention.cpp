@@ -409,7 +409,7 @@ void sdpa_kernel(const OpCall& c, Tensor& out) {
   }
   // bf16 inputs on the CPU's bf16 dot product where it has one (as PyTorch's bf16 flash attention:
   // attention_bf16_dot.h); DIFFQ_GEMM_KERNEL=diffq-widen keeps them on the f32 tiles.
-  const bool bf16_dot = tune.gemm_kernel != GemmKernel::diffq_widen && attention_bf16_dot_applies(p);
+  const bool bf16_dot = attention_bf16_dot_applies(p, tune);
   // Tiles are independent: the pool takes them in contiguous runs, each worker with its own buffers.
   parallel_for(p.B * p.H * p.q_blocks, 1, [&](int64_t t0, int64_t t1) {
     if (bf16_dot)

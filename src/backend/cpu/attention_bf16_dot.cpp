@@ -16,6 +16,7 @@
 #include "backend/cpu/bf16_dot_gemm.h"
 #include "backend/cpu/bf16_dot_target.h"
 #include "backend/cpu/common.h"
+#include "backend/cpu/tuning.h"
 
 
 namespace diffq::backend::cpu {
@@ -25,7 +26,6 @@ namespace {
 constexpr int64_t kMR = kAttentionRows;  // query rows per micro-tile
 constexpr int64_t kNR = 32;              // keys (S) / value columns (O) per micro-tile: two vectors
 
-
 struct Scratch {
   AlignedBuffer<uint32_t> kp, vp, qp, pb;
   AlignedBuffer<float> s, o, mrow, stats;
@@ -34,6 +34,10 @@ struct Scratch {
 // Element c of a [.., cols] row of bf16 bits with column stride st.
 inline uint16_t at(const uint16_t* row, int64_t st, int64_t c) { return row[c * st]; }
 inline uint32_t pair(uint16_t lo, uint16_t hi) { return uint32_t(lo) | (uint32_t(hi) << 16); }
+// Head-dim pair e of a row of D elements: (row[2e], row[2e + 1]), 0 past D.
+inline uint32_t head_pair(const uint16_t* row, int64_t st, int64_t e, int64_t D) {
+  return pair(at(row, st, 2 * e), 2 * e + 1 < D ? at(row, st, 2 * e + 1) : uint16_t(0));
+}
 inline const uint16_t* row_of(const AttentionOperand& t, int64_t b, int64_t h, int64_t r) {
   return reinterpret_cast<const uint16_t*>(t.at(b, h, r, 0));
 }
@@ -70,13 +74,14 @@ DIFFQ_BF16_DOT_TARGET inline float lanes_sum(__m512 v) {
   return s;
 }
 
-// acc[6][2 P] += a pairs (6 per step, stride 6) . the pairs of P panels (32 per step each, panel q at
-// b[q]), `steps` steps. Two panels at once (24 accumulators) keep both dot-product pipes busy where one
-// (12) leaves them waiting on the latency.
+// acc[6][2 P] += a pairs . the pairs of P panels (32 per step each, panel q at b[q]) over `steps` steps;
+// a's pair for row r at step e is a[r * a_row + e * a_step] (a packed strip: 1, 6; P's rows: ldp, 1).
+// Two panels at once (24 accumulators) keep both dot-product pipes busy where one (12) leaves them
+// waiting on the latency.
 template <int P>
-DIFFQ_BF16_DOT_TARGET inline void micro(const uint32_t* __restrict a, const uint32_t* const (&b)[P], int64_t steps,
-                                        __m512 (&acc)[kMR][2 * P]) {
-  for (int64_t e = 0; e < steps; ++e, a += kMR) {
+DIFFQ_BF16_DOT_TARGET inline void micro(const uint32_t* __restrict a, int64_t a_row, int64_t a_step,
+                                        const uint32_t* const (&b)[P], int64_t steps, __m512 (&acc)[kMR][2 * P]) {
+  for (int64_t e = 0; e < steps; ++e, a += a_step) {
     __m512bh bv[2 * P];
     for (int q = 0; q < P; ++q) {
       bv[2 * q] = (__m512bh)_mm512_load_si512(b[q] + e * kNR);
@@ -84,26 +89,7 @@ DIFFQ_BF16_DOT_TARGET inline void micro(const uint32_t* __restrict a, const uint
     }
 #pragma GCC unroll 6
     for (int64_t r = 0; r < kMR; ++r) {
-      const __m512bh av = (__m512bh)_mm512_set1_epi32(int(a[r]));
-#pragma GCC unroll 4
-      for (int v = 0; v < 2 * P; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], av, bv[v]);
-    }
-  }
-}
-
-// The same with a's pairs read from 6 rows (P in bf16, row stride ldp pairs) instead of a packed strip.
-template <int P>
-DIFFQ_BF16_DOT_TARGET inline void micro_rows(const uint32_t* __restrict p, int64_t ldp, const uint32_t* const (&b)[P],
-                                             int64_t steps, __m512 (&acc)[kMR][2 * P]) {
-  for (int64_t j = 0; j < steps; ++j) {
-    __m512bh bv[2 * P];
-    for (int q = 0; q < P; ++q) {
-      bv[2 * q] = (__m512bh)_mm512_load_si512(b[q] + j * kNR);
-      bv[2 * q + 1] = (__m512bh)_mm512_load_si512(b[q] + j * kNR + 16);
-    }
-#pragma GCC unroll 6
-    for (int64_t r = 0; r < kMR; ++r) {
-      const __m512bh av = (__m512bh)_mm512_set1_epi32(int(p[r * ldp + j]));
+      const __m512bh av = (__m512bh)_mm512_set1_epi32(int(a[r * a_row]));
 #pragma GCC unroll 4
       for (int v = 0; v < 2 * P; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], av, bv[v]);
     }
@@ -159,7 +145,7 @@ DIFFQ_BF16_DOT_TARGET void qk_panels(const uint32_t* qg, const uint32_t* kp, int
     for (auto& v : r) v = _mm512_setzero_ps();
   const uint32_t* b[P];
   for (int q = 0; q < P; ++q) b[q] = kp + (pj + q) * Dp * kNR;
-  micro<P>(qg, b, Dp, acc);
+  micro<P>(qg, 1, kMR, b, Dp, acc);
   store_tile<P>(s + pj * kNR, kb, acc);
 }
 
@@ -175,7 +161,7 @@ DIFFQ_BF16_DOT_TARGET void pv_panels(const uint32_t* pg, int64_t ldp, const uint
   }
   const uint32_t* b[P];
   for (int q = 0; q < P; ++q) b[q] = vp + ((pe + q) * Skp + j2) * kNR;
-  micro_rows<P>(pg, ldp, b, steps, acc);
+  micro<P>(pg, ldp, 1, b, steps, acc);
   store_tile<P>(og + pe * kNR, ldo, acc);
 }
 
@@ -213,7 +199,7 @@ DIFFQ_BF16_DOT_TARGET void tiles(const AttentionProblem& p, int64_t t0, int64_t 
           }
           const uint16_t* row = row_of(p.k, b, h, j);
           for (int64_t e = 0; e < Dp; ++e)
-            dst[e * kNR + jj] = pair(at(row, kst, 2 * e), 2 * e + 1 < D ? at(row, kst, 2 * e + 1) : uint16_t(0));
+            dst[e * kNR + jj] = head_pair(row, kst, e, D);
         }
       }
       // vp[panel][j2][c] = (V[2 j2][col], V[2 j2 + 1][col]), col = panel * 32 + c (0 past Sk and Dv).
@@ -236,7 +222,7 @@ DIFFQ_BF16_DOT_TARGET void tiles(const AttentionProblem& p, int64_t t0, int64_t 
       uint32_t* dst = qp + (r / kMR) * Dp * kMR + r % kMR;
       const uint16_t* row = r < rows ? row_of(p.q, b, h, i0 + r) : nullptr;
       for (int64_t e = 0; e < Dp; ++e)
-        dst[e * kMR] = row ? pair(at(row, qst, 2 * e), 2 * e + 1 < D ? at(row, qst, 2 * e + 1) : uint16_t(0)) : 0;
+        dst[e * kMR] = row ? head_pair(row, qst, e, D) : 0;
     }
     for (int64_t r = 0; r < rows_pad; ++r) m[r] = -INFINITY, l[r] = 0.f;
     if (Sk == 0) std::fill(o, o + rows_pad * ldo, 0.f);
@@ -286,9 +272,13 @@ DIFFQ_BF16_DOT_TARGET void tiles(const AttentionProblem& p, int64_t t0, int64_t 
 
 }  // namespace
 
-bool attention_bf16_dot_applies(const AttentionProblem& p) {
+bool attention_bf16_dot_enabled(const Tuning& t) {
+  return t.gemm_kernel != GemmKernel::diffq_widen && bf16_dot_gemm_usable();
+}
+
+bool attention_bf16_dot_applies(const AttentionProblem& p, const Tuning& t) {
   return p.q.dtype == DType::bf16 && p.k.dtype == DType::bf16 && p.v.dtype == DType::bf16 && p.q.base &&
-         p.k.base && p.v.base && bf16_dot_gemm_usable();
+         p.k.base && p.v.base && attention_bf16_dot_enabled(t);
 }
 
 void attention_tiles_bf16_dot(const AttentionProblem& p, int64_t t0, int64_t t1) { tiles(p, t0, t1); }

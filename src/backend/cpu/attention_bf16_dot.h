@@ -11,8 +11,14 @@
 
 namespace diffq::backend::cpu {
 
-// Whether these tiles run p: bf16 q, k and v, and the CPU's bf16 dot product usable (bf16_dot_gemm.h).
-bool attention_bf16_dot_applies(const AttentionProblem& p);
+struct Tuning;
+
+// Whether bf16 attention runs on these tiles under t: the CPU's bf16 dot product usable
+// (bf16_dot_gemm.h) and not DIFFQ_GEMM_KERNEL=diffq-widen (the f32 tiles forced).
+bool attention_bf16_dot_enabled(const Tuning& t);
+
+// Whether these tiles run p under t: bf16 q, k and v, and attention_bf16_dot_enabled(t).
+bool attention_bf16_dot_applies(const AttentionProblem& p, const Tuning& t);
 
 // Tiles [t0, t1) of p (as AttentionTiles). Requires attention_bf16_dot_applies(p).
 void attention_tiles_bf16_dot(const AttentionProblem& p, int64_t t0, int64_t t1);

@@ -18,9 +18,9 @@ namespace diffq::backend::cpu {
 
 namespace {
 
-// Measured on a Zen 5 EPYC (L1 48 KiB, L2 1 MiB) against tiles 6 x 32, 12 x 32, 6 x 64, 4 x 64, 8 x 48
-// and kKc 384 / 512, kNc 768 / 1536 / 3072, on FLUX.1-width linears: 8 x 32 with these blocks fastest
-// (354-407 GFLOP/s a thread against 6 x 32 with kNc 3072's 249-355).
+// Chosen on a Zen 5 EPYC (L1 48 KiB, L2 1 MiB) among tiles 6 x 32, 12 x 32, 6 x 64, 4 x 64, 8 x 48 and
+// kKc 384 / 512, kNc 768 / 1536 / 3072 (a throwaway harness on FLUX.1-width linears, not kept); what
+// the kept benchmark shows: docs/benchmarks.md "Session 8".
 constexpr int64_t kMR = 8;    // rows of the register tile (16 accumulators: enough in flight for two
                               // vdpbf16ps pipes of latency ~6)
 constexpr int64_t kNR = 32;   // columns of the register tile (two vectors of 16 f32 lanes)
@@ -100,9 +100,6 @@ DIFFQ_BF16_DOT_TARGET void pack_a(bool trans_a, const uint16_t* a, int64_t lda, 
   }
 }
 
-// op(B)[k0 + kk, j0 + j] for kk < kc, j < nc -> panels of kNR columns of kp pairs:
-// dst[(j / kNR) * kp * kNR + p * kNR + j % kNR] = (op(B)[2p, j], op(B)[2p + 1, j]); columns past nc and
-// the element past an odd kc are zero.
 // op(B) as the packs read it: stored [n, k] (trans), [k, n] with row stride ld, or by row pointers
 // (row kk at rows[kk] + col0: an implicit convolution's shifted input rows).
 struct BOperand {
@@ -114,6 +111,9 @@ struct BOperand {
   const uint16_t* row(int64_t kk) const { return rows ? rows[kk] + col0 : b + kk * ld; }
 };
 
+// op(B)[k0 + kk, j0 + j] for kk < kc, j < nc -> panels of kNR columns of kp pairs:
+// dst[(j / kNR) * kp * kNR + p * kNR + j % kNR] = (op(B)[2p, j], op(B)[2p + 1, j]); columns past nc and
+// the element past an odd kc are zero.
 DIFFQ_BF16_DOT_TARGET void pack_b(const BOperand& B, int64_t j0, int64_t nc, int64_t k0, int64_t kc, uint32_t* dst) {
   const int64_t kp = (kc + 1) / 2, full = kc / 2;
   if (!B.trans) {
@@ -180,11 +180,10 @@ DIFFQ_BF16_DOT_TARGET inline void store16(float* c, __m512 x, __m512 va, float b
 // C tile [mr, nr] = alpha * (packed A strip . packed B panel over kp pairs) + beta * C (beta == 0: C not
 // read): MR x NR / 16 accumulators, per pair NR / 16 panel loads and MR broadcasts. Full tiles are
 // stored from the registers; edge tiles through a buffer.
-template <int64_t MR, int64_t NR>
 DIFFQ_BF16_DOT_TARGET __attribute__((noinline)) void tile(int64_t kp, const uint32_t* __restrict ap,
                                                           const uint32_t* __restrict bp, float* c, int64_t ldc,
                                                           float alpha, float beta, int64_t mr, int64_t nr) {
-  constexpr int64_t NV = NR / 16;
+  constexpr int64_t MR = kMR, NR = kNR, NV = NR / 16;
   for (int64_t r = 0; r < mr; ++r) {
     __builtin_prefetch(c + r * ldc, 1);
     __builtin_prefetch(c + r * ldc + nr - 1, 1);
@@ -260,8 +259,15 @@ DIFFQ_BF16_DOT_TARGET void few_rows_nt(int64_t m, int64_t n, int64_t k, float al
   }
 }
 
+// Both entry points: C = beta * C for k <= 0, else the blocked product.
 void blocked(bool trans_a, const BOperand& B, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
              int64_t lda, float beta, float* c, int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+    return;
+  }
   thread_local AlignedBuffer<uint32_t> abuf, bbuf;
   const int64_t kb = k_block(k), kp_max = (kb + 1) / 2;
   const int64_t mc_max = std::min(kMc, (m + kMR - 1) / kMR * kMR);
@@ -279,7 +285,7 @@ void blocked(bool trans_a, const BOperand& B, int64_t m, int64_t n, int64_t k, f
         pack_a(trans_a, a, lda, ic, mc, pc, kc, ap);
         for (int64_t jr = 0; jr < nc; jr += kNR)
           for (int64_t ir = 0; ir < mc; ir += kMR)
-            tile<kMR, kNR>(kp, ap + ir * kp, bp + jr * kp, c + (ic + ir) * ldc + jc + jr, ldc, alpha, beta_p,
+            tile(kp, ap + ir * kp, bp + jr * kp, c + (ic + ir) * ldc + jc + jr, ldc, alpha, beta_p,
                  std::min(kMR, mc - ir), std::min(kNR, nc - jr));
       }
     }
@@ -298,13 +304,8 @@ bool bf16_dot_gemm_usable() {
 
 void gemm_bf16_dot(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
                    int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (m <= 0 || n <= 0) return;
-  if (k <= 0) {
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
-    return;
-  }
-  if (m < kMR && !trans_a && trans_b) return few_rows_nt(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (m > 0 && n > 0 && k > 0 && m < kMR && !trans_a && trans_b)
+    return few_rows_nt(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   BOperand B;
   B.trans = trans_b;
   B.b = b;
@@ -314,12 +315,6 @@ void gemm_bf16_dot(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
 
 void gemm_bf16_dot_rows(bool trans_a, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a, int64_t lda,
                         const uint16_t* const* b_rows, int64_t b_col0, float beta, float* c, int64_t ldc) {
-  if (m <= 0 || n <= 0) return;
-  if (k <= 0) {
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
-    return;
-  }
   BOperand B;
   B.rows = b_rows;
   B.col0 = b_col0;

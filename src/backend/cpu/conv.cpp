@@ -2,8 +2,8 @@
 // bounded chunk of output rows at a time (<= kColBytes), so memory stays small for large images; a
 // 1x1 stride-1 unpadded conv multiplies the input directly. f32 accumulation into a chunk buffer, one
 // rounding at the end.
-// Where the CPU has the bf16 dot product, a bf16 input with bf16 weights stays bf16 (gemm_bf16, as
-// PyTorch's oneDNN convolution), stride-1 convs as implicit GEMMs over the padded input (no im2col);
+// Where the bf16 GEMM is native (AVX512-BF16, AMX), a bf16 input with bf16 weights stays bf16 (gemm_bf16,
+// as PyTorch's oneDNN convolution), stride-1 convs as implicit GEMMs over the padded input (no im2col);
 // anything else is widened to f32.
 #include <cstring>
 #include <functional>
@@ -51,6 +51,13 @@ void im2col_rows(const T* xn, int64_t H, int64_t W, int64_t KH, int64_t KW, int6
       std::fill(d + hi, d + Wo, T(0));
     }
   }
+}
+
+// dst[0, n) = row + bias (bias: null or one value for the row), rounded to dt.
+void bias_and_store(float* row, int64_t n, const float* bias, uint8_t* dst, DType dt) {
+  if (bias)
+    for (int64_t j = 0; j < n; ++j) row[j] += *bias;
+  store_f32(row, dst, dt, n);
 }
 
 // yc[m, n] (row stride n) = W[m, k] @ B[k, n] (row stride ldb), f32 accumulation.
@@ -103,14 +110,8 @@ void conv2d_typed(const OpCall& c, Tensor& out, const std::function<const T*(int
         conv_gemm(kBf16, O, cols, Kd, w, col.data(), cols, yc.get());
       }
       parallel_for(O, std::max<int64_t>(1, 16384 / cols), [&](int64_t o0, int64_t o1) {
-        for (int64_t o = o0; o < o1; ++o) {
-          float* row = yc.get() + o * cols;
-          if (bf) {
-            const float bo = bf->data()[o];
-            for (int64_t j = 0; j < cols; ++j) row[j] += bo;
-          }
-          store_f32(row, dst + (o * P + p0) * oes, ot, cols);
-        }
+        for (int64_t o = o0; o < o1; ++o)
+          bias_and_store(yc.get() + o * cols, cols, bf ? bf->data() + o : nullptr, dst + (o * P + p0) * oes, ot);
       });
     }
   }
@@ -155,14 +156,9 @@ void conv2d_bf16_implicit(const OpCall& c, Tensor& out, const std::function<cons
       gemm_bf16_rows(false, O, cols, Kd, 1.f, w, Kd, rows.data(), oy0 * Wp, 0.f, yc.get(), cols);
       parallel_for(O, std::max<int64_t>(1, 16384 / cols), [&](int64_t o0, int64_t o1) {
         for (int64_t o = o0; o < o1; ++o)
-          for (int64_t r = 0; r < nr; ++r) {
-            float* row = yc.get() + o * cols + r * Wp;
-            if (bf) {
-              const float bo = bf->data()[o];
-              for (int64_t j = 0; j < Wo; ++j) row[j] += bo;
-            }
-            store_f32(row, dst + (o * P + (oy0 + r) * Wo) * oes, ot, Wo);
-          }
+          for (int64_t r = 0; r < nr; ++r)
+            bias_and_store(yc.get() + o * cols + r * Wp, Wo, bf ? bf->data() + o : nullptr,
+                           dst + (o * P + (oy0 + r) * Wo) * oes, ot);
       });
     }
   }
@@ -170,9 +166,9 @@ void conv2d_bf16_implicit(const OpCall& c, Tensor& out, const std::function<cons
 
 void conv2d_kernel(const OpCall& c, Tensor& out) {
   const Tensor &x = c.inputs[0], &w = c.inputs[1];
-  // bf16 stays bf16 only on the bf16 dot product (elsewhere the bf16 GEMM widens to f32 anyway, and the
-  // f32 path below measured faster than the widening kernel there).
-  if (x.dtype() == DType::bf16 && w.dtype() == DType::bf16 && gemm_bf16_uses_dot(w.size(0), 1024, current_tuning())) {
+  // bf16 stays bf16 only where the bf16 GEMM is native (elsewhere it widens to f32 anyway, and the f32
+  // path below measured faster than the widening kernel there).
+  if (x.dtype() == DType::bf16 && w.dtype() == DType::bf16 && gemm_bf16_native(w.size(0), 1024, current_tuning())) {
     const Tensor xc = x.is_contiguous() ? x : x.contiguous();
     const Tensor wc = w.is_contiguous() ? w : w.contiguous();
     const int64_t image_elems = x.numel() / std::max<int64_t>(x.size(0), 1);

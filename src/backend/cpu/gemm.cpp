@@ -181,6 +181,10 @@ bool gemm_bf16_uses_dot(int64_t m, int64_t n, const Tuning& t) {
   return bf16_dot_gemm_usable();
 }
 
+bool gemm_bf16_native(int64_t m, int64_t n, const Tuning& t) {
+  return gemm_bf16_uses_onednn(m, n, t) || gemm_bf16_uses_dot(m, n, t);
+}
+
 bool gemm_f32_uses_onednn(int64_t m, int64_t n, const Tuning& t) {
   if (!cpu_features().avx512f) return false;  // AVX2 CPUs: OpenBLAS / the blocked kernel (measured there)
   switch (t.gemm_kernel) {

@@ -41,6 +41,10 @@ bool gemm_bf16_uses_onednn(int64_t m, int64_t n, const Tuning& t);
 // every shape.
 bool gemm_bf16_uses_dot(int64_t m, int64_t n, const Tuning& t);
 
+// Whether gemm_bf16 multiplies bf16 natively for this shape (oneDNN or the bf16-pair kernel) instead of
+// widening it to f32: where bf16 operands pay off over f32 ones (convolutions, quantized tiles).
+bool gemm_bf16_native(int64_t m, int64_t n, const Tuning& t);
+
 // Whether sgemm / sgemm_parts compute this GEMM's parts with oneDNN's f32 matmul: on AVX-512 CPUs, by
 // default or forced (GemmKernel::onednn).
 bool gemm_f32_uses_onednn(int64_t m, int64_t n, const Tuning& t);

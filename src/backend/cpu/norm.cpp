@@ -8,8 +8,8 @@
 #include <hwy/highway.h>
 
 #include <cmath>
-#include <vector>
 #include <optional>
+#include <vector>
 
 #include "backend/cpu/common.h"
 #include "backend/cpu/kernels.h"

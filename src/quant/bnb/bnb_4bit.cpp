@@ -466,15 +466,6 @@ void Bnb4bitWeight::dequant_rows(int64_t n0, int64_t n1, float* dst, DType round
   }
 }
 
-void Bnb4bitWeight::dequant_rows_bf16(int64_t n0, int64_t n1, uint16_t* dst) const {
-  const int64_t e0 = n0 * state_.shape[1], e1 = n1 * state_.shape[1];
-  if (e1 <= e0) return;
-  static thread_local std::vector<float> f32;
-  f32.resize(size_t(e1 - e0));
-  dequant_rows(n0, n1, f32.data());                          // code * absmax in f32
-  cpu::store_f32(f32.data(), dst, DType::bf16, e1 - e0);   // dequant_rows(.., bf16)'s values as bf16 bits
-}
-
 Tensor Bnb4bitWeight::dequantize(DType dtype) const {
   check(dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16, kCtx, name_, ": cannot dequantize to ",
         dtype_name(dtype));
@@ -495,10 +486,7 @@ std::optional<TileLinearPlan> Bnb4bitWeight::tile_linear_plan(const Tensor& x, c
   if (bias.defined()) bc = bias.to(x.dtype()).to(compute_dtype_);  // Linear4bit casts bias to x's dtype first
   const DType round_to = compute_dtype_;
   // The result is in compute_dtype_, then cast back to x's dtype (QuantizedWeight::linear).
-  TileLinearPlan plan{xc, bc, N, K, [this, round_to](int64_t n0, int64_t n1, float* dst) { dequant_rows(n0, n1, dst, round_to); }, {}};
-  if (round_to == DType::bf16)
-    plan.dequant_rows_bf16 = [this](int64_t n0, int64_t n1, uint16_t* dst) { dequant_rows_bf16(n0, n1, dst); };
-  return plan;
+  return TileLinearPlan{xc, bc, N, K, [this, round_to](int64_t n0, int64_t n1, float* dst) { dequant_rows(n0, n1, dst, round_to); }};
 }
 
 // ---- quantize --------------------------------------------------------------------------------------

@@ -128,8 +128,6 @@ class Bnb4bitWeight : public QuantizedWeight {
   // Rows [n0, n1) as float32 (Highway kernel), K per row; `round_to` f32 (none), bf16 or f16 rounds each
   // value as a dequantization to that dtype would.
   void dequant_rows(int64_t n0, int64_t n1, float* dst, DType round_to = DType::f32) const;
-  // dequant_rows(n0, n1, .., bf16)'s values as bf16 bits (no f32 round trip).
-  void dequant_rows_bf16(int64_t n0, int64_t n1, uint16_t* dst) const;
   // The float32 absmax of every block (double quant decoded), as bnb computes it.
   std::vector<float> absmax_f32() const;
 

@@ -168,8 +168,7 @@ std::optional<TileLinearPlan> Bnb8bitWeight::tile_linear_plan(const Tensor& x, c
                             const float sc = s[n] * kInv127;  // SCB.mul(1.0 / 127.0)
                             for (int64_t k = 0; k < K; ++k) *dst++ = round_through(dt, float(q[n * K + k]) * sc);
                           }
-                        },
-                        {}};
+                        }};
 }
 
 Tensor Bnb8bitWeight::linear_llm_int8(const Tensor& x, const Tensor& bias) const {

@@ -147,17 +147,6 @@ void GGUFQuantizedWeight::dequant_rows(int64_t n0, int64_t n1, float* dst) const
   }
 }
 
-void GGUFQuantizedWeight::dequant_rows_bf16(int64_t n0, int64_t n1, uint16_t* dst) const {
-  if (n1 <= n0) return;
-  check(compute_dtype_ == DType::bf16, "gguf", "bf16 rows of a weight computing in ", dtype_name(compute_dtype_));
-  const auto* p = static_cast<const uint8_t*>(data_.data_ptr());
-  const int64_t n = (n1 - n0) * K_;
-  static thread_local std::vector<float> f32;
-  f32.resize(size_t(n));
-  traits_->dequantize(p + n0 * row_bytes_, f32.data(), n);
-  backend::cpu::store_f32(f32.data(), dst, DType::bf16, n);  // dequant_rows' values, as bf16 bits
-}
-
 Tensor GGUFQuantizedWeight::dequantize(DType dtype) const {
   Tensor w = Tensor::empty({N_, K_}, DType::f32);
   const auto* p = static_cast<const uint8_t*>(data_.data_ptr());
@@ -168,10 +157,7 @@ Tensor GGUFQuantizedWeight::dequantize(DType dtype) const {
 std::optional<TileLinearPlan> GGUFQuantizedWeight::tile_linear_plan(const Tensor& x, const Tensor& bias) const {
   // Diffusers' GGUFLinear rounds the bias to compute_dtype as well.
   const Tensor b = bias.defined() && compute_dtype_ != DType::f32 ? bias.to(compute_dtype_) : bias;
-  TileLinearPlan plan{x, b, N_, K_, [this](int64_t n0, int64_t n1, float* dst) { dequant_rows(n0, n1, dst); }, {}};
-  if (compute_dtype_ == DType::bf16)
-    plan.dequant_rows_bf16 = [this](int64_t n0, int64_t n1, uint16_t* dst) { dequant_rows_bf16(n0, n1, dst); };
-  return plan;
+  return TileLinearPlan{x, b, N_, K_, [this](int64_t n0, int64_t n1, float* dst) { dequant_rows(n0, n1, dst); }};
 }
 
 }  // namespace diffq::quant

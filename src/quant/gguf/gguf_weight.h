@@ -74,8 +74,6 @@ class GGUFQuantizedWeight : public QuantizedWeight {
 
   // Rows [n0, n1) as f32 (rounded through compute_dtype when that is bf16/f16), K per row.
   void dequant_rows(int64_t n0, int64_t n1, float* dst) const;
-  // The same rows as bf16 bits (compute dtype bf16 only: dequant_rows' values without the f32 copy).
-  void dequant_rows_bf16(int64_t n0, int64_t n1, uint16_t* dst) const;
 
   gguf::GGMLType type() const { return traits_->type; }
   const gguf::TypeTraits& traits() const { return *traits_; }

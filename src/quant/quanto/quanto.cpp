@@ -202,7 +202,7 @@ std::optional<TileLinearPlan> QuantoWeight::tile_linear_plan(const Tensor& x, co
   check(x.dim() >= 1 && x.shape().back() == K, kCtx, name_, ": input's last dimension is ",
         x.dim() ? x.shape().back() : 0, ", the weight has in_features ", K);
   const DType dt = x.dtype();
-  return TileLinearPlan{x, bias, N, K, [this, dt](int64_t n0, int64_t n1, float* dst) { dequant_rows(n0, n1, dst, dt); }, {}};
+  return TileLinearPlan{x, bias, N, K, [this, dt](int64_t n0, int64_t n1, float* dst) { dequant_rows(n0, n1, dst, dt); }};
 }
 
 std::shared_ptr<QuantoWeight> QuantoWeight::quantize(const Tensor& w, QuantoQType qt, std::string_view name) {

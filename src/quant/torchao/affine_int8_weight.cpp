@@ -217,7 +217,7 @@ void AffineInt8Weight::dequant_rows(int64_t n0, int64_t n1, DType out, float* ds
 
 std::optional<TileLinearPlan> AffineInt8Weight::tile_linear_plan(const Tensor& x, const Tensor& bias) const {
   if (act_) return std::nullopt;  // int8 x int8 GEMM (int8_dynamic_linear)
-  return TileLinearPlan{x, bias, n_, k_, [this](int64_t a, int64_t b, float* dst) { dequant_rows(a, b, DType::f32, dst); }, {}};
+  return TileLinearPlan{x, bias, n_, k_, [this](int64_t a, int64_t b, float* dst) { dequant_rows(a, b, DType::f32, dst); }};
 }
 
 void AffineInt8Weight::linear_parts(const Tensor& x, const Tensor& bias, const backend::cpu::GemmParts& parts) const {

@@ -127,7 +127,7 @@ std::optional<TileLinearPlan> Float8Weight::tile_linear_plan(const Tensor& x, co
     // torchao: matmul(x, dequantize()) in x's dtype; here the dequantized weight (rounded to the weight
     // dtype as dequantize() does) feeds the f32 tiled GEMM.
     const DType wd = dtype_;
-    return TileLinearPlan{x, bias, n_, k_, [this, wd](int64_t a, int64_t b, float* dst) { dequant_rows(a, b, wd, dst); }, {}};
+    return TileLinearPlan{x, bias, n_, k_, [this, wd](int64_t a, int64_t b, float* dst) { dequant_rows(a, b, wd, dst); }};
   }
   check(x.dim() >= 1 && x.shape().back() == k_, kCtx, "input's last dimension is ", x.dim() ? x.shape().back() : 0,
         ", the weight has in_features ", k_);
@@ -136,7 +136,7 @@ std::optional<TileLinearPlan> Float8Weight::tile_linear_plan(const Tensor& x, co
   Tensor xq = Tensor::empty(xf.shape(), DType::f32);
   float8_quant_dequant_activations(xf.data<float>(), m, k_, x.dtype(), *act_, xq.data<float>());
   // _scaled_mm: (x_fp8 * sx) @ (w_fp8 * sw)^T accumulated in f32, + bias, cast to x's dtype.
-  return TileLinearPlan{xq, bias, n_, k_, [this](int64_t a, int64_t b, float* dst) { dequant_rows(a, b, DType::f32, dst); }, {}};
+  return TileLinearPlan{xq, bias, n_, k_, [this](int64_t a, int64_t b, float* dst) { dequant_rows(a, b, DType::f32, dst); }};
 }
 
 }  // namespace diffq::quant::torchao

@@ -90,7 +90,7 @@ void Int4Weight::dequant_rows(int64_t n0, int64_t n1, DType out, float* dst) con
 }
 
 std::optional<TileLinearPlan> Int4Weight::tile_linear_plan(const Tensor& x, const Tensor& bias) const {
-  return TileLinearPlan{x, bias, n_, k_, [this](int64_t a, int64_t b, float* dst) { dequant_rows(a, b, DType::f32, dst); }, {}};
+  return TileLinearPlan{x, bias, n_, k_, [this](int64_t a, int64_t b, float* dst) { dequant_rows(a, b, DType::f32, dst); }};
 }
 
 }  // namespace diffq::quant::torchao
