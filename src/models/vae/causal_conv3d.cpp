@@ -12,7 +12,7 @@ WanFeatCache::Slot& WanFeatCache::next() {
 
 Tensor last_frames(const Tensor& x, int64_t n) {
   const int64_t T = x.size(0);
-  return x.slice(0, std::max<int64_t>(0, T - n), T).contiguous();
+  return x.slice(0, std::max<int64_t>(0, T - n), T).clone();  // a copy: a view would keep all of x alive
 }
 
 WanCausalConv3d::WanCausalConv3d(int64_t in, int64_t out, std::array<int64_t, 3> k, std::array<int64_t, 3> s,
