@@ -10,7 +10,8 @@
 //   float32 one op at a time. torch.log is MKL's vsLn (high-accuracy mode, < 1 ulp but NOT correctly
 //   rounded: ~7% of float inputs differ by 1 ulp from log rounded correctly); diffq's lambdas use the
 //   correctly rounded log, so a step may differ from Diffusers by ~1e-7 relative. set_lambdas() takes
-//   another platform's lambdas (the tests feed torch's) and then every step is bit-exact.
+//   another platform's lambdas (the tests feed torch's) and then every step of orders 1-2 is bit-exact
+//   (solver_order 3: within 2e-7 relative; its 3x3 MKL solve / K=2 einsum op order is not reproduced).
 //   expm1 is SLEEF's expm1f_u10 (torch's AVX2/AVX-512 kernels) only approximately: diffq rounds the
 //   float64 expm1 (they differ on ~0.05% of inputs).
 // - torch.linalg.solve (MKL sgesv) for the order-2 corrector: LU with partial pivoting, forward
