@@ -171,10 +171,13 @@ TEST(WanTransformer, ForwardBf16MatchesDiffusersBf16) {
     const double e = max_rel(out, ref.tensor(c + ".out_bf16"));
     const double e32 = max_rel(out, ref.tensor(c + ".out"));
     const double torch_e32 = exp["bf16_max_rel_vs_fp32"][c].get<double>();
-    // Diffusers' bf16 forward lies ~6e-3 from fp32 on these models; diffq's bf16 must match Diffusers'
-    // bf16 within 2x that, and be no further from the fp32 truth than 2x Diffusers' bf16.
-    EXPECT_LE(e, 2 * torch_e32) << c;
-    EXPECT_LE(e32, 2 * torch_e32) << c;
+    // Diffusers' bf16 forward lies 5.8e-3..6.5e-3 from its fp32 one on these models. diffq's bf16 forward
+    // measured 0 (t2v_f1: bit for bit) to 3.9e-3 from Diffusers' bf16: every intermediate up to the first
+    // block is bit-exact, RMSNorm / RoPE / cross-attention / FFN too; the rest is ops::sdpa in bf16, which
+    // differs from torch's CPU bf16 attention by one bf16 ulp in ~2% of the self-attention outputs.
+    // Bound: 2x the measured 3.9e-3; and no further from the fp32 truth than Diffusers' bf16 (+25%).
+    EXPECT_LE(e, 8e-3) << c;
+    EXPECT_LE(e32, 1.25 * torch_e32) << c;
     std::printf("[wan] %-7s bf16 forward: max rel err %.3g vs Diffusers bf16, %.3g vs fp32 (Diffusers bf16: %.3g)\n",
                 c.c_str(), e, e32, torch_e32);
   }

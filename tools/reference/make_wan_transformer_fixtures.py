@@ -26,7 +26,7 @@ bf16, timesteps as given).
 load, and Diffusers' parameter counts (meta device, nothing allocated) of the real configs used by
 diffq's builtin models (wan-1.3b-shape, wan-14b-shape, wan-small) and of Wan2.2 TI2V-5B.
 
-Run: cd tools/reference && CUDA_VISIBLE_DEVICES= HF_HUB_OFFLINE=1 ../.venv/bin/python make_wan_transformer_fixtures.py
+Run: tools/reference/regenerate_fixtures.sh wan_transformer
 """
 from __future__ import annotations
 
