@@ -135,9 +135,10 @@ Tensor WanTransformerBlock::forward(const Tensor& x, const Tensor& text, const T
   };
 
   // 1. self-attention with RoPE; gated residual in float32
-  const Tensor h1 = modulated(x.to(f32), 0, 1);                                          // [B, N, D]
+  const Tensor x32 = x.to(f32);                                                          // [B, N, D] f32
+  const Tensor h1 = modulated(x32, 0, 1);                                                // [B, N, D]
   const Tensor a1 = attn1(h1, h1, cos, sin);                                             // [B, N, D]
-  Tensor y = ops::add(x.to(f32), ops::mul(a1.to(f32), m(2))).to(dt);                     // [B, N, D]
+  Tensor y = ops::add(x32, ops::mul(a1.to(f32), m(2))).to(dt);                           // [B, N, D]
 
   // 2. cross-attention to the text (no RoPE, no gate); norm2 = FP32LayerNorm with affine or Identity
   Tensor h2 = y;
@@ -147,9 +148,9 @@ Tensor WanTransformerBlock::forward(const Tensor& x, const Tensor& text, const T
   y = ops::add(y, attn2(h2, text, Tensor(), Tensor()));                                  // [B, N, D]
 
   // 3. feed-forward; gated residual in float32
-  const Tensor h3 = modulated(y.to(f32), 3, 4);                                          // [B, N, D]
-  const Tensor f = ffn(h3);                                                              // [B, N, D]
-  return ops::add(y.to(f32), ops::mul(f.to(f32), m(5))).to(dt);                          // [B, N, D]
+  const Tensor y32 = y.to(f32);                                                          // [B, N, D] f32
+  const Tensor f = ffn(modulated(y32, 3, 4));                                            // [B, N, D]
+  return ops::add(y32, ops::mul(f.to(f32), m(5))).to(dt);                                // [B, N, D]
 }
 
 }  // namespace diffq::models::wan
