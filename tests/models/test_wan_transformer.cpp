@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "compile/compiled_module.h"
 #include "diffq/error.h"
 #include "io/diffusers_folder.h"
 #include "io/safetensors.h"
@@ -231,4 +232,46 @@ TEST(WanTransformer, RandomBuilderKeepsFp32ModulesAndRuns) {
                           Tensor::full({1, 3, 16}, 0.25, DType::bf16));
   EXPECT_EQ(out.shape(), (Shape{1, 16, 2, 4, 4}));
   for (double v : out.to_f64_vector()) ASSERT_TRUE(std::isfinite(v));
+}
+
+TEST(WanTransformer, CompiledEqualsEagerAndDiffusers) {
+  const auto ref = reference();
+  compile::CompileOptions o;
+  o.fullgraph = true;  // anything that cannot be captured is an error
+  for (const DType dt : {DType::f32, DType::bf16}) {
+    for (const auto& [c, model] : {std::pair<std::string, std::string>{"t2v_f3", "t2v"}, {"ti2v", "ti2v"}}) {
+      LoadOptions lo;
+      lo.dtype = dt;
+      auto m = WanTransformer3DModel::from_pretrained(kDir / model, lo);
+      const Tensor eager = run_case(*m, ref, c, dt);
+      const double tol = dt == DType::f32 ? 1e-5 : 8e-3;  // bf16: roundings may move with fusions
+      m->compile_repeated_blocks(o);
+      const Tensor regional = run_case(*m, ref, c, dt);
+      EXPECT_LE(max_rel(regional, eager), tol) << c << " regional " << dtype_name(dt);
+      auto mods = m->compiled_modules();
+      ASSERT_EQ(mods.size(), 1u);
+      EXPECT_EQ(mods[0]->stats().captures, 1) << c;  // one graph, the other block a cache hit
+      EXPECT_EQ(mods[0]->stats().hits, int64_t(m->blocks.size()) - 1) << c;
+      m->compile(o);
+      const Tensor full = run_case(*m, ref, c, dt);
+      const Tensor again = run_case(*m, ref, c, dt);
+      EXPECT_LE(max_rel(full, eager), tol) << c << " full " << dtype_name(dt);
+      EXPECT_LE(max_rel(again, eager), tol) << c << " full (cached) " << dtype_name(dt);
+      const Tensor want = ref.tensor(c + (dt == DType::f32 ? ".out" : ".out_bf16"));
+      EXPECT_LE(max_rel(full, want), dt == DType::f32 ? 1e-4 : 8e-3) << c << " full vs Diffusers";
+      mods = m->compiled_modules();
+      ASSERT_EQ(mods.size(), 1u);
+      EXPECT_EQ(mods[0]->stats().captures, 1) << c;
+      EXPECT_EQ(mods[0]->stats().hits, 1) << c;
+      EXPECT_EQ(mods[0]->stats().eager_fallbacks, 0) << c;
+      const auto st = mods[0]->stats().last_passes;
+      EXPECT_GT(st.fused_nodes, 0) << c;  // the passes did something on this graph
+      std::printf("[wan] %-7s %s compiled: regional %.3g, full %.3g vs eager; full graph %lld nodes -> %lld "
+                  "(%lld fused, %lld norms folded, %lld GEMM epilogues, %lld RMSNorm + RoPE)\n",
+                  c.c_str(), std::string(dtype_name(dt)).c_str(), max_rel(regional, eager), max_rel(full, eager),
+                  (long long)st.captured_nodes, (long long)st.final_nodes, (long long)st.fused_nodes,
+                  (long long)st.fused_norms, (long long)st.fused_epilogues, (long long)st.fused_ropes);
+      m->uncompile();
+    }
+  }
 }

@@ -1,5 +1,6 @@
 #include "models/wan/wan_blocks.h"
 
+#include "compile/compiled_module.h"
 #include "diffq/error.h"
 #include "models/common/timestep_embedding.h"
 #include "ops/ops.h"
@@ -151,6 +152,11 @@ Tensor WanTransformerBlock::forward(const Tensor& x, const Tensor& text, const T
   const Tensor y32 = y.to(f32);                                                          // [B, N, D] f32
   const Tensor f = ffn(modulated(y32, 3, 4));                                            // [B, N, D]
   return ops::add(y32, ops::mul(f.to(f32), m(5))).to(dt);                                // [B, N, D]
+}
+
+Tensor WanTransformerBlock::run_compiled(const Tensor& x, const Tensor& text, const Tensor& timestep_proj,
+                                         const Tensor& cos, const Tensor& sin) {
+  return compiled->run(*this, {x, text, timestep_proj, cos, sin})[0];
 }
 
 }  // namespace diffq::models::wan

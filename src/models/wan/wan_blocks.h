@@ -9,6 +9,10 @@
 
 #include "modules/layers.h"
 
+namespace diffq::compile {
+class CompiledModule;
+}
+
 namespace diffq::models::wan {
 
 // nn.Conv3d with kernel = stride = patch (no padding), run as a patchify reshape and one GEMM:
@@ -107,10 +111,15 @@ class WanTransformerBlock : public Module {
   // x [B, N, D]; text [B, S, D]; timestep_proj [B, L, 6, D] (L = 1 or N); cos/sin [N, Dh] -> [B, N, D]
   Tensor operator()(const Tensor& x, const Tensor& text, const Tensor& timestep_proj, const Tensor& cos,
                     const Tensor& sin) {
-    return call([&] { return forward(x, text, timestep_proj, cos, sin); });
+    return call([&] { return compiled ? run_compiled(x, text, timestep_proj, cos, sin)
+                                      : forward(x, text, timestep_proj, cos, sin); });
   }
   Tensor forward(const Tensor& x, const Tensor& text, const Tensor& timestep_proj, const Tensor& cos,
                  const Tensor& sin);
+  // Set by WanTransformer3DModel::compile_repeated_blocks (one graph shared by every block).
+  std::shared_ptr<compile::CompiledModule> compiled;
+  Tensor run_compiled(const Tensor& x, const Tensor& text, const Tensor& timestep_proj, const Tensor& cos,
+                      const Tensor& sin);
   double eps;
   bool cross_attn_norm;
   // norm1 / norm3: FP32LayerNorm without affine (no parameters); norm2: FP32LayerNorm with affine

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "compile/compiled_module.h"
 #include "diffq/error.h"
 #include "io/diffusers_folder.h"
 #include "models/wan/wan_rope.h"
@@ -146,23 +147,40 @@ Tensor WanTransformer3DModel::forward(const Tensor& hidden, const Tensor& timest
         ", F, H, W], got ", hidden.str());
   const int64_t B = hidden.size(0), F = hidden.size(2), H = hidden.size(3), W = hidden.size(4);
   const int64_t pt = c.patch_size[0], ph = c.patch_size[1], pw = c.patch_size[2];
-  const int64_t f = F / pt, h = H / ph, w = W / pw, N = f * h * w, D = c.inner_dim(), Co = c.out_channels;
+  const int64_t f = F / pt, h = H / ph, w = W / pw, N = f * h * w;
+  check(F % pt == 0 && H % ph == 0 && W % pw == 0, "wan", "latent size F x H x W = ", F, "x", H, "x", W,
+        " is not a multiple of patch_size (", pt, ", ", ph, ", ", pw, ")");
   check(encoder.dim() == 3 && encoder.size(0) == B && encoder.size(2) == c.text_dim, "wan",
         "encoder_hidden_states must be [", B, ", S, ", c.text_dim, "], got ", encoder.str());
   check((timestep.dim() == 1 && timestep.size(0) == B) ||
             (timestep.dim() == 2 && timestep.size(0) == B && timestep.size(1) == N),
         "wan", "timestep must be [", B, "] or [", B, ", ", N, "] (one per token), got ", timestep.str());
 
-  const DType dt = compute_dtype(), f32 = DType::f32;
+  // RoPE tables eagerly from the grid size (host math; a compiled graph receives them as inputs).
   const Device dev = hidden.device();
   const auto [cos0, sin0] = wan_rope_tables(c.attention_head_dim, f, h, w, c.rope_max_seq_len);  // [N, Dh] f32
   const Tensor cos = cos0.to(dev), sin = sin0.to(dev);
   record("rope.cos", cos);
   record("rope.sin", sin);
+  const Tensor t = timestep.to(dev);
+  if (compiled_ && !mids) return compiled_->run(*this, {hidden, t, encoder, cos, sin})[0];
+  return forward_body(hidden, t, encoder, cos, sin, mids);
+}
+
+Tensor WanTransformer3DModel::forward_body(const Tensor& hidden, const Tensor& timestep, const Tensor& encoder,
+                                           const Tensor& cos, const Tensor& sin, WanIntermediates* mids) {
+  const WanTransformerConfig& c = config;
+  const auto record = [&](const std::string& name, const Tensor& t) {
+    if (mids) (*mids)[name] = t;
+  };
+  const int64_t B = hidden.size(0), F = hidden.size(2), H = hidden.size(3), W = hidden.size(4);
+  const int64_t pt = c.patch_size[0], ph = c.patch_size[1], pw = c.patch_size[2];
+  const int64_t f = F / pt, h = H / ph, w = W / pw, D = c.inner_dim(), Co = c.out_channels;
+  const DType dt = compute_dtype(), f32 = DType::f32;
 
   Tensor x = patch_embedding(hidden.to(dt));  // [B, N, D]
   record("patch_embedding", x);
-  const WanConditionEmbedder::Out cond = condition_embedder(timestep.to(dev), encoder.to(dt), dt);
+  const WanConditionEmbedder::Out cond = condition_embedder(timestep, encoder.to(dt), dt);
   record("temb", cond.temb);                    // [B, L, D]
   record("timestep_proj", cond.timestep_proj);  // [B, L, 6, D]
   record("text", cond.text);                    // [B, S, D]
@@ -182,6 +200,40 @@ Tensor WanTransformer3DModel::forward(const Tensor& hidden, const Tensor& timest
   const Tensor out = proj_out(y);  // [B, N, pt*ph*pw*Co], per token (pt, ph, pw, c) with c fastest
   // unpatchify: [B, f, h, w, pt, ph, pw, Co] -> [B, Co, f, pt, h, ph, w, pw] -> [B, Co, F, H, W]
   return out.view({B, f, h, w, pt, ph, pw, Co}).permute({0, 7, 1, 4, 2, 5, 3, 6}).reshape({B, Co, F, H, W});
+}
+
+// ---------------------------------------------------------------- compile
+
+void WanTransformer3DModel::compile(const compile::CompileOptions& o) {
+  uncompile();
+  compiled_ = std::make_shared<compile::CompiledModule>(
+      [](Module& m, const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{
+            static_cast<WanTransformer3DModel&>(m).forward_body(in[0], in[1], in[2], in[3], in[4])};
+      },
+      o);
+}
+
+void WanTransformer3DModel::compile_repeated_blocks(const compile::CompileOptions& o) {
+  uncompile();
+  auto shared = std::make_shared<compile::CompiledModule>(
+      [](Module& m, const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{static_cast<WanTransformerBlock&>(m).forward(in[0], in[1], in[2], in[3], in[4])};
+      },
+      o);
+  for (auto& b : blocks) b->compiled = shared;
+}
+
+void WanTransformer3DModel::uncompile() {
+  compiled_.reset();
+  for (auto& b : blocks) b->compiled.reset();
+}
+
+std::vector<const compile::CompiledModule*> WanTransformer3DModel::compiled_modules() const {
+  std::vector<const compile::CompiledModule*> out;
+  if (compiled_) out.push_back(compiled_.get());
+  if (blocks.size() && blocks[0].compiled) out.push_back(blocks[0].compiled.get());
+  return out;
 }
 
 }  // namespace diffq::models::wan

@@ -74,6 +74,18 @@ class WanTransformer3DModel : public Module {
   }
   Tensor forward(const Tensor& hidden_states, const Tensor& timestep, const Tensor& encoder_hidden_states,
                  WanIntermediates* mids = nullptr);
+  // After the RoPE tables: what a full compile captures (cos, sin [N, Dh] from wan_rope_tables).
+  Tensor forward_body(const Tensor& hidden_states, const Tensor& timestep, const Tensor& encoder_hidden_states,
+                      const Tensor& cos, const Tensor& sin, WanIntermediates* mids = nullptr);
+
+  // torch.compile(transformer): the whole forward after the RoPE tables is one compiled graph per input
+  // signature. Calls that ask for intermediates (mids) run eagerly.
+  void compile(const compile::CompileOptions& o) override;
+  // Regional compilation (Diffusers' compile_repeated_blocks, _repeated_blocks = WanTransformerBlock):
+  // one compiled graph shared by all blocks; the rest stays eager.
+  void compile_repeated_blocks(const compile::CompileOptions& o) override;
+  void uncompile();
+  std::vector<const compile::CompiledModule*> compiled_modules() const;  // for stats
 
   DType compute_dtype() const { return proj_out.bias.dtype(); }  // dense even when weights are quantized
   // Diffusers' WanTransformer3DModel._keep_in_fp32_modules ("rope" holds only buffers).
@@ -88,6 +100,9 @@ class WanTransformer3DModel : public Module {
   // norm_out: FP32LayerNorm without affine (no parameters).
   Linear proj_out;              // [C_out * pt * ph * pw, D]
   Parameter scale_shift_table;  // [1, 2, D]: (shift, scale) in THIS order
+
+ private:
+  std::shared_ptr<compile::CompiledModule> compiled_;
 };
 
 }  // namespace diffq::models::wan
