@@ -11,6 +11,7 @@ models/umt5): tests/fixtures/umt5/.
   prompt_clean changes), in float32 and bfloat16.
 - prompt_clean.json: WanPipeline's prompt_clean (ftfy.fix_text -> html.unescape x2 -> strip -> \\s+ collapse) and
   ftfy.fix_text alone on a varied list.
+- model_index.json: WanPipeline's text side only (text_encoder, tokenizer).
 - tokenizer/: a small SentencePiece Unigram model trained with byte_fallback (umt5's special-token layout: pad 0,
   eos 1, bos 2, unk 3; identity normalization) and the tokenizer.json laid out as umt5-xxl's Hub file is
   (Replace " {2,}" normalizer, Metaspace pre-tokenizer, unk_id 3, byte_fallback true); tokenizer_ids.json: what
@@ -135,7 +136,9 @@ def clean_fixture(out: Path) -> None:
     texts = CLEAN_CASES + corpus
     write_json(out / "prompt_clean.json", {
         "ftfy_version": ftfy.__version__,
-        "cases": [{"text": s, "fix_text": ftfy.fix_text(s), "prompt_clean": prompt_clean(s)} for s in texts],
+        # fix_encoding: whether ftfy's mojibake repair (fix_encoding) changes the result (diffq does not port it).
+        "cases": [{"text": s, "fix_text": ftfy.fix_text(s), "prompt_clean": prompt_clean(s),
+                   "fix_encoding": ftfy.fix_text(s) != ftfy.fix_text(s, fix_encoding=False)} for s in texts],
     })
 
 
@@ -190,6 +193,10 @@ def main() -> None:
     deterministic(0)
     out = fresh_dir(OUT)
     (out / "reference").mkdir()
+    # A partial Wan folder (text side only) so DiffusersFolder can open it.
+    write_json(out / "model_index.json", {"_class_name": "WanPipeline", "_diffusers_version": "0.42.1",
+                                          "text_encoder": ["transformers", "UMT5EncoderModel"],
+                                          "tokenizer": ["transformers", "T5TokenizerFast"]})
     encoder_fixture(out)
     wan_fixture(out)
     clean_fixture(out)
