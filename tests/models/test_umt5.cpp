@@ -197,7 +197,8 @@ TEST(WanEncodePrompt, MatchesDiffusersBFloat16) {
   const int64_t L = wan_case()["max_sequence_length"].get<int64_t>();
   const Tensor got = wan_encode_prompt(*m, tok, prompts, L, DType::bf16);
   EXPECT_EQ(got.dtype(), DType::bf16);
-  const Tensor ref16 = wan_reference().tensor("prompt_embeds_bf16"), ref32 = wan_reference().tensor("prompt_embeds_f32");
+  const Tensor ref16 = wan_reference().tensor("prompt_embeds_bf16");
+  const Tensor ref32 = wan_reference().tensor("prompt_embeds_f32");
   const double e = max_rel_err(got, ref16), e32 = max_rel_err(got, ref32), torch32 = max_rel_err(ref16, ref32);
   std::printf("[wan] encode_prompt bf16 vs Diffusers bf16: %.4g (vs fp32: diffq %.4g, Diffusers bf16 %.4g)\n", e, e32,
               torch32);

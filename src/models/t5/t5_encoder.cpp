@@ -241,7 +241,8 @@ Tensor T5Stack::position_bias(size_t i, int64_t S) {
 }
 
 T5EncoderModel::T5EncoderModel(const T5Config& c)
-    : Module(c.umt5 ? "UMT5EncoderModel" : "T5EncoderModel"), config((c.validate(), c)), shared(c.vocab_size, c.d_model), encoder(c) {
+    : Module(c.umt5 ? "UMT5EncoderModel" : "T5EncoderModel"), config((c.validate(), c)),
+      shared(c.vocab_size, c.d_model), encoder(c) {
   register_module("shared", shared);
   register_module("encoder", encoder);
 }
@@ -270,10 +271,10 @@ Tensor T5EncoderModel::forward(const Tensor& input_ids, const Tensor& attention_
     if (!pad.defined()) return bias;
     return ops::add(bias.to(DType::f32), pad.to(bias.device()));  // [B, H, S, S]
   };
-  Tensor shared_bias;
+  Tensor bias;  // [1 or B, H, S, S]
   for (size_t i = 0; i < encoder.block.size(); ++i) {
-    if (encoder.umt5 || !shared_bias.defined()) shared_bias = block_bias(i);
-    x = encoder.block[i](x, shared_bias);  // [B, S, d_model]
+    if (encoder.umt5 || !bias.defined()) bias = block_bias(i);
+    x = encoder.block[i](x, bias);  // [B, S, d_model]
   }
   return encoder.final_layer_norm(x);  // [B, S, d_model]
 }
@@ -329,7 +330,8 @@ std::unique_ptr<T5EncoderModel> T5EncoderModel::from_pretrained(const io::Diffus
 
 std::unique_ptr<T5EncoderModel> UMT5EncoderModel::from_pretrained(const io::DiffusersFolder& folder,
                                                                   std::string_view component,
-                                                                  std::optional<DType> dtype, const LoadOptions& hooks) {
+                                                                  std::optional<DType> dtype,
+                                                                  const LoadOptions& hooks) {
   const io::Component& comp = folder.component(component);
   check(T5Config::from_json(comp.config).umt5, "t5", comp.config.source(),
         ": not an UMT5 config (model_type \"umt5\" or an UMT5 architecture expected)");
