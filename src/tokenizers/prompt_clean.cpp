@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "diffq/error.h"
+#include "tokenizers/ftfy_encoding.h"
 #include "tokenizers/unicode.h"
 
 namespace diffq::tokenizers {
@@ -258,11 +259,12 @@ bool ftfy_control_char(char32_t c) {
 
 std::u32string nfc_u32(const std::u32string& s) { return utf8_to_u32(nfc(u32_to_utf8(s)), kCtx); }
 
-// ftfy.fix_and_explain on one segment (the fix_encoding step left out).
+// ftfy.fix_and_explain on one segment.
 std::u32string fix_segment(std::u32string text, bool unescape) {
   while (true) {
     const std::u32string before = text;
     if (unescape) text = ftfy_unescape_html(text);
+    text = ftfy_fix_encoding(text);
     text = translate_chars(text);
     text = fix_line_breaks(text);
     text = remove_terminal_escapes(text);

@@ -5,10 +5,10 @@
 //   -> regex.sub(r"\s+", " ") -> strip() (\s = the Unicode White_Space property, as the `regex` module has it)
 //
 // ftfy.fix_text is ported step by step for each line (a segment ends after "\n"): unescape_html (only while no
-// segment so far contained "<"), fix_c1_controls, fix_latin_ligatures, fix_character_width, uncurl_quotes,
-// fix_line_breaks, remove_terminal_escapes, remove_control_chars, NFC; repeated until the segment is stable.
-// NOT ported: fix_encoding (ftfy's mojibake detector and repair, e.g. "cafÃ©" -> "café"); such text passes
-// through unrepaired (the rest of the pipeline still applies). fix_surrogates has nothing to do on valid UTF-8.
+// segment so far contained "<"), fix_encoding (mojibake repair, tokenizers/ftfy_encoding.h), fix_c1_controls,
+// fix_latin_ligatures, fix_character_width, uncurl_quotes, fix_line_breaks, remove_terminal_escapes,
+// remove_control_chars, NFC (ICU's); repeated until the segment is stable. fix_surrogates has nothing to do on
+// valid UTF-8. Not ported: max_decode_length (segments over 1,000,000 code points are split by ftfy).
 #pragma once
 
 #include <string>
@@ -19,7 +19,7 @@ namespace diffq::tokenizers {
 // WanPipeline's prompt_clean on UTF-8 text (malformed UTF-8 is an Error).
 std::string wan_prompt_clean(std::string_view text);
 
-// ftfy.fix_text with the default configuration, without fix_encoding (see above).
+// ftfy.fix_text with the default configuration.
 std::string ftfy_fix_text(std::string_view text);
 
 // Python's html.unescape: numeric references (with the HTML5 replacements for invalid ones) and the HTML5

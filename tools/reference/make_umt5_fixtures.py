@@ -132,11 +132,20 @@ def clean_fixture(out: Path) -> None:
     import ftfy
     from diffusers.pipelines.wan.pipeline_wan import prompt_clean
 
+    import ftfy.bad_codecs  # noqa: F401  (sloppy-* codecs)
+
     corpus = [c["text"] for c in json.loads(CORPUS.read_text())["cases"]]
-    texts = CLEAN_CASES + corpus
+    # Mojibake: UTF-8 text decoded with the single-byte codecs ftfy repairs (and some it cannot).
+    accented = [t for t in corpus if any(ord(ch) > 127 for ch in t)][:24]
+    mojibake = []
+    for i, t in enumerate(accented):
+        enc = ["latin-1", "sloppy-windows-1252", "sloppy-windows-1251", "macroman", "cp437", "iso-8859-2"][i % 6]
+        mojibake.append(t.encode("utf-8").decode(enc, errors="replace"))
+        mojibake.append("prefix " + t.encode("utf-8").decode("sloppy-windows-1252") + " and plain café")
+    texts = CLEAN_CASES + mojibake + corpus
     write_json(out / "prompt_clean.json", {
         "ftfy_version": ftfy.__version__,
-        # fix_encoding: whether ftfy's mojibake repair (fix_encoding) changes the result (diffq does not port it).
+        # fix_encoding: whether ftfy's mojibake repair (fix_encoding) changes the result.
         "cases": [{"text": s, "fix_text": ftfy.fix_text(s), "prompt_clean": prompt_clean(s),
                    "fix_encoding": ftfy.fix_text(s) != ftfy.fix_text(s, fix_encoding=False)} for s in texts],
     })
