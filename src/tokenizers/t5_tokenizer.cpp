@@ -13,6 +13,7 @@ namespace {
 constexpr std::string_view kCtx = "T5Tokenizer";
 constexpr std::string_view kMeta = "\xE2\x96\x81";  // U+2581 "▁"
 constexpr double kUnkPenalty = 10.0;
+constexpr int64_t kT5UnkId = 2;  // transformers' T5Tokenizer: Unigram(vocab, unk_id=2, byte_fallback=False)
 
 nlohmann::json parse_json(const std::filesystem::path& path) {
   const std::string text = read_file(path, kCtx);
@@ -154,15 +155,16 @@ T5Tokenizer T5Tokenizer::from_tokenizer_json(const std::filesystem::path& path) 
   }
   check(!t.pieces_.empty(), kCtx, src, ": empty vocab");
   t.unk_score_ = min_score - kUnkPenalty;
-  const auto unk = model.find("unk_id");
-  check(unk != model.end() && unk->is_number_integer() && unk->get<int64_t>() >= 0 &&
-            unk->get<size_t>() < t.pieces_.size(),
-        kCtx, src, ": model.unk_id missing or out of range");
-  t.unk_id_ = unk->get<int64_t>();
-  check(!model.value("byte_fallback", false), kCtx, src, ": byte_fallback Unigram models are not supported");
   const nlohmann::json normalizer = j.value("normalizer", nlohmann::json());
   if (const auto* cm = find_charsmap(normalizer); cm && cm->is_string())
     t.charsmap_ = PrecompiledCharsmap(base64_decode(cm->get<std::string>(), src), src);
+  // transformers 5.24's T5Tokenizer keeps only the vocab (and the Precompiled charsmap) of a tokenizer.json and
+  // rebuilds the Unigram model itself with unk_id=2 and byte_fallback=False, whatever model.unk_id and
+  // model.byte_fallback say. umt5-xxl's file (WanPipeline) has unk_id 3 and byte pieces <0xNN>: through
+  // transformers an unknown character still becomes id 2 ("<s>" there), never byte pieces. So does diffq.
+  check(t.pieces_.size() > size_t(kT5UnkId), kCtx, src, ": the vocab has ", t.pieces_.size(),
+        " pieces; T5Tokenizer's unknown id ", kT5UnkId, " needs at least ", kT5UnkId + 1);
+  t.unk_id_ = kT5UnkId;
   t.specials_ = added_tokens_of(j, src);
   t.eos_id_ = t.token_to_id("</s>");
   t.pad_id_ = t.token_to_id("<pad>");

@@ -4,7 +4,11 @@
 //   "Precompiled" normalizer (SentencePiece's nmt_nfkc charsmap, a double-array trie, applied per
 //   extended grapheme cluster as HF tokenizers does) -> split on White_Space -> Metaspace (prepend
 //   "▁" to each word, split before every "▁") -> Unigram Viterbi (unknown characters fused into one
-//   <unk>) -> ids + </s>.
+//   unknown token) -> ids + </s>.
+// As transformers 5.24's T5Tokenizer, only the vocab, the Precompiled charsmap and the added tokens are taken
+// from tokenizer.json; the rest is T5Tokenizer's own: unknown id 2 (not model.unk_id) and no byte fallback,
+// other normalizers (umt5-xxl's Replace " {2,}"), pre-tokenizers and post-processors in the file are ignored.
+// This is what WanPipeline's tokenizer (umt5-xxl's tokenizer.json through T5TokenizerFast) does.
 #pragma once
 
 #include <cstdint>

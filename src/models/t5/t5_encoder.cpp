@@ -66,6 +66,16 @@ void T5Config::set_feed_forward_proj(const std::string& proj, const std::string&
 T5Config T5Config::from_json(const io::JsonConfig& cfg) {
   const std::string source = cfg.source().empty() ? "T5Config" : cfg.source();
   T5Config c;
+  c.umt5 = cfg.get<std::string>("model_type", "") == "umt5";
+  for (const std::string& a : cfg.get<std::vector<std::string>>("architectures", {}))
+    if (a.rfind("UMT5", 0) == 0) c.umt5 = true;
+  if (c.umt5) {  // UMT5Config's defaults
+    c.vocab_size = 250112;
+    c.d_ff = 1024;
+    c.num_layers = 8;
+    c.num_heads = 6;
+    c.feed_forward_proj = "gated-gelu";
+  }
   c.vocab_size = cfg.get<int64_t>("vocab_size", c.vocab_size);
   c.d_model = cfg.get<int64_t>("d_model", c.d_model);
   c.d_kv = cfg.get<int64_t>("d_kv", c.d_kv);
@@ -219,14 +229,20 @@ Tensor T5Block::forward(const Tensor& x, const Tensor& bias) {
   return clamp_fp16(layer.ff(h));                              // [B, S, d_model]
 }
 
-T5Stack::T5Stack(const T5Config& c) : Module("T5Stack"), final_layer_norm(c.d_model, c.layer_norm_epsilon) {
-  for (int64_t i = 0; i < c.num_layers; ++i) block.push_back(std::make_unique<T5Block>(c, i == 0));
+T5Stack::T5Stack(const T5Config& c)
+    : Module(c.umt5 ? "UMT5Stack" : "T5Stack"), umt5(c.umt5), final_layer_norm(c.d_model, c.layer_norm_epsilon) {
+  for (int64_t i = 0; i < c.num_layers; ++i) block.push_back(std::make_unique<T5Block>(c, c.umt5 || i == 0));
   register_module("block", block);
   register_module("final_layer_norm", final_layer_norm);
 }
 
+Tensor T5Stack::position_bias(size_t i, int64_t S) {
+  return block[umt5 ? i : 0].layer.self_attention.SelfAttention.compute_bias(S, S);  // [1, H, S, S]
+}
+
 T5EncoderModel::T5EncoderModel(const T5Config& c)
-    : Module("T5EncoderModel"), config((c.validate(), c)), shared(c.vocab_size, c.d_model), encoder(c) {
+    : Module(c.umt5 ? "UMT5EncoderModel" : "T5EncoderModel"), config((c.validate(), c)),
+      shared(c.vocab_size, c.d_model), encoder(c) {
   register_module("shared", shared);
   register_module("encoder", encoder);
 }
@@ -238,19 +254,29 @@ Tensor T5EncoderModel::forward(const Tensor& input_ids, const Tensor& attention_
   check(B > 0 && S > 0, "t5", "empty input_ids ", input_ids.str());
 
   Tensor x = shared(input_ids);  // [B, S, d_model] (encoder.embed_tokens is shared)
-  // The relative-position bias of block 0, reused by every block.
-  Tensor bias = encoder.block[0].layer.self_attention.SelfAttention.compute_bias(S, S);  // [1, H, S, S]
+  // Padded keys get float32's lowest value (transformers' sdpa path: where(mask, bias, finfo.min)).
+  Tensor pad;  // [B, 1, 1, S] f32 additive, undefined without a mask
   if (attention_mask.defined()) {
     check(attention_mask.shape() == Shape{B, S}, "t5", "attention_mask must be [", B, ", ", S, "], got ",
           attention_mask.str());
-    std::vector<float> pad(size_t(B * S));
+    std::vector<float> p(size_t(B * S));
     const std::vector<double> m = attention_mask.to(Device::cpu()).to_f64_vector();
-    for (size_t i = 0; i < pad.size(); ++i) pad[i] = m[i] != 0.0 ? 0.f : -FLT_MAX;  // float32's finfo.min
-    const Tensor pad_t = Tensor::from_vector(pad, {B, 1, 1, S}).to(bias.device());  // [B, 1, 1, S]
-    bias = ops::add(bias.to(DType::f32), pad_t);  // [B, H, S, S]
+    for (size_t i = 0; i < p.size(); ++i) p[i] = m[i] != 0.0 ? 0.f : -FLT_MAX;  // float32's finfo.min
+    pad = Tensor::from_vector(p, {B, 1, 1, S});
   }
-  for (auto& blk : encoder.block) x = (*blk)(x, bias);  // [B, S, d_model]
-  return encoder.final_layer_norm(x);                   // [B, S, d_model]
+  // The relative-position bias plus the padding mask, for block i: T5 computes it once from block 0 and
+  // reuses it; UMT5 computes it in every block from that block's own table.
+  auto block_bias = [&](size_t i) {
+    Tensor bias = encoder.position_bias(i, S);  // [1, H, S, S]
+    if (!pad.defined()) return bias;
+    return ops::add(bias.to(DType::f32), pad.to(bias.device()));  // [B, H, S, S]
+  };
+  Tensor bias;  // [1 or B, H, S, S]
+  for (size_t i = 0; i < encoder.block.size(); ++i) {
+    if (encoder.umt5 || !bias.defined()) bias = block_bias(i);
+    x = encoder.block[i](x, bias);  // [B, S, d_model]
+  }
+  return encoder.final_layer_norm(x);  // [B, S, d_model]
 }
 
 // ---- loading ----
@@ -300,6 +326,16 @@ std::unique_ptr<T5EncoderModel> T5EncoderModel::from_pretrained(const io::Diffus
   }
   opt.keep_in_fp32 = keep_in_fp32_modules(effective);
   return from_state_dict(c, sd, opt);
+}
+
+std::unique_ptr<T5EncoderModel> UMT5EncoderModel::from_pretrained(const io::DiffusersFolder& folder,
+                                                                  std::string_view component,
+                                                                  std::optional<DType> dtype,
+                                                                  const LoadOptions& hooks) {
+  const io::Component& comp = folder.component(component);
+  check(T5Config::from_json(comp.config).umt5, "t5", comp.config.source(),
+        ": not an UMT5 config (model_type \"umt5\" or an UMT5 architecture expected)");
+  return T5EncoderModel::from_pretrained(folder, component, dtype, hooks);
 }
 
 }  // namespace diffq::t5

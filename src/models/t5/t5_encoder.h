@@ -12,6 +12,12 @@
 // "wo" projections stay float32 when loading in float16 (_keep_in_fp32_modules, which transformers
 // applies only for float16), so the residual stream becomes float32 after the first feed-forward as
 // torch's type promotion makes it; in float16 the residual is clamped after each sub-layer as T5Block does.
+//
+// UMT5 (transformers' models/umt5, WanPipeline's text_encoder, umt5-xxl) is the same network except that
+// EVERY block's self-attention owns its relative_attention_bias
+// ("encoder.block.N.layer.0.SelfAttention.relative_attention_bias.weight" for each N) and computes its own
+// position bias from it; T5Config::umt5 selects it (config.json model_type "umt5" or an UMT5* architecture).
+// The padding mask, the dtypes, the float16 clamp and the kept-float32 "wo" are T5's.
 #pragma once
 
 #include <memory>
@@ -41,7 +47,11 @@ struct T5Config {
   // Derived from feed_forward_proj as transformers' __post_init__ does ("gated-gelu" -> gelu_new).
   std::string dense_act_fn = "relu";
   bool is_gated_act = false;
+  // UMT5: a relative_attention_bias in every block (not only block 0), each block using its own.
+  bool umt5 = false;
 
+  // T5Config, or UMT5Config (its defaults: vocab 250112, d_ff 1024, 8 layers, 6 heads, "gated-gelu") when
+  // model_type is "umt5" or architectures names an UMT5 class.
   static T5Config from_json(const io::JsonConfig& cfg);
   void set_feed_forward_proj(const std::string& proj, const std::string& source = "T5Config");
   void validate(const std::string& source = "T5Config") const;
@@ -121,6 +131,9 @@ class T5Block : public Module {
 class T5Stack : public Module {
  public:
   explicit T5Stack(const T5Config& c);
+  // Block i's position bias [1, H, S, S]: its own table under UMT5, block 0's under T5.
+  Tensor position_bias(size_t i, int64_t S);
+  bool umt5;
   ModuleList<T5Block> block;
   T5LayerNorm final_layer_norm;
 };
@@ -137,7 +150,8 @@ class T5EncoderModel : public Module {
   }
   Tensor forward(const Tensor& input_ids, const Tensor& attention_mask = {});
 
-  // The folder's `component`; with dtype f16 the "wo" weights stay float32 as in transformers.
+  // The folder's `component` (a T5 or an UMT5 config.json); with dtype f16 the "wo" weights stay float32 as in
+  // transformers.
   static std::unique_ptr<T5EncoderModel> from_pretrained(const io::DiffusersFolder& folder,
                                                          std::string_view component = "text_encoder_2",
                                                          std::optional<DType> dtype = std::nullopt,
@@ -151,6 +165,15 @@ class T5EncoderModel : public Module {
   T5Config config;
   Embedding shared;  // [vocab, d_model]; encoder.embed_tokens is the same tensor
   T5Stack encoder;
+};
+
+// transformers' UMT5EncoderModel: a T5EncoderModel whose config has umt5 set (WanPipeline's text_encoder).
+struct UMT5EncoderModel {
+  // The folder's `component` ("text_encoder" in Wan folders); its config.json must be an UMT5 one.
+  static std::unique_ptr<T5EncoderModel> from_pretrained(const io::DiffusersFolder& folder,
+                                                         std::string_view component = "text_encoder",
+                                                         std::optional<DType> dtype = std::nullopt,
+                                                         const LoadOptions& hooks = {});
 };
 
 // Keys as T5EncoderModel names them: "encoder.embed_tokens.weight" becomes "shared.weight" when that is
