@@ -195,13 +195,15 @@ void open_encoder(Encoder& e, const std::filesystem::path& tmp, const VideoWrite
   e.st->avg_frame_rate = rate;
   e.st->r_frame_rate = rate;
 
+  if (mp4) {
+    for (const auto& [k, v] : opt.metadata) {
+      check(!k.empty(), kCtx, "cannot write ", e.path, ": empty metadata key");
+      av_dict_set(&e.mux.oc->metadata, k.c_str(), v.c_str(), 0);  // freed with the context
+    }
+  }
   AVDictionary* mopts = nullptr;
   if (mp4) {
     av_dict_set(&mopts, "movflags", "+faststart+use_metadata_tags", 0);
-    for (const auto& [k, v] : opt.metadata) {
-      check(!k.empty(), kCtx, "cannot write ", e.path, ": empty metadata key");
-      av_dict_set(&e.mux.oc->metadata, k.c_str(), v.c_str(), 0);
-    }
   } else {
     av_dict_set(&mopts, "loop", "0", 0);  // 0: loop forever
   }
