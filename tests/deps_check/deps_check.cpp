@@ -7,6 +7,13 @@
 #include <unicode/normalizer2.h>
 #include <unicode/uversion.h>
 
+extern "C" {
+#include <libavcodec/avcodec.h>
+#include <libavformat/avformat.h>
+#include <libavutil/avutil.h>
+#include <libswscale/swscale.h>
+}
+
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -73,6 +80,20 @@ int main(int argc, char** argv) {
   u_getVersion(v);
   u_versionToString(v, buf);
   check(U_SUCCESS(err) && nfc != nullptr, "icu", buf);
+
+  // FFmpeg: libavcodec (with the libx264 and libwebp encoders io/video_writer uses), libavformat,
+  // libswscale, libavutil
+  const AVCodec* x264 = avcodec_find_encoder_by_name("libx264");
+  const AVCodec* webp = avcodec_find_encoder_by_name("libwebp");
+  const AVOutputFormat* mp4 = av_guess_format("mp4", nullptr, nullptr);
+  SwsContext* sws = sws_getContext(16, 16, AV_PIX_FMT_RGB24, 16, 16, AV_PIX_FMT_YUV420P, SWS_BILINEAR,
+                                   nullptr, nullptr, nullptr);
+  std::snprintf(buf, sizeof buf, "libavcodec %s, libx264 %s, libwebp %s, mp4 muxer %s, swscale %s",
+                AV_STRINGIFY(LIBAVCODEC_VERSION), x264 ? "yes" : "MISSING", webp ? "yes" : "MISSING",
+                mp4 ? "yes" : "MISSING", sws ? "yes" : "FAILED");
+  check(avcodec_version() == LIBAVCODEC_VERSION_INT && avformat_version() == LIBAVFORMAT_VERSION_INT &&
+            x264 && webp && mp4 && sws, "libav", buf);
+  sws_freeContext(sws);
 
   // CLI11
   CLI::App app{"diffq_deps_check"};
