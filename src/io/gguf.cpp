@@ -11,7 +11,7 @@ namespace diffq::io {
 
 namespace {
 constexpr const char* kCtx = "gguf";
-constexpr int kMaxDims = 4;          // GGML_MAX_DIMS
+constexpr int kMaxDims = 5;          // GGML_MAX_DIMS + 1: Wan files (city96, sd.cpp) store patch_embedding.weight 5-D
 constexpr int kMaxArrayDepth = 16;   // nested arrays deeper than this are rejected
 
 // Block sizes and bytes per block, checked against the `gguf` Python package (GGML_QUANT_SIZES) by

@@ -241,7 +241,7 @@ TEST(GGUF, MalformedInputIsAClearError) {
     g.header(1, 0).tensor("w", std::move(ne), type, offset).pad().data(data);
     return g.b;
   };
-  expect_gguf_error(one_tensor({4, 4, 4, 4, 4}, 0, 0, 4096), {"'w'", "5 dims"});
+  expect_gguf_error(one_tensor({4, 4, 4, 4, 4, 4}, 0, 0, 4096 * 4), {"'w'", "6 dims"});
   expect_gguf_error(one_tensor({4}, 99, 0, 64), {"'w'", "unknown ggml type 99"});
   expect_gguf_error(one_tensor({33}, 8, 0, 64), {"'w'", "ne[0] = 33", "Q8_0 block size 32"});
   expect_gguf_error(one_tensor({4}, 0, 16, 64), {"'w'", "offset 16", "alignment 32"});
