@@ -13,6 +13,9 @@
 #include <vector>
 
 #include "commands.h"
+#include "diffq/pipeline.h"
+#include "generate_args.h"
+#include "progress.h"
 #include "compile_report.h"
 #include "diffq/error.h"
 #include "diffq/memory.h"
@@ -32,24 +35,6 @@ namespace diffq::cli {
 
 namespace {
 
-struct GenerateArgs {
-  std::string model, prompt, prompt_2, negative, negative_2, output = "out.png", latents_in, latents_out, dtype = "float32";
-  std::string transformer_file, output_type = "image";
-  std::string quant, quant_config, quantize;  // --quant shorthand | --quant-config file; --quantize components
-  std::string offload, max_memory, max_host_memory;
-  bool offload_drop_cache = false;
-  std::string compile;  // "" | full | regional
-  bool autotune = false;  // with compile: max-autotune
-  bool stats = false;
-  int64_t num_images = 1;
-  double true_cfg = 1.0, guidance = 3.5;
-  int64_t steps = 28, width = 0, height = 0, max_seq = 512;  // 0: Diffusers' default size
-  bool steps_given = false;
-  std::string sigmas;  // custom sigmas, comma-separated ("" = linspace(1, 1/steps, steps))
-  int threads = 0;
-  uint64_t seed = 0;
-  bool json = false;
-};
 
 std::filesystem::path default_model() {
   // build/bin/diffq -> <repo>/tests/fixtures/tiny-flux; else relative to the working directory.
@@ -85,11 +70,19 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-void run(const GenerateArgs& a) {
+void run(const GenerateArgs& args) {
   using clock = std::chrono::steady_clock;
+  GenerateArgs a = args;
+  const std::filesystem::path model = a.model.empty() ? default_model() : std::filesystem::path(a.model);
+  a.model = model.string();
+  // The folder's model_index.json decides the pipeline (Diffusers' DiffusionPipeline.from_pretrained).
+  if (DiffusionPipeline::pipeline_class_of(model) == "WanPipeline") return run_generate_video(a);
+  check(a.frames == 0 && a.output_frames.empty() && !a.guidance_2_given, "generate",
+        "--frames / --output-frames / --guidance-2 are for video pipelines; ", model.string(), " is a ",
+        DiffusionPipeline::pipeline_class_of(model));
+  if (a.output.empty()) a.output = "out.png";
   if (a.threads > 0) set_num_threads(a.threads);
   const bool tty = isatty(STDERR_FILENO) && !a.json;
-  const std::filesystem::path model = a.model.empty() ? default_model() : std::filesystem::path(a.model);
   const DType dtype = parse_dtype(a.dtype);
   check(dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16, "generate",
         "--dtype must be float32, bfloat16 or float16, got '", a.dtype, "'");
@@ -166,17 +159,7 @@ void run(const GenerateArgs& a) {
   o.guidance_scale = a.guidance;
   o.seed = a.seed;
   if (!a.latents_in.empty()) o.latents = io::SafetensorsFile::open(a.latents_in).tensor("latents").to(dtype);
-  const auto t_loop = clock::now();
-  o.callback = [&](int64_t step, int64_t total, float) {
-    if (tty) {
-      const double el = seconds_since(t_loop), per = el / double(step + 1);
-      std::fprintf(stderr, "\r[%-30s] step %lld/%lld  %.2f s/it  ETA %.1f s ",
-                   std::string(size_t(30 * (step + 1) / total), '#').c_str(), (long long)(step + 1),
-                   (long long)total, per, per * double(total - step - 1));
-      std::fflush(stderr);
-    }
-    return true;
-  };
+  o.callback = progress_bar(tty);
   t0 = clock::now();
   FluxOutput out = (*pipe)(o);
   if (tty) std::fputc('\n', stderr);
@@ -239,25 +222,32 @@ void run(const GenerateArgs& a) {
 
 void add_generate_command(CLI::App& app) {
   auto a = std::make_shared<GenerateArgs>();
-  auto* cmd = app.add_subcommand("generate", "Text to image with a FLUX.1 Diffusers pipeline folder");
-  cmd->add_option("-m,--model", a->model, "Diffusers FluxPipeline folder (default: the bundled tiny smoke-test model)");
+  auto* cmd = app.add_subcommand("generate", "Text to image (FluxPipeline) or video (WanPipeline) with a Diffusers folder");
+  cmd->add_option("-m,--model", a->model,
+                  "Diffusers pipeline folder: FluxPipeline or WanPipeline, as its model_index.json says (default: the "
+                  "bundled tiny smoke-test FLUX model)");
   cmd->add_option("-p,--prompt", a->prompt, "prompt")->required();
   cmd->add_option("--prompt-2", a->prompt_2, "prompt for T5 (default: the prompt)");
-  cmd->add_option("-n,--negative", a->negative, "negative prompt (used with --true-cfg > 1)");
+  cmd->add_option("-n,--negative", a->negative, "negative prompt (FLUX: used with --true-cfg > 1; Wan: CFG's, default \"\")");
   cmd->add_option("--negative-2", a->negative_2, "negative prompt for T5 (default: the negative prompt)");
   cmd->add_option("--true-cfg", a->true_cfg, "true CFG scale (1 = off)");
-  cmd->add_option("--steps", a->steps, "inference steps (default 28)")->check(CLI::Range(1, 1000));
+  cmd->add_option("--steps", a->steps, "inference steps (FLUX default 28, Wan 50)")->check(CLI::Range(1, 1000));
   cmd->add_option("--sigmas", a->sigmas,
                   "custom sigmas, comma-separated (e.g. 1,0.75,0.5,0.25): replace linspace(1, 1/steps, steps) and set the step count (Diffusers' sigmas)");
-  cmd->add_option("--guidance", a->guidance, "guidance scale (default 3.5)");
+  cmd->add_option("--guidance", a->guidance, "guidance scale (FLUX default 3.5; Wan: CFG scale, default 5.0, on when > 1)");
+  cmd->add_option("--guidance-2", a->guidance_2, "Wan2.2 two-expert folders: the low-noise expert's CFG scale (default: --guidance)");
+  cmd->add_option("--frames", a->frames, "video: frames (Wan default 81; else N // 4 * 4 + 1 as Diffusers)")
+      ->check(CLI::Range(int64_t(1), int64_t(100000)));
+  cmd->add_option("--fps", a->fps, "video: frames per second of the mp4 / webp (default 16)");
+  cmd->add_option("--output-frames", a->output_frames, "video: also write every frame as DIR/00000.png, 00001.png, ...");
   cmd->add_option("--seed", a->seed, "seed (torch.Generator('cpu').manual_seed)");
-  cmd->add_option("--width", a->width, "width (default: 128 x the VAE scale factor, 1024 for FLUX.1)")->check(CLI::Range(int64_t(1), int64_t(16384)));
+  cmd->add_option("--width", a->width, "width (default: FLUX 128 x the VAE scale factor = 1024; Wan 832)")->check(CLI::Range(int64_t(1), int64_t(16384)));
   cmd->add_option("--height", a->height, "height (default: as width)")->check(CLI::Range(int64_t(1), int64_t(16384)));
   cmd->add_option("--max-sequence-length", a->max_seq, "T5 tokens (default 512, at most 512)");
   cmd->add_option("--dtype", a->dtype, "compute dtype: float32 | bfloat16 | float16");
   cmd->add_option("-o,--output", a->output,
                   "output PNG (default out.png; with --num-images N: <stem>-0.png ...; with --output-type latent: "
-                  "a safetensors file)");
+                  "a safetensors file); video pipelines: .mp4 (default out.mp4) or .webp (animated)");
   cmd->add_option("--num-images", a->num_images, "images per prompt (one batch; default 1)")->check(CLI::Range(1, 64));
   cmd->add_option("--output-type", a->output_type, "image (PNG) or latent (packed latents, safetensors)");
   cmd->add_option("--quant", a->quant,
@@ -283,14 +273,18 @@ void add_generate_command(CLI::App& app) {
                 "DIFFQ_AUTOTUNE_CACHE, else $XDG_CACHE_HOME/diffq/autotune.json, else ~/.cache/diffq/autotune.json)");
   cmd->add_flag("--stats", a->stats, "print the allocator's peak and the process's peak RSS");
   cmd->add_option("--transformer", a->transformer_file,
-                  "single-file FLUX transformer (.safetensors in BFL/ComfyUI or Diffusers naming, or a BFL-named "
-                  ".gguf) replacing the folder's");
+                  "single-file transformer replacing the folder's: FLUX .safetensors in BFL/ComfyUI or Diffusers naming, "
+                  "or a BFL-named .gguf; Wan .safetensors in original/ComfyUI or Diffusers naming, or a city96-style .gguf");
   cmd->add_option("--latents", a->latents_in, "initial packed latents (safetensors, key 'latents')");
   cmd->add_option("--output-latents", a->latents_out, "also write the final packed latents (safetensors)");
   cmd->add_option("--threads", a->threads, "CPU threads (default: DIFFQ_NUM_THREADS, else all)")->check(CLI::Range(1, 1024));
   cmd->add_flag("--json", a->json, "print a JSON summary with timings and peak memory");
   cmd->callback([a, cmd] {
     a->steps_given = cmd->count("--steps") > 0;
+    a->guidance_given = cmd->count("--guidance") > 0;
+    a->guidance_2_given = cmd->count("--guidance-2") > 0;
+    a->true_cfg_given = cmd->count("--true-cfg") > 0;
+    a->max_seq_given = cmd->count("--max-sequence-length") > 0;
     run(*a);
   });
 }

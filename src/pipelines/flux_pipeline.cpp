@@ -9,7 +9,7 @@
 #include "io/diffusers_folder.h"
 #include "io/png.h"
 #include "io/safetensors.h"
-#include "modules/quantize_on_load.h"
+#include "pipelines/component_loading.h"
 #include "quant/quant_method.h"
 #include "models/flux/flux_single_file.h"
 #include "ops/ops.h"
@@ -19,15 +19,6 @@ namespace diffq {
 
 namespace {
 
-// "gguf_q4_k x90, gguf_q8_0 x6" for the quantized parameters of m (empty when none), schemes sorted.
-std::string quantized_schemes_summary(const Module& m) {
-  std::map<std::string, int> counts;
-  for (const auto& [name, prm] : m.named_parameters())
-    if (prm->is_quantized()) ++counts[prm->quantized().scheme()];
-  std::string out;
-  for (const auto& [scheme, n] : counts) out += (out.empty() ? "" : ", ") + scheme + " x" + std::to_string(n);
-  return out;
-}
 constexpr const char* kCtx = "flux_pipeline";
 
 bool defined(const Tensor& t) { return t.defined(); }
@@ -47,40 +38,9 @@ std::unique_ptr<FluxPipeline> FluxPipeline::from_pretrained(const std::filesyste
         ": model_index.json has no transformer component (pass a single-file transformer)");
 
   // Quantization hooks per component: pre-quantized files first, else the pipeline config.
-  if (opt.quantization_config) {
-    std::vector<std::string> names;
-    for (const auto& c : f.components()) names.push_back(c.name);
-    if (const std::string w = opt.quantization_config->unknown_components_warning(names); !w.empty())
-      std::fprintf(stderr, "diffq: %s\n", w.c_str());
-  }
+  ComponentLoader loader(f, dtype, opt.quantization_config);
   auto hooks_for = [&](const std::string& name) {
-    LoadOptions h;
-    h.dtype = dtype;
-    const bool present = f.has_component(name) && !(name == "transformer" && !opt.transformer_file.empty());
-    const nlohmann::json* saved = present ? f.component(name).quantization_config() : nullptr;
-    if (saved) {
-      std::shared_ptr<const quant::QuantMethod> m =
-          quant::quant_method_from_config(*saved, (f.component(name).dir / "config.json").string());
-      auto md = std::make_shared<io::Metadata>();
-      for (const auto& file : f.weight_files(name).files) {
-        const auto st = io::SafetensorsFile::open(file);  // alive while its metadata is read
-        for (const auto& [k, v] : st.metadata()) (*md)[k] = v;
-      }
-      attach_quantization(h, m, /*pre_quantized=*/true, md);
-      p->quantization[name] = m->backend() + " " + m->scheme() + " (pre-quantized)";
-      p->quant_methods[name] = m;
-      if (opt.quantization_config && opt.quantization_config->resolve(name))
-        std::fprintf(stderr, "diffq: %s is already quantized (%s); the quantization config is ignored for it\n",
-                     name.c_str(), m->backend().c_str());
-    } else if (opt.quantization_config) {
-      if (auto cq = opt.quantization_config->resolve(name)) {
-        std::shared_ptr<const quant::QuantMethod> m = quant::make_quant_method(cq->backend, cq->kwargs);
-        attach_quantization(h, m, /*pre_quantized=*/false);
-        p->quantization[name] = m->backend() + " " + m->scheme();
-        p->quant_methods[name] = m;
-      }
-    }
-    return h;
+    return loader.hooks_for(name, !(name == "transformer" && !opt.transformer_file.empty()));
   };
 
   LoadOptions lo = hooks_for("transformer");
@@ -96,9 +56,9 @@ std::unique_ptr<FluxPipeline> FluxPipeline::from_pretrained(const std::filesyste
     lo.source = opt.transformer_file.string();
     p->transformer = models::flux::load_flux_single_file(opt.transformer_file, base, lo);
     // A pre-quantized single file (GGUF) carries its own schemes: label them for --json/bench.
-    if (!p->quantization.count("transformer"))
+    if (!loader.quantization.count("transformer"))
       if (std::string schemes = quantized_schemes_summary(*p->transformer); !schemes.empty())
-        p->quantization["transformer"] = schemes + " (pre-quantized, " + opt.transformer_file.filename().string() + ")";
+        loader.quantization["transformer"] = schemes + " (pre-quantized, " + opt.transformer_file.filename().string() + ")";
   } else {
     const auto& tc = f.component("transformer");
     lo.source = tc.dir.string();
@@ -127,6 +87,8 @@ std::unique_ptr<FluxPipeline> FluxPipeline::from_pretrained(const std::filesyste
       p->tokenizer_2 = std::make_unique<tokenizers::T5Tokenizer>(
           tokenizers::T5Tokenizer::from_pretrained(f.component("tokenizer_2").dir));
   }
+  p->quantization = loader.quantization;
+  p->quant_methods = loader.quant_methods;
   check(p->transformer->config.in_channels % 4 == 0 &&
             p->transformer->config.in_channels / 4 == p->vae->config().latent_channels,
         kCtx, folder.string(), ": transformer in_channels ", p->transformer->config.in_channels,

@@ -1,0 +1,35 @@
+// The options of `diffq generate` (generate.cpp adds them to the CLI; image and video pipelines read them).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace diffq::cli {
+
+struct GenerateArgs {
+  std::string model, prompt, prompt_2, negative, negative_2, output, latents_in, latents_out, dtype = "float32";
+  std::string transformer_file, output_type = "image";
+  std::string quant, quant_config, quantize;  // --quant shorthand | --quant-config file; --quantize components
+  std::string offload, max_memory, max_host_memory;
+  bool offload_drop_cache = false;
+  std::string compile;    // "" | full | regional
+  bool autotune = false;  // with compile: max-autotune
+  bool stats = false;
+  int64_t num_images = 1;
+  double true_cfg = 1.0, guidance = 3.5, guidance_2 = 0.0;
+  int64_t steps = 28, width = 0, height = 0, max_seq = 512;  // 0: the pipeline's default size
+  int64_t frames = 0;                                        // video: 0 = the pipeline's default
+  double fps = 16.0;                                         // video
+  std::string output_frames;                                 // video: also write DIR/00000.png ...
+  bool steps_given = false, guidance_given = false, guidance_2_given = false, true_cfg_given = false,
+       max_seq_given = false;
+  std::string sigmas;  // custom sigmas, comma-separated ("" = linspace(1, 1/steps, steps))
+  int threads = 0;
+  uint64_t seed = 0;
+  bool json = false;
+};
+
+// Video pipelines (WanPipeline folders): generate_video.cpp, through the public API only.
+void run_generate_video(const GenerateArgs& a);
+
+}  // namespace diffq::cli

@@ -1,0 +1,108 @@
+// diffq's front door: one pipeline type for every family, as Diffusers' DiffusionPipeline.from_pretrained.
+//
+//   auto pipe = diffq::DiffusionPipeline::from_pretrained("Wan2.1-T2V-1.3B-Diffusers", {.dtype = diffq::DType::bf16});
+//   diffq::GenerateParams p = pipe->defaults();          // the pipeline's own defaults (Wan: 480x832, 81 frames, ...)
+//   p.prompt = "a cat surfing a wave";
+//   diffq::GenerateResult r = pipe->generate(p);         // r.videos_u8 [1, 81, 480, 832, 3]
+//   diffq::save_video("cat.mp4", r.videos_u8.select(0, 0), {.fps = 16});
+//
+// from_pretrained reads model_index.json's `_class_name` (FluxPipeline, WanPipeline) and builds that
+// pipeline; each keeps its own defaults and semantics (docs/wan.md, README). Errors are diffq::Error with
+// a message naming the file, field or value.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "diffq/dtype.h"
+#include "diffq/tensor.h"
+
+namespace diffq {
+
+struct PipelineOptions {
+  std::optional<DType> dtype;  // compute dtype of every model; nullopt keeps each file's
+  // Diffusers' PipelineQuantizationConfig as JSON ({"quant_backend": ..., "quant_kwargs": ...,
+  // "components_to_quantize": [...]} or {"quant_mapping": ...}); empty = none. Components saved
+  // pre-quantized load as saved whatever this says.
+  std::string quantization_config_json;
+  std::filesystem::path transformer_file;  // single-file transformer (FLUX: .safetensors / .gguf)
+  bool load_text_encoders = true;
+};
+
+// What one generation asks for. 0 / nullopt / empty means "the pipeline's default" (see defaults()).
+struct GenerateParams {
+  std::string prompt;
+  std::string prompt_2;           // FLUX: the T5 prompt (default: prompt)
+  std::string negative_prompt;    // Wan: CFG's negative (default ""); FLUX: true CFG's negative
+  std::string negative_prompt_2;  // FLUX
+  int64_t width = 0, height = 0;
+  int64_t num_frames = 0;  // video pipelines (Wan: rounded to 4k + 1 as Diffusers does, said on stderr)
+  int64_t num_inference_steps = 0;
+  std::vector<double> sigmas;            // FLUX: custom sigmas
+  std::optional<double> guidance_scale;  // Wan: CFG scale (on when > 1); FLUX: distilled guidance
+  std::optional<double> guidance_scale_2;  // Wan2.2 two-expert folders: the low-noise expert's scale
+  std::optional<double> true_cfg_scale;    // FLUX
+  int64_t num_outputs = 1;                 // images / videos per prompt (one batch of noise)
+  int64_t max_sequence_length = 0;
+  uint64_t seed = 0;                       // torch.Generator("cpu").manual_seed(seed)
+  Tensor latents;                          // optional initial latents in the pipeline's layout
+  bool output_latents_only = false;        // skip the VAE (Diffusers' output_type="latent")
+  // Per step: (step index, total, timestep); return false to interrupt (the output is still produced).
+  std::function<bool(int64_t step, int64_t total, float timestep)> on_step;
+};
+
+struct GenerateResult {
+  Tensor latents;    // final latents (always)
+  Tensor images_u8;  // image pipelines: [N, H, W, 3] uint8
+  Tensor videos_u8;  // video pipelines: [N, F, H, W, 3] uint8
+  Tensor pixels_f32; // the same in [0, 1] float32 (Diffusers' output_type "np")
+  int64_t steps_run = 0;
+  bool interrupted = false;
+  GenerateParams used;  // the parameters as run: defaults filled in, frames rounded
+};
+
+class DiffusionPipeline {
+ public:
+  static std::unique_ptr<DiffusionPipeline> from_pretrained(const std::filesystem::path& folder,
+                                                            const PipelineOptions& opt = {});
+  // model_index.json's _class_name of a folder (throws naming the file when unreadable).
+  static std::string pipeline_class_of(const std::filesystem::path& folder);
+  virtual ~DiffusionPipeline() = default;
+
+  virtual std::string class_name() const = 0;  // "FluxPipeline", "WanPipeline"
+  virtual bool generates_video() const = 0;
+  virtual GenerateParams defaults() const = 0;  // Diffusers' call defaults for this folder
+  virtual GenerateResult generate(const GenerateParams& p) = 0;
+
+  // Offloading as the CLI's --offload takes it: model | sequential | group[:N] | leaf | disk[:path].
+  virtual void enable_offload(const std::string& spec) = 0;
+  // Compile the transformer(s): "full" (one graph) or "regional" (one graph per kind of repeated block).
+  virtual void compile(const std::string& mode, bool autotune = false) = 0;
+  // Each quantized component's backend and scheme, e.g. {"transformer": "bitsandbytes_4bit nf4"}.
+  virtual std::map<std::string, std::string> quantization() const = 0;
+};
+
+// ---- writing results ----
+struct VideoOptions {
+  double fps = 16.0;
+  std::map<std::string, std::string> metadata;  // written into the container
+};
+// frames_u8 [F, H, W, 3]: .mp4 (H.264, yuv420p) or .webp (animated), chosen by the extension; atomic.
+void save_video(const std::filesystem::path& path, const Tensor& frames_u8, const VideoOptions& opt = {});
+// dir/00000.png, 00001.png, ... with the metadata as PNG text chunks; each file atomic.
+void save_frames(const std::filesystem::path& dir, const Tensor& frames_u8,
+                 const std::map<std::string, std::string>& metadata = {});
+// Latents as safetensors (key "latents"), atomic; load_latents reads that key back.
+void save_latents(const std::filesystem::path& path, const Tensor& latents);
+Tensor load_latents(const std::filesystem::path& path);
+// One image [H, W, 3] (or [1, H, W, 3]) as PNG with text chunks; atomic.
+void save_image(const std::filesystem::path& path, const Tensor& image_u8,
+                const std::vector<std::pair<std::string, std::string>>& metadata = {});
+
+}  // namespace diffq

@@ -1,0 +1,59 @@
+#include "pipelines/component_loading.h"
+
+#include <cstdio>
+#include <map>
+
+#include "modules/quantize_on_load.h"
+
+namespace diffq {
+
+ComponentLoader::ComponentLoader(const io::DiffusersFolder& f, std::optional<DType> d,
+                                 std::optional<PipelineQuantizationConfig> q)
+    : folder(f), dtype(d), quantization_config(std::move(q)) {
+  if (!quantization_config) return;
+  std::vector<std::string> names;
+  for (const auto& c : folder.components()) names.push_back(c.name);
+  if (const std::string w = quantization_config->unknown_components_warning(names); !w.empty())
+    std::fprintf(stderr, "diffq: %s\n", w.c_str());
+}
+
+std::string quantized_schemes_summary(const Module& m) {
+  std::map<std::string, int> counts;
+  for (const auto& [name, prm] : m.named_parameters())
+    if (prm->is_quantized()) ++counts[prm->quantized().scheme()];
+  std::string out;
+  for (const auto& [scheme, n] : counts) out += (out.empty() ? "" : ", ") + scheme + " x" + std::to_string(n);
+  return out;
+}
+
+LoadOptions ComponentLoader::hooks_for(const std::string& name, bool from_folder) {
+  LoadOptions h;
+  h.dtype = dtype;
+  const bool present = from_folder && folder.has_component(name);
+  const nlohmann::json* saved = present ? folder.component(name).quantization_config() : nullptr;
+  if (saved) {
+    std::shared_ptr<const quant::QuantMethod> m =
+        quant::quant_method_from_config(*saved, (folder.component(name).dir / "config.json").string());
+    auto md = std::make_shared<io::Metadata>();
+    for (const auto& file : folder.weight_files(name).files) {
+      const auto st = io::SafetensorsFile::open(file);  // alive while its metadata is read
+      for (const auto& [k, v] : st.metadata()) (*md)[k] = v;
+    }
+    attach_quantization(h, m, /*pre_quantized=*/true, md);
+    quantization[name] = m->backend() + " " + m->scheme() + " (pre-quantized)";
+    quant_methods[name] = m;
+    if (quantization_config && quantization_config->resolve(name))
+      std::fprintf(stderr, "diffq: %s is already quantized (%s); the quantization config is ignored for it\n",
+                   name.c_str(), m->backend().c_str());
+  } else if (quantization_config) {
+    if (auto cq = quantization_config->resolve(name)) {
+      std::shared_ptr<const quant::QuantMethod> m = quant::make_quant_method(cq->backend, cq->kwargs);
+      attach_quantization(h, m, /*pre_quantized=*/false);
+      quantization[name] = m->backend() + " " + m->scheme();
+      quant_methods[name] = m;
+    }
+  }
+  return h;
+}
+
+}  // namespace diffq
