@@ -32,14 +32,14 @@ case "${1:-}" in
     ;;
   --ci-sanitize)
     # One clang build with the sanitizers and the fuzz targets: the parsers' and I/O tests (safetensors,
-    # GGUF, JSON configs, PNG, tokenizers, Diffusers folders) run under ASan + UBSan, then each fuzz
+    # GGUF, JSON configs, PNG, tokenizers, Diffusers folders, video files, prompt cleaning) run under ASan + UBSan, then each fuzz
     # target briefly on its seed corpus, so `--fuzz` keeps building and a leak or UB in a parser fails CI.
     secs=${2:-10}
     sanitize_configure
     cmake --build build-asan --target test_io test_pipelines test_ops test_quant fuzz_targets
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
       ctest --test-dir build-asan --output-on-failure -j "$jobs" \
-        -R '^(Safetensors[A-Za-z]*|Malformed[A-Za-z]*|GGUF|MappedFile|DiffusersFolder|Inspect|JsonConfig|Png|Tokenizers)\.'
+        -R '^(Safetensors[A-Za-z]*|Malformed[A-Za-z]*|GGUF|MappedFile|DiffusersFolder|Inspect|JsonConfig|Png|Tokenizers|Video[A-Za-z]*|PromptClean|UMT5Tokenizer)\.'
     # The hand-written SIMD kernels (GEMMs, attention tiles, convolution, group norm, the quantized
     # tile driver) on this CPU's paths: out-of-bounds packs and loads show up here.
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
