@@ -1,5 +1,7 @@
 #include "compile_report.h"
 
+#include "pipelines/compile_report.h"
+
 #include <cstdio>
 
 #include "compile/compiled_module.h"
@@ -12,38 +14,21 @@ compile::CompileOptions cli_compile_options(bool autotune) {
   return o;
 }
 
-nlohmann::json compile_report(const models::flux::FluxTransformer2DModel& t, bool autotune) {
-  const auto mods = t.compiled_modules();
-  if (mods.empty()) return nullptr;
-  int64_t graphs = 0, hits = 0, fallbacks = 0, opaque = 0, quantized_gemms = 0;
-  double compile_s = 0;
-  compile::AutotuneStats a;
-  std::string file;
-  for (const compile::CompiledModule* m : mods) {
-    const compile::CompileStats s = m->stats();
-    graphs += s.captures;  // signatures compiled (or found uncapturable: see eager_fallbacks)
-    hits += s.hits;
-    fallbacks += s.eager_fallbacks;
-    opaque += s.last_passes.opaque_nodes;  // of the graph compiled last by each compiled module
-    quantized_gemms += s.last_passes.fused_dequant;
-    compile_s += s.compile_seconds;
-    a.nodes += s.autotune.nodes;
-    a.tuned += s.autotune.tuned;
-    a.candidates += s.autotune.candidates;
-    a.cache_hits += s.autotune.cache_hits;
-    a.non_default += s.autotune.non_default;
-    a.seconds += s.autotune.seconds;
-    if (file.empty()) file = m->autotune_cache_file();
-  }
-  nlohmann::json j = {{"graphs", graphs}, {"cache_hits", hits}, {"eager_fallbacks", fallbacks},
-                      {"compile_s", compile_s}, {"opaque_nodes", opaque},
-                      {"quantized_gemm_nodes", quantized_gemms}, {"autotune", nullptr}};
-  if (autotune)
-    j["autotune"] = {{"nodes", a.nodes},           {"tuned", a.tuned},
-                     {"candidates", a.candidates}, {"cache_hits", a.cache_hits},
-                     {"non_default", a.non_default}, {"seconds", a.seconds},
-                     {"cache_file", file}};
+nlohmann::json compile_report(const DiffusionPipeline::CompileReport& r) {
+  if (!r.compiled) return nullptr;
+  nlohmann::json j = {{"graphs", r.graphs}, {"cache_hits", r.cache_hits}, {"eager_fallbacks", r.eager_fallbacks},
+                      {"compile_s", r.compile_s}, {"opaque_nodes", r.opaque_nodes},
+                      {"quantized_gemm_nodes", r.quantized_gemm_nodes}, {"autotune", nullptr}};
+  if (r.autotune)
+    j["autotune"] = {{"nodes", r.autotune_nodes},           {"tuned", r.autotune_tuned},
+                     {"candidates", r.autotune_candidates}, {"cache_hits", r.autotune_cache_hits},
+                     {"non_default", r.autotune_non_default}, {"seconds", r.autotune_s},
+                     {"cache_file", r.autotune_cache_file}};
   return j;
+}
+
+nlohmann::json compile_report(const models::flux::FluxTransformer2DModel& t, bool autotune) {
+  return compile_report(make_compile_report(t.compiled_modules(), autotune));
 }
 
 std::string compile_report_line(const nlohmann::json& r) {

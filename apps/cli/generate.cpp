@@ -1,5 +1,6 @@
-// diffq generate: text -> image with a Diffusers FluxPipeline folder (default: the bundled tiny
-// smoke-test pipeline tests/fixtures/tiny-flux, so the command works on a fresh clone).
+// diffq generate: text -> image (FluxPipeline folders) or video (WanPipeline folders), through diffq's public
+// API (include/diffq/pipeline.h); the folder's model_index.json picks the pipeline. Default model: the bundled
+// tiny smoke-test pipeline tests/fixtures/tiny-flux, so the command works on a fresh clone.
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,15 +21,6 @@
 #include "diffq/error.h"
 #include "diffq/memory.h"
 #include "diffq/runtime.h"
-#include "io/png.h"
-#include "io/mapped_file.h"
-#include "io/safetensors.h"
-#include "compile/compile_options.h"
-#include "offload/offload_spec.h"
-#include "offload/planner.h"
-#include "ops/ops.h"
-#include "offload/os_memory.h"
-#include "pipelines/flux_pipeline.h"
 #include "quant_options.h"
 
 namespace diffq::cli {
@@ -75,147 +67,101 @@ void run(const GenerateArgs& args) {
   GenerateArgs a = args;
   const std::filesystem::path model = a.model.empty() ? default_model() : std::filesystem::path(a.model);
   a.model = model.string();
-  // The folder's model_index.json decides the pipeline (Diffusers' DiffusionPipeline.from_pretrained).
-  if (DiffusionPipeline::pipeline_class_of(model) == "WanPipeline") return run_generate_video(a);
-  check(a.frames == 0 && a.output_frames.empty() && !a.guidance_2_given, "generate",
-        "--frames / --output-frames / --guidance-2 are for video pipelines; ", model.string(), " is a ",
-        DiffusionPipeline::pipeline_class_of(model));
-  if (a.output.empty()) a.output = "out.png";
   if (a.threads > 0) set_num_threads(a.threads);
   const bool tty = isatty(STDERR_FILENO) && !a.json;
   const DType dtype = parse_dtype(a.dtype);
   check(dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16, "generate",
         "--dtype must be float32, bfloat16 or float16, got '", a.dtype, "'");
-  check(a.max_seq > 0 && a.max_seq <= 512, "generate", "--max-sequence-length must be in 1..512, got ", a.max_seq);
   check(a.output_type == "image" || a.output_type == "latent", "generate", "--output-type must be image or latent, got '",
         a.output_type, "'");
-  if (a.output_type == "latent")
-    check(std::filesystem::path(a.output).extension() == ".safetensors", "generate",
-          "--output-type latent writes safetensors: give -o a .safetensors name, not '", a.output, "'");
+  check(!a.autotune || !a.compile.empty(), "generate", "--autotune tunes a compiled transformer: give --compile full|regional too");
+  check(a.offload.empty() || a.max_memory.empty(), "generate", "give --offload or --max-memory, not both");
+  check(!a.offload_drop_cache || !a.offload.empty(), "generate", "--offload-drop-cache needs --offload group[:N]|leaf|disk");
+  // The folder's model_index.json decides the pipeline (Diffusers' DiffusionPipeline.from_pretrained).
+  const bool video = DiffusionPipeline::pipeline_class_of(model) == "WanPipeline";
+  check_output_args(a, video);
   const std::vector<double> sigmas = a.sigmas.empty() ? std::vector<double>{} : parse_sigmas(a.sigmas);
   check(sigmas.empty() || !a.steps_given || int64_t(sigmas.size()) == a.steps, "generate", "--sigmas gives ",
         sigmas.size(), " steps but --steps says ", a.steps, " (leave --steps out with --sigmas)");
-  const int64_t steps = sigmas.empty() ? a.steps : int64_t(sigmas.size());
-  check(!a.autotune || !a.compile.empty(), "generate", "--autotune tunes a compiled transformer: give --compile full|regional too");
+
   nlohmann::json timings;
   auto t0 = clock::now();
-  FluxPipelineLoadOptions lo;
-  lo.transformer_file = a.transformer_file;
-  lo.quantization_config = cli_quantization_config(a.quant, a.quant_config, a.quantize, std::string(dtype_name(dtype)));
-  auto pipe = FluxPipeline::from_pretrained(model, dtype, lo);
+  PipelineOptions po;
+  po.dtype = dtype;
+  po.transformer_file = a.transformer_file;
+  if (auto q = cli_quantization_config(a.quant, a.quant_config, a.quantize, std::string(dtype_name(dtype))))
+    po.quantization_config_json = q->to_json().dump();
+  auto pipe = DiffusionPipeline::from_pretrained(model, po);
   timings["load_s"] = seconds_since(t0);
-  check(a.offload.empty() || a.max_memory.empty(), "generate", "give --offload or --max-memory, not both");
-  check(!a.offload_drop_cache || !a.offload.empty(), "generate", "--offload-drop-cache needs --offload group[:N]|leaf|disk");
   std::string offload_plan;
   if (!a.offload.empty()) {
-    auto spec = offload::parse_offload_spec(a.offload);
-    spec.drop_page_cache = a.offload_drop_cache;
-    offload::apply(pipe->offloader, pipe->offload_components(), FluxPipeline::model_cpu_offload_seq, spec);
-    offload_plan = spec.str();
+    offload_plan = pipe->enable_offload(a.offload, a.offload_drop_cache);
   } else if (!a.max_memory.empty()) {
-    offload::MemoryBudget b;
-    b.max_memory = offload::parse_size(a.max_memory);
-    if (!a.max_host_memory.empty()) b.max_host_memory = offload::parse_size(a.max_host_memory);
-    const auto plan = offload::plan_memory(offload::measure_footprints(pipe->offload_components()), b);
-    if (!a.json) std::fprintf(stderr, "offload plan: %s\n", plan.str().c_str());
-    offload::apply(pipe->offloader, pipe->offload_components(), FluxPipeline::model_cpu_offload_seq, plan.spec);
-    offload_plan = plan.str();
+    offload_plan = pipe->enable_memory_budget(a.max_memory, a.max_host_memory);
+    if (!a.json) std::fprintf(stderr, "offload plan: %s\n", offload_plan.c_str());
   }
-  if (!a.compile.empty()) {  // after offloading, so its hooks are seen by the capture
-    if (a.compile == "full") pipe->transformer->compile(cli_compile_options(a.autotune));
-    else pipe->transformer->compile_repeated_blocks(cli_compile_options(a.autotune));
-  }
-  if (!pipe->quantization.empty() && !a.json)
-    for (const auto& [c, q] : pipe->quantization) std::fprintf(stderr, "quantized %s: %s\n", c.c_str(), q.c_str());
+  if (!a.compile.empty()) pipe->compile(a.compile, a.autotune);  // after offloading, so its hooks are seen
+  if (!a.json)
+    for (const auto& [c, q] : pipe->quantization()) std::fprintf(stderr, "quantized %s: %s\n", c.c_str(), q.c_str());
 
-  // Prompts are encoded here (not inside the call) so that the timing of each stage is reported.
-  t0 = clock::now();
-  FluxCallOptions o;
-  auto pos = pipe->encode_prompt({a.prompt}, a.prompt_2.empty() ? std::vector<std::string>{}
-                                                                : std::vector<std::string>{a.prompt_2},
-                                 a.max_seq);
-  const int64_t n = a.num_images;
-  auto repeat = [n](const Tensor& t) { return ops::repeat_interleave(t, n, 0); };
-  o.prompt_embeds = repeat(pos.prompt_embeds);
-  o.pooled_prompt_embeds = repeat(pos.pooled_prompt_embeds);
-  if (a.true_cfg > 1.0 && !a.negative.empty()) {
-    auto neg = pipe->encode_prompt({a.negative}, a.negative_2.empty() ? std::vector<std::string>{}
-                                                                     : std::vector<std::string>{a.negative_2},
-                                   a.max_seq);
-    o.negative_prompt_embeds = repeat(neg.prompt_embeds);
-    o.negative_pooled_prompt_embeds = repeat(neg.pooled_prompt_embeds);
-  }
-  o.true_cfg_scale = a.true_cfg;
-  o.output_type = a.output_type;
-  timings["encode_prompt_s"] = seconds_since(t0);
-
-  // Diffusers: height/width default to default_sample_size (128) * vae_scale_factor (1024 for FLUX.1).
-  const int64_t default_size = 128 * pipe->vae_scale_factor();
-  const int64_t width = a.width > 0 ? a.width : default_size, height = a.height > 0 ? a.height : default_size;
-  o.height = height;
-  o.width = width;
-  o.num_inference_steps = steps;
-  if (!sigmas.empty()) o.sigmas = sigmas;
-  o.guidance_scale = a.guidance;
-  o.seed = a.seed;
-  if (!a.latents_in.empty()) o.latents = io::SafetensorsFile::open(a.latents_in).tensor("latents").to(dtype);
-  o.callback = progress_bar(tty);
-  t0 = clock::now();
-  FluxOutput out = (*pipe)(o);
+  GenerateParams p;
+  p.prompt = a.prompt;
+  p.prompt_2 = a.prompt_2;
+  p.negative_prompt = a.negative;
+  p.negative_prompt_2 = a.negative_2;
+  p.width = a.width;
+  p.height = a.height;
+  p.num_frames = a.frames;
+  if (a.steps_given) p.num_inference_steps = a.steps;
+  p.sigmas = sigmas;
+  if (a.guidance_given) p.guidance_scale = a.guidance;
+  if (a.guidance_2_given) p.guidance_scale_2 = a.guidance_2;
+  if (a.true_cfg_given) p.true_cfg_scale = a.true_cfg;
+  if (a.max_seq_given) p.max_sequence_length = a.max_seq;
+  p.num_outputs = a.num_images;
+  p.seed = a.seed;
+  if (!a.latents_in.empty()) p.latents = load_latents(a.latents_in);
+  p.output_latents_only = a.output_type == "latent";
+  p.on_step = progress_bar(tty);
+  GenerateResult r = pipe->generate(p);
   if (tty) std::fputc('\n', stderr);
-  timings["denoise_and_decode_s"] = seconds_since(t0);
+  timings["encode_prompt_s"] = r.encode_prompt_s;
+  timings["denoise_s"] = r.denoise_s;
+  timings["decode_s"] = r.decode_s;
+  timings["denoise_and_decode_s"] = r.denoise_s + r.decode_s;
 
-  if (!a.latents_out.empty()) io::save_safetensors(a.latents_out, io::StateDict{{"latents", out.latents}}, std::nullopt);
-  std::vector<std::string> outputs;
-  if (a.output_type == "latent") {
-    io::save_safetensors(a.output, io::StateDict{{"latents", out.latents}}, std::nullopt);
-    outputs.push_back(a.output);
-  } else {
-    io::PngText text = {{"prompt", a.prompt},
-                        {"seed", std::to_string(a.seed)},
-                        {"steps", std::to_string(steps)},
-                        {"guidance", std::to_string(a.guidance)},
-                        {"size", std::to_string(width) + "x" + std::to_string(height)},
-                        {"model", a.transformer_file.empty() ? model.string()
-                                                             : model.string() + " + " + a.transformer_file},
-                        {"software", std::string("diffq ") + DIFFQ_VERSION}};
-    if (!a.prompt_2.empty()) text.emplace_back("prompt_2", a.prompt_2);
-    if (!a.negative.empty()) text.emplace_back("negative_prompt", a.negative);
-    if (!a.negative_2.empty()) text.emplace_back("negative_prompt_2", a.negative_2);
-    if (a.true_cfg > 1.0) text.emplace_back("true_cfg_scale", std::to_string(a.true_cfg));
-    if (!sigmas.empty()) text.emplace_back("sigmas", a.sigmas);
-    for (int64_t i = 0; i < n; ++i) {
-      // One image: the name as given; several: <stem>-<i><ext> (image i of the seed's batch).
-      std::filesystem::path p = a.output;
-      if (n > 1) p.replace_filename(p.stem().string() + "-" + std::to_string(i) + p.extension().string());
-      io::PngText t = text;
-      if (n > 1) t.emplace_back("batch_index", std::to_string(i));
-      io::write_png(p, out.image_u8.slice(0, i, i + 1).contiguous(), t);
-      outputs.push_back(p.string());
-    }
-  }
+  t0 = clock::now();
+  if (!a.latents_out.empty()) save_latents(a.latents_out, r.latents);
+  const std::vector<std::string> outputs = write_outputs(a, r, video);
+  timings["write_s"] = seconds_since(t0);
 
+  const GenerateParams& u = r.used;
+  const auto report = compile_report(pipe->compile_report());
   if (a.json) {
     nlohmann::json j = {{"output", outputs.size() == 1 ? nlohmann::json(outputs[0]) : nlohmann::json(outputs)},
-                        {"model", model.string()}, {"prompt", a.prompt}, {"num_images", n},
-                        {"seed", a.seed}, {"steps", out.steps_run}, {"width", width},
-                        {"height", height}, {"guidance", a.guidance}, {"dtype", a.dtype},
-                        {"threads", num_threads()}, {"timings", timings},
-                        {"peak_cpu_bytes", memory_stats(Device::cpu()).peak_bytes},
-                        {"peak_rss_bytes", offload::peak_rss_bytes()},
-                        {"quantization", pipe->quantization},
-                        {"offload", offload_plan}, {"compile", a.compile},
-                        {"autotune", a.autotune}, {"compile_stats", compile_report(*pipe->transformer, a.autotune)}};
+                        {"pipeline", pipe->class_name()}, {"model", model.string()}, {"prompt", a.prompt},
+                        {video ? "num_videos" : "num_images", a.num_images}, {"seed", a.seed},
+                        {"steps", r.steps_run}, {"width", u.width}, {"height", u.height},
+                        {"guidance", *u.guidance_scale}, {"dtype", a.dtype}, {"threads", num_threads()},
+                        {"timings", timings}, {"peak_cpu_bytes", memory_stats(Device::cpu()).peak_bytes},
+                        {"peak_rss_bytes", process_peak_rss_bytes()}, {"quantization", pipe->quantization()},
+                        {"offload", offload_plan}, {"compile", a.compile}, {"autotune", a.autotune},
+                        {"compile_stats", report}};
+    if (video) {
+      j["num_frames"] = u.num_frames;
+      j["fps"] = a.fps;
+      if (u.guidance_scale_2) j["guidance_2"] = *u.guidance_scale_2;
+    }
+    if (!a.transformer_file.empty()) j["transformer_file"] = a.transformer_file;
     std::printf("%s\n", j.dump(2).c_str());
   } else {
-    for (const auto& p : outputs) std::fprintf(stderr, "wrote %s\n", p.c_str());
-    if (!a.compile.empty())
-      std::fprintf(stderr, "%s\n", compile_report_line(compile_report(*pipe->transformer, a.autotune)).c_str());
+    for (const auto& o : outputs) std::fprintf(stderr, "wrote %s\n", o.c_str());
+    if (!a.compile.empty()) std::fprintf(stderr, "%s\n", compile_report_line(report).c_str());
   }
   if (a.stats)
-    std::fprintf(stderr, "stats: peak allocator (cpu) %s, peak RSS %s\n",
-                 io::format_bytes(memory_stats(Device::cpu()).peak_bytes).c_str(),
-                 io::format_bytes(uint64_t(offload::peak_rss_bytes())).c_str());
+    std::fprintf(stderr, "stats: peak allocator (cpu) %.1f MiB, peak RSS %.1f MiB\n",
+                 double(memory_stats(Device::cpu()).peak_bytes) / 1048576.0,
+                 double(process_peak_rss_bytes()) / 1048576.0);
 }
 
 }  // namespace

@@ -3,6 +3,9 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "diffq/pipeline.h"
 
 namespace diffq::cli {
 
@@ -29,7 +32,10 @@ struct GenerateArgs {
   bool json = false;
 };
 
-// Video pipelines (WanPipeline folders): generate_video.cpp, through the public API only.
-void run_generate_video(const GenerateArgs& a);
+// generate_output.cpp: fills the default -o (out.png / out.mp4 / out.safetensors) and refuses options that do
+// not apply to the pipeline's kind; then writes the result (PNG images, mp4 / webp + PNG frames, or latents)
+// and returns the paths written.
+void check_output_args(GenerateArgs& a, bool video);
+std::vector<std::string> write_outputs(const GenerateArgs& a, const GenerateResult& r, bool video);
 
 }  // namespace diffq::cli

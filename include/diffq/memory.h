@@ -45,6 +45,11 @@ void reset_peak_memory_stats(Device d);
 // weights moved home or transient buffers of quantize-while-loading were freed.
 void return_freed_memory_to_os();
 
+// The process's peak resident set (VmHWM) in bytes since start or the last reset_peak_rss(); 0 when unknown.
+int64_t process_peak_rss_bytes();
+// Restarts the peak (Linux >= 4.0); false when the kernel refuses.
+bool reset_peak_rss();
+
 // Registered by the CUDA backend at static-init time when it is linked in.
 using AllocatorFactory = Allocator& (*)(int index);
 void register_cuda_allocator(AllocatorFactory f);

@@ -59,6 +59,7 @@ struct GenerateParams {
 
 struct GenerateResult {
   Tensor latents;    // final latents (always)
+  double encode_prompt_s = 0, denoise_s = 0, decode_s = 0;  // wall time of each stage
   Tensor images_u8;  // image pipelines: [N, H, W, 3] uint8
   Tensor videos_u8;  // video pipelines: [N, F, H, W, 3] uint8
   Tensor pixels_f32; // the same in [0, 1] float32 (Diffusers' output_type "np")
@@ -80,10 +81,27 @@ class DiffusionPipeline {
   virtual GenerateParams defaults() const = 0;  // Diffusers' call defaults for this folder
   virtual GenerateResult generate(const GenerateParams& p) = 0;
 
-  // Offloading as the CLI's --offload takes it: model | sequential | group[:N] | leaf | disk[:path].
-  virtual void enable_offload(const std::string& spec) = 0;
-  // Compile the transformer(s): "full" (one graph) or "regional" (one graph per kind of repeated block).
+  // Offloading as the CLI's --offload takes it: model | sequential | group[:N] | leaf | disk[:path];
+  // drop_page_cache: the offload files' pages leave the OS page cache after each read (group/leaf/disk).
+  // Returns the mode as applied ("group:2", "disk:/tmp/x", ...).
+  virtual std::string enable_offload(const std::string& spec, bool drop_page_cache = false) = 0;
+  // Picks the offload mode whose working set fits `max_memory` (e.g. "2GiB"; `max_host_memory` bounds the
+  // host RAM of GPU runs), applies it and returns the plan's description.
+  virtual std::string enable_memory_budget(const std::string& max_memory, const std::string& max_host_memory = "") = 0;
+  // Compile the transformer(s): "full" (one graph) or "regional" (one graph per kind of repeated block);
+  // autotune: max-autotune (kernel variants timed on the real shapes, the winners kept in a cache file).
   virtual void compile(const std::string& mode, bool autotune = false) = 0;
+  struct CompileReport {
+    bool compiled = false;
+    int64_t graphs = 0, cache_hits = 0, eager_fallbacks = 0, opaque_nodes = 0, quantized_gemm_nodes = 0;
+    double compile_s = 0;
+    bool autotune = false;  // the autotune figures below are set
+    int64_t autotune_nodes = 0, autotune_tuned = 0, autotune_candidates = 0, autotune_cache_hits = 0,
+            autotune_non_default = 0;
+    double autotune_s = 0;
+    std::string autotune_cache_file;
+  };
+  virtual CompileReport compile_report() const = 0;
   // Each quantized component's backend and scheme, e.g. {"transformer": "bitsandbytes_4bit nf4"}.
   virtual std::map<std::string, std::string> quantization() const = 0;
 };

@@ -108,4 +108,24 @@ std::vector<Tensor> CompiledModule::run(Module& m, const std::vector<Tensor>& in
   return g->run(inputs, dense_parameters(m), &m);
 }
 
+CompileStats total_stats(const std::vector<const CompiledModule*>& mods) {
+  CompileStats t;
+  for (const CompiledModule* m : mods) {
+    const CompileStats s = m->stats();
+    t.captures += s.captures;
+    t.hits += s.hits;
+    t.eager_fallbacks += s.eager_fallbacks;
+    t.compile_seconds += s.compile_seconds;
+    t.last_passes.opaque_nodes += s.last_passes.opaque_nodes;
+    t.last_passes.fused_dequant += s.last_passes.fused_dequant;
+    t.autotune.nodes += s.autotune.nodes;
+    t.autotune.tuned += s.autotune.tuned;
+    t.autotune.candidates += s.autotune.candidates;
+    t.autotune.cache_hits += s.autotune.cache_hits;
+    t.autotune.non_default += s.autotune.non_default;
+    t.autotune.seconds += s.autotune.seconds;
+  }
+  return t;
+}
+
 }  // namespace diffq::compile

@@ -58,6 +58,11 @@ class CompiledModule {
   std::unique_ptr<Autotuner> tuner_;  // max-autotune: made on the first compile
 };
 
+// The stats of several compiled modules (a model's regional graphs) added up: captures, hits, fallbacks,
+// compile and autotune figures summed; last_passes.opaque_nodes / fused_dequant summed over the graphs
+// compiled last by each; empty when `mods` is.
+CompileStats total_stats(const std::vector<const CompiledModule*>& mods);
+
 // The dense parameters of `m` in named_parameters() order (quantized or unloaded ones undefined).
 std::vector<Tensor> dense_parameters(Module& m);
 

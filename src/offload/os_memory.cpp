@@ -1,5 +1,7 @@
 #include "offload/os_memory.h"
 
+#include "diffq/memory.h"
+
 #include <fstream>
 #include <string>
 
@@ -28,3 +30,9 @@ bool reset_peak_rss() {
 }
 
 }  // namespace diffq::offload
+
+namespace diffq {
+// The public API's names (diffq/memory.h) for the OS view of the process.
+int64_t process_peak_rss_bytes() { return offload::peak_rss_bytes(); }
+bool reset_peak_rss() { return offload::reset_peak_rss(); }
+}  // namespace diffq

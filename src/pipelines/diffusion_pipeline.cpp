@@ -9,6 +9,9 @@
 #include "io/safetensors.h"
 #include "io/video_writer.h"
 #include "offload/offload_spec.h"
+#include "offload/planner.h"
+#include "compile/compiled_module.h"
+#include "pipelines/compile_report.h"
 #include "pipelines/flux_pipeline.h"
 #include "pipelines/wan_pipeline.h"
 
@@ -40,7 +43,35 @@ T value_or(const std::optional<T>& v, T d) {
   return v ? *v : d;
 }
 
-class FluxAdapter final : public DiffusionPipeline {
+// What FLUX and Wan share: offloading (by spec or by memory budget) over the pipeline's components in its
+// model_cpu_offload_seq order, and the compile report over its transformers' compiled modules.
+class AdapterBase : public DiffusionPipeline {
+ public:
+  std::string enable_offload(const std::string& spec, bool drop_page_cache) override {
+    auto sp = offload::parse_offload_spec(spec);
+    sp.drop_page_cache = drop_page_cache;
+    offload::apply(offloader(), components(), offload_seq(), sp);
+    return sp.str();
+  }
+  std::string enable_memory_budget(const std::string& max_memory, const std::string& max_host_memory) override {
+    offload::MemoryBudget b;
+    b.max_memory = offload::parse_size(max_memory);
+    if (!max_host_memory.empty()) b.max_host_memory = offload::parse_size(max_host_memory);
+    const auto plan = offload::plan_memory(offload::measure_footprints(components()), b);
+    offload::apply(offloader(), components(), offload_seq(), plan.spec);
+    return plan.str();
+  }
+  CompileReport compile_report() const override { return make_compile_report(compiled_modules(), autotuned_); }
+
+ protected:
+  virtual offload::PipelineOffloader& offloader() = 0;
+  virtual offload::NamedModules components() const = 0;
+  virtual const char* offload_seq() const = 0;
+  virtual std::vector<const compile::CompiledModule*> compiled_modules() const = 0;
+  bool autotuned_ = false;
+};
+
+class FluxAdapter final : public AdapterBase {
  public:
   explicit FluxAdapter(std::unique_ptr<FluxPipeline> p) : p_(std::move(p)) {}
   std::string class_name() const override { return "FluxPipeline"; }
@@ -83,6 +114,9 @@ class FluxAdapter final : public DiffusionPipeline {
     r.pixels_f32 = out.image_f32;
     r.steps_run = out.steps_run;
     r.interrupted = out.interrupted;
+    r.encode_prompt_s = out.encode_prompt_s;
+    r.denoise_s = out.denoise_s;
+    r.decode_s = out.decode_s;
     r.used = in;
     r.used.width = o.width;
     r.used.height = o.height;
@@ -92,22 +126,27 @@ class FluxAdapter final : public DiffusionPipeline {
     r.used.max_sequence_length = o.max_sequence_length;
     return r;
   }
-  void enable_offload(const std::string& spec) override {
-    offload::apply(p_->offloader, p_->offload_components(), FluxPipeline::model_cpu_offload_seq,
-                   offload::parse_offload_spec(spec));
-  }
   void compile(const std::string& mode, bool autotune) override {
     const auto o = compile_options(mode, autotune);
     if (mode == "full") p_->transformer->compile(o);
     else p_->transformer->compile_repeated_blocks(o);
+    autotuned_ = autotune;
   }
   std::map<std::string, std::string> quantization() const override { return p_->quantization; }
+
+ protected:
+  offload::PipelineOffloader& offloader() override { return p_->offloader; }
+  offload::NamedModules components() const override { return p_->offload_components(); }
+  const char* offload_seq() const override { return FluxPipeline::model_cpu_offload_seq; }
+  std::vector<const compile::CompiledModule*> compiled_modules() const override {
+    return p_->transformer->compiled_modules();
+  }
 
  private:
   std::unique_ptr<FluxPipeline> p_;
 };
 
-class WanAdapter final : public DiffusionPipeline {
+class WanAdapter final : public AdapterBase {
  public:
   explicit WanAdapter(std::unique_ptr<WanPipeline> p) : p_(std::move(p)) {}
   std::string class_name() const override { return "WanPipeline"; }
@@ -150,6 +189,9 @@ class WanAdapter final : public DiffusionPipeline {
     r.pixels_f32 = out.frames_f32;
     r.steps_run = out.steps_run;
     r.interrupted = out.interrupted;
+    r.encode_prompt_s = out.encode_prompt_s;
+    r.denoise_s = out.denoise_s;
+    r.decode_s = out.decode_s;
     r.used = in;
     r.used.width = o.width;
     r.used.height = o.height;
@@ -160,10 +202,6 @@ class WanAdapter final : public DiffusionPipeline {
     r.used.max_sequence_length = o.max_sequence_length;
     return r;
   }
-  void enable_offload(const std::string& spec) override {
-    offload::apply(p_->offloader, p_->offload_components(), WanPipeline::model_cpu_offload_seq,
-                   offload::parse_offload_spec(spec));
-  }
   void compile(const std::string& mode, bool autotune) override {
     const auto o = compile_options(mode, autotune);
     for (auto* t : {p_->transformer.get(), p_->transformer_2.get()}) {
@@ -171,8 +209,21 @@ class WanAdapter final : public DiffusionPipeline {
       if (mode == "full") t->compile(o);
       else t->compile_repeated_blocks(o);
     }
+    autotuned_ = autotune;
   }
   std::map<std::string, std::string> quantization() const override { return p_->quantization; }
+
+ protected:
+  offload::PipelineOffloader& offloader() override { return p_->offloader; }
+  offload::NamedModules components() const override { return p_->offload_components(); }
+  const char* offload_seq() const override { return WanPipeline::model_cpu_offload_seq; }
+  std::vector<const compile::CompiledModule*> compiled_modules() const override {
+    std::vector<const compile::CompiledModule*> out;
+    for (auto* t : {p_->transformer.get(), p_->transformer_2.get()})
+      if (t)
+        for (const auto* m : t->compiled_modules()) out.push_back(m);
+    return out;
+  }
 
  private:
   std::unique_ptr<WanPipeline> p_;

@@ -14,6 +14,7 @@
 #include "models/flux/flux_single_file.h"
 #include "ops/ops.h"
 #include "pipelines/flux_latents.h"
+#include "pipelines/stage_clock.h"
 
 namespace diffq {
 
@@ -137,6 +138,7 @@ FluxOutput FluxPipeline::operator()(const FluxCallOptions& opt) {
   } free_hooks_at_end{this};
   const auto& tcfg = transformer->config;
   // ---- check_inputs + encode_prompt ----
+  StageClock clock;
   FluxCallOptions o = opt;
   check(o.num_images_per_prompt >= 1, kCtx, "num_images_per_prompt must be >= 1, got ", o.num_images_per_prompt);
   check(o.max_sequence_length > 0 && o.max_sequence_length <= 512, kCtx,
@@ -204,6 +206,7 @@ FluxOutput FluxPipeline::operator()(const FluxCallOptions& opt) {
           "negative_pooled_prompt_embeds must have pooled_prompt_embeds' shape");
   }
 
+  const double encode_prompt_s = clock.lap();
   // ---- latents ----
   const DType ldt = o.prompt_embeds.dtype();
   const auto grid = flux::latent_grid(o.height, o.width, vsf);
@@ -239,6 +242,7 @@ FluxOutput FluxPipeline::operator()(const FluxCallOptions& opt) {
   // ---- denoising loop ----
   scheduler->set_begin_index(0);
   FluxOutput out;
+  out.encode_prompt_s = encode_prompt_s;
   for (int64_t i = 0; i < N; ++i) {
     const float t = timesteps[size_t(i)];
     // t.expand(B).to(latents.dtype) / 1000, computed in latents' dtype.
@@ -261,6 +265,7 @@ FluxOutput FluxPipeline::operator()(const FluxCallOptions& opt) {
     }
   }
   out.latents = latents;
+  out.denoise_s = clock.lap();
   if (o.output_type == "latent") return out;
 
   // ---- decode ----
@@ -270,6 +275,7 @@ FluxOutput FluxPipeline::operator()(const FluxCallOptions& opt) {
   Tensor image = vae->decode(z);
   out.image_f32 = io::denormalize_image(image);
   out.image_u8 = io::image_to_uint8(out.image_f32);
+  out.decode_s = clock.lap();
   return out;
 }
 

@@ -93,6 +93,7 @@ struct FluxOutput {
   Tensor image_u8;     // [B, H, W, 3] uint8 (output_type "image")
   int64_t steps_run = 0;
   bool interrupted = false;
+  double encode_prompt_s = 0, denoise_s = 0, decode_s = 0;  // wall time of each stage
 };
 
 struct FluxPipelineLoadOptions {

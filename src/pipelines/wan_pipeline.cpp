@@ -10,6 +10,7 @@
 #include "ops/ops.h"
 #include "models/wan/wan_single_file.h"
 #include "pipelines/component_loading.h"
+#include "pipelines/stage_clock.h"
 #include "pipelines/wan_prompt.h"
 
 namespace diffq {
@@ -157,6 +158,7 @@ WanOutput WanPipeline::operator()(const WanCallOptions& opt) {
       }
     }
   } free_hooks_at_end{this};
+  StageClock clock;
   WanCallOptions o = opt;
   auto& tr0 = first_transformer();
   const auto& tcfg = tr0.config;
@@ -220,6 +222,7 @@ WanOutput WanPipeline::operator()(const WanCallOptions& opt) {
     uncond = o.negative_prompt_embeds.to(tdt);
   }
 
+  const double encode_prompt_s = clock.lap();
   // ---- timesteps and latents ----
   scheduler->set_timesteps(o.num_inference_steps);
   const std::vector<double>& timesteps = scheduler->timesteps();
@@ -243,6 +246,7 @@ WanOutput WanPipeline::operator()(const WanCallOptions& opt) {
   // ---- denoising loop ----
   WanOutput out;
   out.num_frames = num_frames;
+  out.encode_prompt_s = encode_prompt_s;
   for (int64_t i = 0; i < N; ++i) {
     const double t = timesteps[size_t(i)];
     const bool high = !boundary_t || t >= *boundary_t;
@@ -265,6 +269,7 @@ WanOutput WanPipeline::operator()(const WanCallOptions& opt) {
     }
   }
   out.latents = latents;
+  out.denoise_s = clock.lap();
   if (o.output_type == "latent") return out;
 
   // ---- decode ----
@@ -283,6 +288,7 @@ WanOutput WanPipeline::operator()(const WanCallOptions& opt) {
   const Tensor frames = video.permute({0, 2, 1, 3, 4}).reshape({B * F, video.shape()[1], H, W});
   out.frames_f32 = io::denormalize_image(frames).view({B, F, H, W, video.shape()[1]});
   out.frames_u8 = io::image_to_uint8(out.frames_f32.view({B * F, H, W, video.shape()[1]})).view({B, F, H, W, video.shape()[1]});
+  out.decode_s = clock.lap();
   return out;
 }
 

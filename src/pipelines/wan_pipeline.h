@@ -69,6 +69,7 @@ struct WanOutput {
   int64_t num_frames = 0;  // after the 4k + 1 rounding
   int64_t steps_run = 0;
   bool interrupted = false;
+  double encode_prompt_s = 0, denoise_s = 0, decode_s = 0;  // wall time of each stage
 };
 
 struct WanPipelineLoadOptions {
