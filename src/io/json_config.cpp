@@ -1,5 +1,8 @@
 #include "io/json_config.h"
 
+#include <fstream>
+#include <sstream>
+
 #include "diffq/error.h"
 
 namespace diffq::io {
@@ -93,5 +96,23 @@ DIFFQ_CONFIG_TYPE(std::vector<int64_t>)
 DIFFQ_CONFIG_TYPE(std::vector<double>)
 DIFFQ_CONFIG_TYPE(std::vector<std::string>)
 #undef DIFFQ_CONFIG_TYPE
+
+nlohmann::json read_json_file(const std::filesystem::path& path, const char* ctx) {
+  std::ifstream in(path, std::ios::binary);
+  check(in.good(), ctx, "cannot open ", path.string());
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  try {
+    return nlohmann::json::parse(ss.str());
+  } catch (const nlohmann::json::exception& e) {
+    fail(ctx, path.string(), " is not valid JSON: ", e.what());
+  }
+}
+
+JsonConfig read_json_config(const std::filesystem::path& path, const char* ctx) {
+  nlohmann::json j = read_json_file(path, ctx);
+  check(j.is_object(), ctx, path.string(), " must hold a JSON object");
+  return JsonConfig(std::move(j), path.string());
+}
 
 }  // namespace diffq::io

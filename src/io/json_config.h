@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -34,5 +35,10 @@ class JsonConfig {
   nlohmann::json j_ = nlohmann::json::object();
   std::string source_;
 };
+
+// Reads a JSON file with a clear error on I/O or syntax problems ("[<ctx>] <file>: ...").
+nlohmann::json read_json_file(const std::filesystem::path& path, const char* ctx);
+// A JSON object file as a JsonConfig (its path as the source); errors name the file.
+JsonConfig read_json_config(const std::filesystem::path& path, const char* ctx);
 
 }  // namespace diffq::io

@@ -12,18 +12,6 @@ namespace {
 constexpr const char* kCtx = "safetensors";
 }
 
-nlohmann::json read_json_file(const std::filesystem::path& path, const char* ctx) {
-  std::ifstream in(path, std::ios::binary);
-  check(in.good(), ctx, "cannot open ", path.string());
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  try {
-    return nlohmann::json::parse(ss.str());
-  } catch (const nlohmann::json::exception& e) {
-    fail(ctx, path.string(), " is not valid JSON: ", e.what());
-  }
-}
-
 ShardedSafetensors ShardedSafetensors::open(const std::filesystem::path& index_json) {
   check(std::filesystem::is_regular_file(index_json), kCtx, "index file ", index_json.string(),
         " does not exist");

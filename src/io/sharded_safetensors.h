@@ -8,6 +8,8 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+
+#include "io/json_config.h"
 #include <optional>
 #include <string>
 
@@ -46,7 +48,5 @@ class ShardedSafetensors {
 // Loads a checkpoint given either a .safetensors file or a *.safetensors.index.json (zero-copy).
 StateDict load_safetensors(const std::filesystem::path& path);
 
-// Reads a JSON file with a clear error on I/O or syntax problems ("[<ctx>] <file>: ...").
-nlohmann::json read_json_file(const std::filesystem::path& path, const char* ctx);
 
 }  // namespace diffq::io

@@ -86,4 +86,23 @@ std::vector<LayerSqnr> weight_sqnr(const Module& quantized, const Module& refere
   return out;
 }
 
+QuantizedBinder::QuantizedBinder(std::shared_ptr<const QuantizedByName> weights, LoadOptions& o)
+    : weights_(std::move(weights)) {
+  const auto previous = o.load_quantized;
+  o.load_quantized = [w = weights_, bound = bound_, previous](const ParamRef& p, const StateDict& sd,
+                                                              std::vector<std::string>& consumed)
+      -> std::shared_ptr<QuantizedWeight> {
+    if (auto it = w->find(p.full); it != w->end()) {
+      bound->insert(p.full);
+      return it->second;
+    }
+    return previous ? previous(p, sd, consumed) : nullptr;
+  };
+}
+
+void QuantizedBinder::check_all_bound(const char* ctx, const std::string& file) const {
+  for (const auto& [k, w] : *weights_)
+    check(bound_->count(k), ctx, file, ": the quantized tensor for ", k, " matches no parameter of the model");
+}
+
 }  // namespace diffq

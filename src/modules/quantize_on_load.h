@@ -5,7 +5,9 @@
 // the model's keep-in-fp32 modules from `keep_in_fp32`.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,20 @@ namespace diffq {
 // checkpoint's safetensors metadata when the format needs it).
 void attach_quantization(LoadOptions& opt, std::shared_ptr<const quant::QuantMethod> method, bool pre_quantized,
                          std::shared_ptr<const io::Metadata> metadata = nullptr);
+
+// Packed weights already built per parameter name (e.g. a GGUF file's quantized tensors), bound by name
+// before the dense path and before any load_quantized hook already in the options; after loading,
+// check_all_bound() fails naming a weight that matched no parameter of the model.
+using QuantizedByName = std::map<std::string, std::shared_ptr<QuantizedWeight>>;
+class QuantizedBinder {
+ public:
+  QuantizedBinder(std::shared_ptr<const QuantizedByName> weights, LoadOptions& o);
+  void check_all_bound(const char* ctx, const std::string& file) const;
+
+ private:
+  std::shared_ptr<const QuantizedByName> weights_;
+  std::shared_ptr<std::set<std::string>> bound_ = std::make_shared<std::set<std::string>>();
+};
 
 // Quantizes the dense Linear weights of an already loaded module in place (same rules as loading);
 // returns how many were quantized. `keep_in_fp32` modules are skipped.

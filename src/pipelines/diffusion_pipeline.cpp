@@ -43,6 +43,20 @@ T value_or(const std::optional<T>& v, T d) {
   return v ? *v : d;
 }
 
+// The fields every pipeline output has, and the call as asked (the adapters fill in what they resolved).
+template <class Out>
+GenerateResult result_of(const Out& out, const GenerateParams& in) {
+  GenerateResult r;
+  r.latents = out.latents;
+  r.steps_run = out.steps_run;
+  r.interrupted = out.interrupted;
+  r.encode_prompt_s = out.encode_prompt_s;
+  r.denoise_s = out.denoise_s;
+  r.decode_s = out.decode_s;
+  r.used = in;
+  return r;
+}
+
 // What FLUX and Wan share: offloading (by spec or by memory budget) over the pipeline's components in its
 // model_cpu_offload_seq order, and the compile report over its transformers' compiled modules.
 class AdapterBase : public DiffusionPipeline {
@@ -108,16 +122,9 @@ class FluxAdapter final : public AdapterBase {
     o.output_type = in.output_latents_only ? "latent" : "image";
     o.callback = in.on_step;
     FluxOutput out = (*p_)(o);
-    GenerateResult r;
-    r.latents = out.latents;
+    GenerateResult r = result_of(out, in);
     r.images_u8 = out.image_u8;
     r.pixels_f32 = out.image_f32;
-    r.steps_run = out.steps_run;
-    r.interrupted = out.interrupted;
-    r.encode_prompt_s = out.encode_prompt_s;
-    r.denoise_s = out.denoise_s;
-    r.decode_s = out.decode_s;
-    r.used = in;
     r.used.width = o.width;
     r.used.height = o.height;
     r.used.num_inference_steps = in.sigmas.empty() ? o.num_inference_steps : int64_t(in.sigmas.size());
@@ -183,16 +190,9 @@ class WanAdapter final : public AdapterBase {
     o.output_type = in.output_latents_only ? "latent" : "np";
     o.callback = in.on_step;
     WanOutput out = (*p_)(o);
-    GenerateResult r;
-    r.latents = out.latents;
+    GenerateResult r = result_of(out, in);
     r.videos_u8 = out.frames_u8;
     r.pixels_f32 = out.frames_f32;
-    r.steps_run = out.steps_run;
-    r.interrupted = out.interrupted;
-    r.encode_prompt_s = out.encode_prompt_s;
-    r.denoise_s = out.denoise_s;
-    r.decode_s = out.decode_s;
-    r.used = in;
     r.used.width = o.width;
     r.used.height = o.height;
     r.used.num_frames = out.num_frames;

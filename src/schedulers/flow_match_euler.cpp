@@ -54,16 +54,7 @@ FlowMatchEulerDiscreteConfig FlowMatchEulerDiscreteConfig::from_json(const io::J
 
 FlowMatchEulerDiscreteConfig FlowMatchEulerDiscreteConfig::from_file(
     const std::filesystem::path& path) {
-  std::ifstream in(path);
-  check(bool(in), kCtx, "cannot open ", path.string());
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    fail(kCtx, path.string(), " is not valid JSON: ", e.what());
-  }
-  check(j.is_object(), kCtx, path.string(), " must hold a JSON object");
-  return from_json(io::JsonConfig(std::move(j), path.string()));
+  return from_json(io::read_json_config(path, kCtx));
 }
 
 // ---- schedule helpers ----------------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 #include "diffq/error.h"
 #include "io/gguf.h"
 #include "models/flux/flux_keys.h"
+#include "modules/quantize_on_load.h"
 #include "quant/gguf/gguf_packed.h"
 #include "quant/gguf/gguf_weight.h"
 
@@ -98,21 +99,10 @@ std::unique_ptr<FluxTransformer2DModel> load_flux_gguf(const std::filesystem::pa
   check(n == 0, kCtx, fname, ": ", n, " tensor(s) are not part of a FLUX transformer: ", unknown, n > 8 ? ", ..." : "");
 
   // Quantized weights are bound by name before the dense path (and before any quantize-on-load hook).
-  auto consumed_all = std::make_shared<std::set<std::string>>();
-  const auto previous = opt.load_quantized;
-  o.load_quantized = [quantized, consumed_all, previous](const ParamRef& p, const StateDict& sd,
-                                                         std::vector<std::string>& consumed)
-      -> std::shared_ptr<QuantizedWeight> {
-    if (auto it = quantized->find(p.full); it != quantized->end()) {
-      consumed_all->insert(p.full);
-      return it->second;
-    }
-    return previous ? previous(p, sd, consumed) : nullptr;
-  };
+  QuantizedBinder binder(quantized, o);
   auto model = std::make_unique<FluxTransformer2DModel>(cfg);
   load_state_dict(*model, dense, o);
-  for (const auto& [k, w] : *quantized)
-    check(consumed_all->count(k), kCtx, fname, ": the quantized tensor for ", k, " matches no parameter of the model");
+  binder.check_all_bound(kCtx, fname);
   return model;
 }
 

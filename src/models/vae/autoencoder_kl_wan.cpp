@@ -231,15 +231,9 @@ std::unique_ptr<AutoencoderKLWan> AutoencoderKLWan::from_pretrained(const std::f
     return m;
   }
   const auto cfg_path = dir / "config.json";
-  std::ifstream f(cfg_path);
-  check(f.good(), "vae", "cannot open ", cfg_path.string(),
+  check(std::filesystem::is_regular_file(cfg_path), "vae", "cannot open ", cfg_path.string(),
         " (expected an AutoencoderKLWan model folder or a pipeline folder)");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(f);
-  } catch (const std::exception& e) {
-    fail("vae", cfg_path.string(), " is not valid JSON: ", e.what());
-  }
+  nlohmann::json j = io::read_json_file(cfg_path, "vae");
   const std::string cls = j.value("_class_name", std::string("AutoencoderKLWan"));
   check(cls == "AutoencoderKLWan", "vae", cfg_path.string(), ": _class_name is ", cls, ", not AutoencoderKLWan");
   auto m = std::make_unique<AutoencoderKLWan>(

@@ -6,6 +6,7 @@
 #include "diffq/error.h"
 #include "io/gguf.h"
 #include "models/wan/wan_keys.h"
+#include "modules/quantize_on_load.h"
 #include "quant/gguf/gguf_packed.h"
 #include "quant/gguf/gguf_weight.h"
 
@@ -99,20 +100,9 @@ std::unique_ptr<WanTransformer3DModel> load_wan_gguf(const std::filesystem::path
   const WanTransformerConfig cfg = infer_wan_config_from_shapes(diffusers_shapes, base, fname);
 
   // Quantized weights are bound by name before the dense path (and before any quantize-on-load hook).
-  auto consumed_all = std::make_shared<std::set<std::string>>();
-  const auto previous = opt.load_quantized;
-  o.load_quantized = [quantized, consumed_all, previous](const ParamRef& p, const StateDict& sd,
-                                                         std::vector<std::string>& consumed)
-      -> std::shared_ptr<QuantizedWeight> {
-    if (auto it = quantized->find(p.full); it != quantized->end()) {
-      consumed_all->insert(p.full);
-      return it->second;
-    }
-    return previous ? previous(p, sd, consumed) : nullptr;
-  };
+  QuantizedBinder binder(quantized, o);
   auto model = WanTransformer3DModel::from_state_dict(cfg, dense, o);
-  for (const auto& [k, w] : *quantized)
-    check(consumed_all->count(k), kCtx, fname, ": the quantized tensor for ", k, " matches no parameter of the model");
+  binder.check_all_bound(kCtx, fname);
   return model;
 }
 
