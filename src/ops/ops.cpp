@@ -36,6 +36,18 @@ Tensor to_device(const Tensor& x, Device d) {
   return call1(OpKind::to_device, {x}, a);
 }
 
+void copy_into(const Tensor& src, const Tensor& dst) {
+  check(src.defined() && dst.defined() && src.shape() == dst.shape(), "copy", "copy into ",
+        dst.defined() ? shape_str(dst.shape()) : std::string("(undefined)"), " from ",
+        src.defined() ? shape_str(src.shape()) : std::string("(undefined)"));
+  check(src.device() == dst.device(), "copy", "copy into ", dst.device().str(), " from ", src.device().str(),
+        ": same device only");
+  Attrs a;
+  a.dtype = dst.dtype();
+  Tensor out = dst;
+  execute_into(OpCall{src.dtype() == dst.dtype() ? OpKind::copy : OpKind::cast, {src}, a}, out);
+}
+
 Tensor concat(const std::vector<Tensor>& xs, int64_t dim) {
   Attrs a;
   a.i0 = dim;

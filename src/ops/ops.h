@@ -13,6 +13,9 @@ namespace diffq::ops {
 Tensor copy(const Tensor& x);                 // contiguous copy
 Tensor cast(const Tensor& x, DType dtype);    // rounds as torch's .to(dtype)
 Tensor to_device(const Tensor& x, Device d);
+// dst[...] = src (torch's dst.copy_(src)): same shape and device, cast to dst's dtype as torch rounds.
+// dst may be a view whose rows are contiguous (a slice of a preallocated tensor). Eager only.
+void copy_into(const Tensor& src, const Tensor& dst);
 Tensor concat(const std::vector<Tensor>& xs, int64_t dim);
 // torch.repeat_interleave(x, repeats, dim): each slice along `dim` repeated in place (r0, r0, r1, r1, ...).
 Tensor repeat_interleave(const Tensor& x, int64_t repeats, int64_t dim = 0);

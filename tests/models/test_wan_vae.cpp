@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 
 #include "diffq/error.h"
 #include "diffq/memory.h"
+#include "io/diffusers_folder.h"
 #include "io/safetensors.h"
 #include "models/vae/autoencoder_kl_wan.h"
 #include "ops/ops.h"
@@ -173,6 +175,94 @@ TEST(WanVae, ChecksShapes) {
   auto m = load("wan21", DType::f32);
   EXPECT_THROW(m->decode(Tensor::zeros({1, 3, 2, 4, 6}, DType::f32)), Error);
   EXPECT_THROW(m->encode(Tensor::zeros({1, 4, 5, 16, 24}, DType::f32)), Error);
-  m->enable_tiling();
-  EXPECT_THROW(m->decode(Tensor::zeros({1, 4, 1, 4, 6}, DType::f32)), Error);
+  EXPECT_THROW(m->enable_tiling(0, 256, 192, 192), Error);
+}
+
+// ---- spatial tiling (Diffusers' enable_tiling) --------------------------------------------------------
+
+namespace {
+// The models of tiling.safetensors: wan21 with scale_factor_spatial 4 (its real factor), wan22 as saved;
+// enable_tiling's arguments as in make_wan_vae_fixtures.py's TILED.
+struct TiledCase {
+  const char* name;
+  int64_t scale_factor_spatial;  // 0: as in config.json
+  int64_t tile_h, tile_w, stride_h, stride_w;
+};
+const TiledCase kTiled[] = {{"wan21", 4, 32, 24, 24, 16}, {"wan22", 0, 16, 12, 12, 8}};
+
+std::unique_ptr<AutoencoderKLWan> load_tiled(const TiledCase& c, DType dt) {
+  std::ifstream f(fixture(c.name) / "config.json");
+  auto cfg = AutoencoderKLWanConfig::from_json(io::JsonConfig(nlohmann::json::parse(f), c.name));
+  if (c.scale_factor_spatial) cfg.scale_factor_spatial = c.scale_factor_spatial;
+  auto m = std::make_unique<AutoencoderKLWan>(cfg);
+  LoadOptions opt;
+  opt.dtype = dt;
+  m->load(io::load_weight_files(io::find_weight_files(fixture(c.name))), opt);
+  m->enable_tiling(c.tile_h, c.tile_w, c.stride_h, c.stride_w);
+  return m;
+}
+
+io::SafetensorsFile tiling_reference() {
+  return io::SafetensorsFile::open(fixture("tiling.safetensors"));
+}
+}  // namespace
+
+TEST(WanVaeTiling, DecodeAndEncodeMatchDiffusersF32) {
+  const auto ref = tiling_reference();
+  const Tensor x = ref.tensor("encode.x").to(DType::f32);  // [1, 3, 5, 32, 40]
+  for (const TiledCase& c : kTiled) {
+    auto m = load_tiled(c, DType::f32);
+    const std::string n = c.name;
+    const Tensor z = ref.tensor(n + ".decode.z");
+    const Tensor dec = m->decode(z), want_dec = ref.tensor(n + ".decode.out");
+    const double ed = max_rel(dec, want_dec);
+    const Tensor enc = m->encode(x), want_enc = ref.tensor(n + ".encode.out");
+    const double ee = max_rel(enc, want_enc);
+    m->disable_tiling();  // the untiled result is far from the tiled one: the test sees the tiling
+    const double ud = max_rel(m->decode(z), want_dec), ue = max_rel(m->encode(x), want_enc);
+    std::cout << "[wan-vae] " << n << " tiled decode f32 max rel " << ed << " (untiled " << ud << "), tiled encode "
+              << ee << " (untiled " << ue << ")\n";
+    EXPECT_LE(ed, 1e-4) << n;
+    EXPECT_LE(ee, 1e-4) << n;
+    EXPECT_GT(ud, 0.1) << n;
+    EXPECT_GT(ue, 0.1) << n;
+  }
+}
+
+TEST(WanVaeTiling, Bf16WithinDiffusersBf16Distance) {
+  const auto ref = tiling_reference();
+  const Tensor x = ref.tensor("encode.x");  // bf16
+  for (const TiledCase& c : kTiled) {
+    auto m = load_tiled(c, DType::bf16);
+    const std::string n = c.name;
+    for (const char* what : {"decode", "encode"}) {
+      const std::string key = n + "." + what + ".out";
+      const Tensor got = std::string(what) == "decode" ? m->decode(ref.tensor(n + ".decode.z").to(DType::bf16))
+                                                       : m->encode(x);
+      EXPECT_EQ(got.dtype(), DType::bf16);
+      const Tensor f32 = ref.tensor(key), torch_bf16 = ref.tensor(key + "_bf16");
+      const double ours = max_rel(got, f32), theirs = max_rel(torch_bf16, f32);
+      std::cout << "[wan-vae] " << key << " tiled bf16: vs fp32 diffq " << ours << ", Diffusers " << theirs << "\n";
+      EXPECT_LE(ours, 1.5 * theirs) << key;
+    }
+  }
+}
+
+// Decoding tile by tile keeps one tile's video, the output, and the strips later tiles blend with: the
+// allocator's peak above the output is far below that of decoding untiled.
+TEST(WanVaeTiling, DecodePeakBelowUntiled) {
+  auto m = load_tiled(kTiled[0], DType::f32);
+  const Tensor z = Tensor::full({1, 4, 3, 24, 24}, 0.3, DType::f32);  // 96x96 video, 4x4 tiles of 32
+  std::vector<int64_t> extra;
+  for (bool tiled : {false, true}) {
+    if (tiled) m->enable_tiling(32, 32, 24, 24);
+    else m->disable_tiling();
+    reset_peak_memory_stats(Device::cpu());
+    const int64_t before = memory_stats(Device::cpu()).current_bytes;
+    const Tensor video = m->decode(z);
+    extra.push_back(memory_stats(Device::cpu()).peak_bytes - before - int64_t(video.nbytes()));
+    std::cout << "[wan-vae] decode " << (tiled ? "tiled" : "untiled") << ": peak above the output "
+              << extra.back() / 1024.0 << " KiB\n";
+  }
+  EXPECT_LT(extra[1], extra[0] / 2);
 }
