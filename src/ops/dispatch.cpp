@@ -42,7 +42,7 @@ constexpr std::array<std::string_view, kNumOps> kNames = {
     "copy",      "cast",       "to_device",  "linear",  "matmul",    "binary",
     "scalar",    "clamp",      "unary",      "softmax", "layer_norm", "rms_norm",
     "group_norm", "rope",      "sdpa",       "conv2d",  "upsample_nearest2x", "concat",
-    "embedding", "reduce",     "absmax_blocks"};
+    "embedding", "reduce",     "absmax_blocks", "channel_norm"};
 }  // namespace
 
 std::string_view op_name(OpKind k) {

@@ -35,6 +35,7 @@ enum class OpKind : uint16_t {
   embedding,   // ids (integer) [...], table [V, D] -> [..., D]
   reduce,      // attrs.i0 = ReduceFn, attrs.ints = dims, attrs.flag = keepdim
   absmax_blocks,  // x[..., K]: absmax per block of attrs.i0 along the last dim -> [..., K/block] (f32)
+  channel_norm,   // x[N, C, ...], w[C]?; attrs.f0 = eps, attrs.f1 = scale: x / max(||x[n, :, ...]||_2, eps) * scale * w
   count_
 };
 

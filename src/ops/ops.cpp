@@ -120,6 +120,13 @@ Tensor group_norm(const Tensor& x, int64_t groups, const Tensor& w, const Tensor
   return call1(OpKind::group_norm, {x, w, b}, a);
 }
 
+Tensor channel_norm(const Tensor& x, const Tensor& w, double scale, double eps) {
+  Attrs a;
+  a.f0 = eps;
+  a.f1 = scale;
+  return call1(OpKind::channel_norm, {x, w}, a);
+}
+
 Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
   return call1(OpKind::rope, {x, cos, sin});
 }

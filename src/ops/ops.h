@@ -48,6 +48,10 @@ Tensor softmax(const Tensor& x, int64_t dim = -1);
 Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps);  // w, b optional
 Tensor rms_norm(const Tensor& x, const Tensor& w, double eps);                      // w optional
 Tensor group_norm(const Tensor& x, int64_t groups, const Tensor& w, const Tensor& b, double eps);
+// F.normalize over the channels (dim 1) times scale and w[C] (optional): x [N, C, ...] /
+// max(||x[n, :, ...]||_2, eps) * scale * w (Wan's RMS_norm: scale sqrt(C)); f32 arithmetic, a bf16 result
+// rounded after the normalisation and after each product as torch's op-by-op bf16 (others once).
+Tensor channel_norm(const Tensor& x, const Tensor& w, double scale, double eps = 1e-12);
 // x [B, S, H, D]; cos, sin [S, D] (each value repeated for the pair): out[2k] = x[2k]c - x[2k+1]s,
 // out[2k+1] = x[2k+1]c + x[2k]s, computed in f32.
 Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin);
