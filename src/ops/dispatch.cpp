@@ -42,7 +42,7 @@ constexpr std::array<std::string_view, kNumOps> kNames = {
     "copy",      "cast",       "to_device",  "linear",  "matmul",    "binary",
     "scalar",    "clamp",      "unary",      "softmax", "layer_norm", "rms_norm",
     "group_norm", "rope",      "sdpa",       "conv2d",  "upsample_nearest2x", "concat",
-    "embedding", "reduce",     "absmax_blocks"};
+    "embedding", "reduce",     "absmax_blocks", "channel_norm"};
 }  // namespace
 
 std::string_view op_name(OpKind k) {
@@ -84,6 +84,33 @@ Tensor execute(const OpCall& call) {
   Tensor out = Tensor::empty(meta.shape, meta.dtype, meta.device);
   if (out.numel() > 0) fn(call, out);
   return out;
+}
+
+void execute_into(const OpCall& call, Tensor& out) {
+  check(call.kind == OpKind::copy || call.kind == OpKind::cast, op_name(call.kind),
+        "only copy and cast write into a given output");
+  check(Trace::current() == nullptr, op_name(call.kind), "writing into a given output cannot be traced");
+  for (const Tensor& t : call.inputs)
+    check(!t.is_symbolic(), op_name(call.kind), "a symbolic (traced) tensor was used outside its trace");
+  const OutputMeta meta = infer(call);
+  check(out.defined() && !out.is_symbolic() && out.shape() == meta.shape && out.dtype() == meta.dtype &&
+            out.device() == meta.device,
+        op_name(call.kind), "output ", out.defined() ? out.str() : std::string("(undefined)"), " is not the ",
+        dtype_name(meta.dtype), " tensor of shape ", shape_str(meta.shape), " on ", meta.device.str(),
+        " the call produces");
+  check(out.is_contiguous() || (meta.device.is_cpu() && (out.strides().back() == 1 || out.shape().back() <= 1)),
+        op_name(call.kind), "output must be contiguous (on the CPU: its rows), got ", out.str());
+  KernelFn fn = find_kernel(call.kind, meta.device.kind);
+  check(fn != nullptr, op_name(call.kind), "no kernel for device ", meta.device.str(), " in this build of diffq");
+  if (out.numel() == 0) return;
+  if (op_profile_enabled()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn(call, out);
+    op_profile_record(call.kind, meta.dtype, op_profile_shapes() ? op_profile_shapes_of(call) : std::string(),
+                      0.0, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    return;
+  }
+  fn(call, out);
 }
 
 Tensor dispatch(OpCall call) {

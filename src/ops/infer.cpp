@@ -163,6 +163,11 @@ OutputMeta infer(const OpCall& c) {
       need_inputs(c, 1);
       same_device(c);
       return infer_norm(c, c.inputs[0].size(-1));
+    case OpKind::channel_norm:
+      need_inputs(c, 1);
+      same_device(c);
+      check(c.inputs[0].dim() >= 2, "channel_norm", "expected x [N, C, ...], got ", c.inputs[0].str());
+      return infer_norm(c, c.inputs[0].size(1));
     case OpKind::group_norm: {
       need_inputs(c, 1);
       same_device(c);

@@ -35,6 +35,7 @@ enum class OpKind : uint16_t {
   embedding,   // ids (integer) [...], table [V, D] -> [..., D]
   reduce,      // attrs.i0 = ReduceFn, attrs.ints = dims, attrs.flag = keepdim
   absmax_blocks,  // x[..., K]: absmax per block of attrs.i0 along the last dim -> [..., K/block] (f32)
+  channel_norm,   // x[N, C, ...], w[C]?; attrs.f0 = eps, attrs.f1 = scale: x / max(||x[n, :, ...]||_2, eps) * scale * w
   count_
 };
 
@@ -84,5 +85,9 @@ OutputMeta infer(const OpCall& call);
 Tensor dispatch(OpCall call);
 // Eager execution only (used by graph replay).
 Tensor execute(const OpCall& call);
+// Eager execution into a caller-provided output (same shape, dtype and device as the inferred meta),
+// for copy / cast only: their CPU kernels accept an output view whose rows are contiguous (last stride
+// 1), e.g. a frame range of a preallocated video; other devices need a contiguous output. Not recordable: throws while a trace is active.
+void execute_into(const OpCall& call, Tensor& out);
 
 }  // namespace diffq::ops

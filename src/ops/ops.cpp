@@ -36,6 +36,18 @@ Tensor to_device(const Tensor& x, Device d) {
   return call1(OpKind::to_device, {x}, a);
 }
 
+void copy_into(const Tensor& src, const Tensor& dst) {
+  check(src.defined() && dst.defined() && src.shape() == dst.shape(), "copy", "copy into ",
+        dst.defined() ? shape_str(dst.shape()) : std::string("(undefined)"), " from ",
+        src.defined() ? shape_str(src.shape()) : std::string("(undefined)"));
+  check(src.device() == dst.device(), "copy", "copy into ", dst.device().str(), " from ", src.device().str(),
+        ": same device only");
+  Attrs a;
+  a.dtype = dst.dtype();
+  Tensor out = dst;
+  execute_into(OpCall{src.dtype() == dst.dtype() ? OpKind::copy : OpKind::cast, {src}, a}, out);
+}
+
 Tensor concat(const std::vector<Tensor>& xs, int64_t dim) {
   Attrs a;
   a.i0 = dim;
@@ -106,6 +118,13 @@ Tensor group_norm(const Tensor& x, int64_t groups, const Tensor& w, const Tensor
   a.i0 = groups;
   a.f0 = eps;
   return call1(OpKind::group_norm, {x, w, b}, a);
+}
+
+Tensor channel_norm(const Tensor& x, const Tensor& w, double scale, double eps) {
+  Attrs a;
+  a.f0 = eps;
+  a.f1 = scale;
+  return call1(OpKind::channel_norm, {x, w}, a);
 }
 
 Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {

@@ -13,6 +13,9 @@ namespace diffq::ops {
 Tensor copy(const Tensor& x);                 // contiguous copy
 Tensor cast(const Tensor& x, DType dtype);    // rounds as torch's .to(dtype)
 Tensor to_device(const Tensor& x, Device d);
+// dst[...] = src (torch's dst.copy_(src)): same shape and device, cast to dst's dtype as torch rounds.
+// dst may be a view whose rows are contiguous (a slice of a preallocated tensor). Eager only.
+void copy_into(const Tensor& src, const Tensor& dst);
 Tensor concat(const std::vector<Tensor>& xs, int64_t dim);
 // torch.repeat_interleave(x, repeats, dim): each slice along `dim` repeated in place (r0, r0, r1, r1, ...).
 Tensor repeat_interleave(const Tensor& x, int64_t repeats, int64_t dim = 0);
@@ -45,6 +48,10 @@ Tensor softmax(const Tensor& x, int64_t dim = -1);
 Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps);  // w, b optional
 Tensor rms_norm(const Tensor& x, const Tensor& w, double eps);                      // w optional
 Tensor group_norm(const Tensor& x, int64_t groups, const Tensor& w, const Tensor& b, double eps);
+// F.normalize over the channels (dim 1) times scale and w[C] (optional): x [N, C, ...] /
+// max(||x[n, :, ...]||_2, eps) * scale * w (Wan's RMS_norm: scale sqrt(C)); f32 arithmetic, a bf16 result
+// rounded after the normalisation and after each product as torch's op-by-op bf16 (others once).
+Tensor channel_norm(const Tensor& x, const Tensor& w, double scale, double eps = 1e-12);
 // x [B, S, H, D]; cos, sin [S, D] (each value repeated for the pair): out[2k] = x[2k]c - x[2k+1]s,
 // out[2k+1] = x[2k+1]c + x[2k]s, computed in f32.
 Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin);

@@ -217,6 +217,16 @@ inline void norm_cases(Table& t) {
   auto gn = [](int64_t g) {
     return [g](const std::vector<Tensor>& x) { return ops::group_norm(x[0], g, x[1], x[2], 1e-6); };
   };
+  auto chn = [](double scale) {
+    return [scale](const std::vector<Tensor>& x) { return ops::channel_norm(x[0], x[1], scale); };
+  };
+  t.add("channel_norm", {I({2, 6, 5, 7}), I({6})}, chn(std::sqrt(6.0)));
+  t.add("channel_norm", {I({3, 5, 2, 3, 4}), absent()}, chn(1.0));
+  t.add("channel_norm", {I({1, 96, 40, 52}), I({96})}, chn(std::sqrt(96.0)));  // blocks of 1024 pixels + a tail
+  t.add("channel_norm", {I({2, 8, 6, 5}, bf16), I({8}, bf16)}, chn(std::sqrt(8.0)), 1e-2);
+  t.add("channel_norm", {I({2, 6, 5, 7}, f32, P), I({6}, f32, S)}, chn(2.0));
+  t.add("channel_norm", {I({2, 6, 5, 7}, bf16, P), I({6}, f32)}, chn(2.0), 1e-2);
+  t.add("channel_norm", {I({2, 8, 6, 5}, f16), I({8}, f16)}, chn(std::sqrt(8.0)), 2e-3);
   t.add("group_norm", {I({2, 6, 5, 7}), I({6}), I({6})}, gn(3));
   t.add("group_norm", {I({1, 32, 3, 3}), I({32}), I({32})}, gn(32));
   t.add("group_norm", {I({2, 4, 9}), absent(), absent()}, gn(2));

@@ -14,13 +14,16 @@ computed with those bf16-exact weights upcast, so the fp32 and bf16 runs share t
               decoder_base_dim != base_dim, z_dim 6.
 Gamma and conv weights are random (seeded); weights are rounded to bf16.
 
-Per config `<name>/reference.safetensors`:
-  decode.z [1, z, 3, h, w]; decode.out.T<T> (fp32) and decode.out_bf16.T<T> (the model loaded in bf16, on
-  z cast to bf16) for the first T = 1, 2, 3 latent frames.
-  encode.x [1, 3, 9, H, W]; encode.out.F<F> / encode.out_bf16.F<F>: the posterior's parameters
-  (quant_conv output: mean then logvar) of the first F = 1, 5, 9 frames.
+Tiling: tiling.safetensors holds Diffusers' tiled decode / encode (enable_tiling with small tiles:
+TILED below) of the wan21 model loaded with scale_factor_spatial 4 (its real spatial factor; Diffusers'
+tiling works in units of that config value) and of the wan22 model (factor 4 * patch 2 = 8 as configured):
+  <name>.decode.z [1, z, 2, h, w] -> <name>.decode.out (fp32) / .out_bf16, a 32x40 video (2x3 tiles);
+  encode.x [1, 3, 5, 32, 40] (bf16) -> <name>.encode.out / .out_bf16 (wan21: 2x3 tiles; wan22: 2x3).
+summary.json records how far each lies from the untiled result (tiling must change it).
 """
 from __future__ import annotations
+
+import json
 
 import torch
 
@@ -37,6 +40,15 @@ CONFIGS = {
                   scale_factor_temporal=2),
 }
 H, W = 16, 24
+# Per model: config overrides for from_pretrained, enable_tiling's arguments.
+TILED = {
+    "wan21": (dict(scale_factor_spatial=4),
+              dict(tile_sample_min_height=32, tile_sample_min_width=24, tile_sample_stride_height=24,
+                   tile_sample_stride_width=16)),
+    "wan22": ({}, dict(tile_sample_min_height=16, tile_sample_min_width=12, tile_sample_stride_height=12,
+                       tile_sample_stride_width=8)),
+}
+TH, TW = 32, 40
 
 
 def run(vae, fn, x):
@@ -52,26 +64,70 @@ def encode(vae, x):
     return vae.encode(x).latent_dist.parameters
 
 
+def make_models(root, name, cfg, seed):
+    """The random bf16-exact model of cfg saved to root/name, as an fp32 and a bf16 (reloaded) module."""
+    from diffusers import AutoencoderKLWan
+
+    torch.manual_seed(seed)
+    vae = AutoencoderKLWan(**cfg).eval()
+    with torch.no_grad():
+        for pname, p in vae.named_parameters():
+            if pname.endswith("gamma"):
+                p.copy_(1.0 + 0.2 * torch.randn_like(p))
+            elif pname.endswith("bias"):
+                p.copy_(0.05 * torch.randn_like(p))
+            p.copy_(p.to(torch.bfloat16).float())  # bf16-exact weights
+    out_dir = root / name
+    vae.to(torch.bfloat16).save_pretrained(out_dir, safe_serialization=True)
+    vae.float()
+    vae_bf16 = AutoencoderKLWan.from_pretrained(out_dir, torch_dtype=torch.bfloat16).eval()
+    return out_dir, vae, vae_bf16
+
+
+def rel(a, b):
+    return float((a.float() - b.float()).abs().max() / b.float().abs().max())
+
+
+def make_tiled(root, summary):
+    from diffusers import AutoencoderKLWan
+
+    torch.manual_seed(100)
+    x = (torch.rand(1, 3, 5, TH, TW) * 2 - 1).to(torch.bfloat16).float()
+    t = {"encode.x": x.to(torch.bfloat16)}  # bf16-exact: stored as bf16
+    tiling = {}
+    for name, (overrides, tile_args) in TILED.items():
+        vae = AutoencoderKLWan.from_pretrained(root / name, torch_dtype=torch.float32, **overrides).eval()
+        vae_bf16 = AutoencoderKLWan.from_pretrained(root / name, torch_dtype=torch.bfloat16, **overrides).eval()
+        cfg = CONFIGS[name]
+        f = 2 ** (len(cfg["dim_mult"]) - 1) * cfg.get("patch_size", 1)
+        z = torch.randn(1, cfg["z_dim"], 2, TH // f, TW // f)
+        untiled = {"decode": run(vae, decode, z), "encode": run(vae, encode, x)}
+        for m in (vae, vae_bf16):
+            m.enable_tiling(**tile_args)
+        t[f"{name}.decode.z"] = z
+        t[f"{name}.decode.out"] = run(vae, decode, z)
+        t[f"{name}.decode.out_bf16"] = run(vae_bf16, decode, z.to(torch.bfloat16))
+        t[f"{name}.encode.out"] = run(vae, encode, x)
+        t[f"{name}.encode.out_bf16"] = run(vae_bf16, encode, x.to(torch.bfloat16))
+        tiling[name] = {
+            "overrides": overrides,
+            "tiling": tile_args,
+            "decode_shape": list(t[f"{name}.decode.out"].shape),
+            "encode_shape": list(t[f"{name}.encode.out"].shape),
+            "tiled_vs_untiled": [rel(t[f"{name}.{k}.out"], untiled[k]) for k in ("decode", "encode")],
+            "bf16_vs_f32": [rel(t[f"{name}.{k}.out_bf16"], t[f"{name}.{k}.out"]) for k in ("decode", "encode")],
+        }
+    save_tensors(root / "tiling.safetensors", t, {"tiling": json.dumps(TILED, sort_keys=True)})
+    summary["tiling"] = tiling
+
+
 def main() -> None:
     deterministic(0)
-    from diffusers import AutoencoderKLWan
 
     root = fresh_dir(FIXTURES / "wan-vae")
     summary = {}
     for name, cfg in CONFIGS.items():
-        torch.manual_seed(len(summary) + 1)
-        vae = AutoencoderKLWan(**cfg).eval()
-        with torch.no_grad():
-            for pname, p in vae.named_parameters():
-                if pname.endswith("gamma"):
-                    p.copy_(1.0 + 0.2 * torch.randn_like(p))
-                elif pname.endswith("bias"):
-                    p.copy_(0.05 * torch.randn_like(p))
-                p.copy_(p.to(torch.bfloat16).float())  # bf16-exact weights
-        out_dir = root / name
-        vae.to(torch.bfloat16).save_pretrained(out_dir, safe_serialization=True)
-        vae.float()
-        vae_bf16 = AutoencoderKLWan.from_pretrained(out_dir, torch_dtype=torch.bfloat16).eval()
+        out_dir, vae, vae_bf16 = make_models(root, name, cfg, seed=len(summary) + 1)
 
         f = 2 ** (len(cfg["dim_mult"]) - 1) * cfg.get("patch_size", 1)
         k = 2 ** sum(cfg["temperal_downsample"])
@@ -89,9 +145,6 @@ def main() -> None:
             t[f"encode.out_bf16.F{F}"] = run(vae_bf16, encode, x[:, :, :F].to(torch.bfloat16))
         save_tensors(out_dir / "reference.safetensors", t)
 
-        def rel(a, b):
-            return float((a.float() - b.float()).abs().max() / b.float().abs().max())
-
         summary[name] = {
             "decode_shape": list(t["decode.out.T3"].shape),
             "encode_shape": list(t["encode.out.F9"].shape) if can_encode else None,
@@ -100,6 +153,7 @@ def main() -> None:
             "bf16_vs_f32_encode": [rel(t[f"encode.out_bf16.F{F}"], t[f"encode.out.F{F}"]) for F in (1, 5, 9)]
             if can_encode else None,
         }
+    make_tiled(root, summary)
     write_json(root / "summary.json", summary)
     print(summary)
 

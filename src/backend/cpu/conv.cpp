@@ -164,16 +164,25 @@ void conv2d_bf16_implicit(const OpCall& c, Tensor& out, const std::function<cons
   }
 }
 
+// Whether every image x[n] is one contiguous [C, H, W] block (any stride between images: e.g. the
+// overlapping frame windows of a causal 3D conv), so that image n can be read in place.
+bool images_contiguous(const Tensor& x) {
+  const auto& st = x.strides();
+  return x.dim() == 4 && (x.size(3) <= 1 || st[3] == 1) && (x.size(2) <= 1 || st[2] == x.size(3)) &&
+         (x.size(1) <= 1 || st[1] == x.size(2) * x.size(3));
+}
+
 void conv2d_kernel(const OpCall& c, Tensor& out) {
   const Tensor &x = c.inputs[0], &w = c.inputs[1];
+  const bool per_image = images_contiguous(x);
+  const int64_t image_stride = per_image ? x.strides()[0] : x.numel() / std::max<int64_t>(x.size(0), 1);
   // bf16 stays bf16 only where the bf16 GEMM is native (elsewhere it widens to f32 anyway, and the f32
   // path below measured faster than the widening kernel there).
   if (x.dtype() == DType::bf16 && w.dtype() == DType::bf16 && gemm_bf16_native(w.size(0), 1024, current_tuning())) {
-    const Tensor xc = x.is_contiguous() ? x : x.contiguous();
+    const Tensor xc = per_image ? x : x.contiguous();
     const Tensor wc = w.is_contiguous() ? w : w.contiguous();
-    const int64_t image_elems = x.numel() / std::max<int64_t>(x.size(0), 1);
     const std::function<const uint16_t*(int64_t)> image = [&](int64_t n) {
-      return xc.data<uint16_t>() + n * image_elems;
+      return xc.data<uint16_t>() + n * image_stride;
     };
     const bool one_by_one = w.size(2) == 1 && w.size(3) == 1;
     if (c.attrs.ints[0] == 1 && !one_by_one)
@@ -183,11 +192,11 @@ void conv2d_kernel(const OpCall& c, Tensor& out) {
     return;
   }
   const F32Input wf(w);
-  const bool x_direct = x.dtype() == DType::f32 && x.is_contiguous();
+  const bool x_direct = x.dtype() == DType::f32 && per_image;
   const int64_t image_elems = x.numel() / std::max<int64_t>(x.size(0), 1);
   std::unique_ptr<float[]> xbuf = x_direct ? nullptr : alloc_f32(image_elems);
   conv2d_typed<float>(c, out, [&](int64_t n) -> const float* {
-    if (x_direct) return x.data<float>() + n * image_elems;
+    if (x_direct) return x.data<float>() + n * image_stride;
     gather_f32(x.select(0, n), xbuf.get());
     return xbuf.get();
   }, wf.data());

@@ -11,6 +11,7 @@ void register_kernels() {
   register_unary_kernels();
   register_softmax_kernels();
   register_norm_kernels();
+  register_channel_norm_kernels();
   register_rope_kernels();
   register_attention_kernels();
   register_conv_kernels();

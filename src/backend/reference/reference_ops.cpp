@@ -211,6 +211,22 @@ Array rms_norm(const Array& x, const Array& w, double eps) {
   return y;
 }
 
+Array channel_norm(const Array& x, const Array& w, double eps, double scale) {
+  const int64_t N = x.shape[0], C = x.shape[1], P = int64_t(x.v.size()) / std::max<int64_t>(N * C, 1);
+  Array y = x;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t p = 0; p < P; ++p) {
+      double ss = 0;
+      for (int64_t c = 0; c < C; ++c) ss += x.v[size_t((n * C + c) * P + p)] * x.v[size_t((n * C + c) * P + p)];
+      const double denom = std::max(std::sqrt(ss), eps);
+      for (int64_t c = 0; c < C; ++c) {
+        double& v = y.v[size_t((n * C + c) * P + p)];
+        v = v / denom * scale * (w.defined ? w.v[size_t(c)] : 1.0);
+      }
+    }
+  return y;
+}
+
 Array group_norm(const Array& x, int64_t groups, const Array& w, const Array& b, double eps) {
   const int64_t N = x.shape[0], C = x.shape[1];
   const int64_t spatial = int64_t(x.v.size()) / std::max<int64_t>(N * C, 1), cg = C / groups;
@@ -414,6 +430,7 @@ Array run(const ops::OpCall& c) {
     case OpKind::layer_norm: return layer_norm(in[0], opt(1), opt(2), a.f0);
     case OpKind::rms_norm: return rms_norm(in[0], opt(1), a.f0);
     case OpKind::group_norm: return group_norm(in[0], a.i0, opt(1), opt(2), a.f0);
+    case OpKind::channel_norm: return channel_norm(in[0], opt(1), a.f0, a.f1);
     case OpKind::rope: return rope(in[0], in[1], in[2]);
     case OpKind::sdpa: {
       const bool bool_mask = c.inputs.size() > 3 && c.inputs[3].defined() &&

@@ -4,6 +4,7 @@
 
 #include "diffq/error.h"
 #include "io/diffusers_folder.h"
+#include "models/vae/wan_vae_tiling.h"
 #include "ops/ops.h"
 
 namespace diffq::vae {
@@ -190,17 +191,6 @@ const AutoencoderKLWanConfig& validated(const AutoencoderKLWanConfig& c) {
   return c;
 }
 
-// Writes src into dst (same shape; dst a view whose rows are contiguous, e.g. a frame range of the
-// preallocated output) with the copy kernel of dst's device: the one place the VAE writes in place.
-void copy_into(const Tensor& src, const Tensor& dst) {
-  check(src.shape() == dst.shape(), "vae", "copy into ", shape_str(dst.shape()), " from ", shape_str(src.shape()));
-  ops::KernelFn fn = ops::find_kernel(ops::OpKind::copy, dst.device().kind);
-  check(fn != nullptr, "vae", "no copy kernel for ", dst.device().str());
-  ops::OpCall c{ops::OpKind::copy, {src}, {}};
-  Tensor out = dst;
-  fn(c, out);
-}
-
 // One sample of a Diffusers video [C, F, H, W] (a view) as frames [F, C, H, W], contiguous.
 Tensor to_frames(const Tensor& v) { return v.permute({1, 0, 2, 3}).contiguous(); }
 }  // namespace
@@ -244,68 +234,161 @@ std::unique_ptr<AutoencoderKLWan> AutoencoderKLWan::from_pretrained(const std::f
 
 LoadReport AutoencoderKLWan::load(const StateDict& sd, const LoadOptions& opt) {
   LoadReport r = load_state_dict(*this, sd, opt);
+  prepare();
+  return r;
+}
+
+void AutoencoderKLWan::prepare() {
   for (auto& [name, mod] : named_modules())
     if (auto* conv = dynamic_cast<WanCausalConv3d*>(mod)) conv->prepare();
-  return r;
 }
 
 DType AutoencoderKLWan::dtype() const { return decoder.conv_out.weight.dtype(); }
 
-void AutoencoderKLWan::enable_tiling(int64_t, int64_t, int64_t, int64_t) { tiling_ = true; }
+void AutoencoderKLWan::enable_tiling(int64_t tile_h, int64_t tile_w, int64_t stride_h, int64_t stride_w) {
+  check(tile_h > 0 && tile_w > 0 && stride_h > 0 && stride_w > 0, "vae.enable_tiling",
+        "tile sizes and strides must be positive, got ", tile_h, "x", tile_w, " / ", stride_h, "x", stride_w);
+  tiling_ = true;
+  tile_h_ = tile_h, tile_w_ = tile_w, stride_h_ = stride_h, stride_w_ = stride_w;
+}
+
+void AutoencoderKLWan::decode_frames(const Tensor& x, const std::function<void(const Tensor&, int64_t)>& sink) {
+  const int64_t T = x.size(0), later = int64_t{1} << cfg_.temporal_doublings();
+  WanFeatCache cache;
+  int64_t f0 = 0;
+  for (int64_t i = 0; i < T; ++i) {
+    cache.start_chunk();
+    const Tensor y = decoder(x.slice(0, i, i + 1), cache, i == 0);  // [t, out*p^2, h*f/p, w*f/p]
+    check(y.size(0) == (i == 0 ? 1 : later), "vae.decode", "latent frame ", i, " decoded to ", y.size(0),
+          " frames, expected ", i == 0 ? 1 : later);
+    sink(y, f0);
+    f0 += y.size(0);
+  }
+}
 
 Tensor AutoencoderKLWan::decode_forward(const Tensor& z) {  // z [B, z_dim, T, h, w]
-  check(!tiling_, "vae.decode", "tiled decoding of AutoencoderKLWan is not implemented");
   check(z.dim() == 5 && z.size(1) == cfg_.z_dim && z.size(2) >= 1, "vae.decode", "expected latents [B, ",
         cfg_.z_dim, ", T, h, w], got ", shape_str(z.shape()));
-  const int64_t B = z.size(0), T = z.size(2), f = cfg_.spatial_factor();
-  const int64_t later = int64_t{1} << cfg_.temporal_doublings();  // frames from each later latent frame
-  const int64_t F = 1 + later * (T - 1), H = z.size(3) * f, W = z.size(4) * f;
+  const int64_t B = z.size(0), T = z.size(2), h = z.size(3), w = z.size(4), f = cfg_.spatial_factor();
+  const int64_t p = cfg_.patch(), later = int64_t{1} << cfg_.temporal_doublings();
+  const int64_t F = 1 + later * (T - 1), H = h * f, W = w * f;
   const DType dt = dtype();
   Tensor out = Tensor::empty({B, cfg_.video_out_channels(), F, H, W}, dt, z.device());  // [B, out, F, H, W]
-  WanFeatCache cache;
+  // Diffusers tiles when the latent exceeds tile_sample_min / spatial_compression_ratio.
+  const int64_t r = cfg_.scale_factor_spatial;
+  const bool tiled = tiling_ && (w > tile_w_ / r || h > tile_h_ / r);
   for (int64_t b = 0; b < B; ++b) {
-    Tensor zb = to_frames(z.select(0, b));                            // [T, z, h, w]
+    Tensor zb = to_frames(z.select(0, b));  // [T, z, h, w]
     if (zb.dtype() != dt) zb = ops::cast(zb, dt);
-    const Tensor x = post_quant_conv(zb);                             // [T, z, h, w]
+    const Tensor x = post_quant_conv(zb);   // [T, z, h, w]
     zb = Tensor();
-    cache.clear();
-    int64_t f0 = 0;
-    for (int64_t i = 0; i < T; ++i) {
-      cache.start_chunk();
-      Tensor y = decoder(x.slice(0, i, i + 1), cache, i == 0);        // [t, out*p^2, H/p, W/p]
-      y = ops::clamp(wan_unpatchify(y, cfg_.patch()), -1.0, 1.0);     // [t, out, H, W]
-      const int64_t t = y.size(0);
-      check(t == (i == 0 ? 1 : later) && y.size(2) == H && y.size(3) == W, "vae.decode", "latent frame ", i,
-            " decoded to ", shape_str(y.shape()), ", expected ", i == 0 ? 1 : later, " frames of ", H, "x", W);
-      copy_into(y.permute({1, 0, 2, 3}), out.select(0, b).slice(1, f0, f0 + t));  // out[b, :, f0:f0+t]
-      f0 += t;
+    const Tensor ob = out.select(0, b);     // [out, F, H, W]
+    if (!tiled) {
+      decode_frames(x, [&](const Tensor& y, int64_t f0) {  // y [t, out*p^2, H/p, W/p]
+        check(y.size(2) * p == H && y.size(3) * p == W, "vae.decode", "decoded ", shape_str(y.shape()),
+              ", expected frames of ", H, "x", W);
+        const Tensor v = ops::clamp(wan_unpatchify(y, p), -1.0, 1.0);  // [t, out, H, W]
+        ops::copy_into(v.permute({1, 0, 2, 3}), ob.slice(1, f0, f0 + v.size(0)));  // out[b, :, f0:f0+t]
+      });
+      continue;
     }
-    cache.clear();
+    // tiled_decode: latent tiles of tile / r with stride stride / r; pieces and blending in the
+    // decoder's (patchified) output pixels.
+    const int64_t tlh = tile_h_ / r, tlw = tile_w_ / r, slh = stride_h_ / r, slw = stride_w_ / r;
+    check(slh > 0 && slw > 0, "vae.decode", "tile strides ", stride_h_, "x", stride_w_,
+          " are below the spatial compression ratio ", r);
+    const int64_t ssh = stride_h_ / p, ssw = stride_w_ / p;
+    WanTileBlender blender(tile_h_ / p - ssh, tile_w_ / p - ssw, ssh, ssw);
+    const int64_t Hp = H / p, Wp = W / p;  // the assembled video in the decoder's pixels
+    const auto rows = wan_tile_starts(h, slh), cols = wan_tile_starts(w, slw);
+    int64_t y0 = 0;
+    for (size_t ti = 0; ti < rows.size(); ++ti) {
+      int64_t x0 = 0, piece_h = 0;
+      for (size_t tj = 0; tj < cols.size(); ++tj) {
+        const Tensor xt = x.slice(2, rows[ti], std::min(h, rows[ti] + tlh))
+                              .slice(3, cols[tj], std::min(w, cols[tj] + tlw));  // [T, z, th, tw]
+        Tensor tile;  // [F, out*p^2, th*f/p, tw*f/p], unclamped
+        decode_frames(xt, [&](const Tensor& y, int64_t f0) {
+          if (!tile.defined()) tile = Tensor::empty({F, y.size(1), y.size(2), y.size(3)}, dt, z.device());
+          ops::copy_into(y, tile.slice(0, f0, f0 + y.size(0)));
+        });
+        const Tensor piece = blender.add(int64_t(ti), int64_t(tj), tile);  // [F, out*p^2, ph, pw]
+        piece_h = piece.size(2);
+        // Pieces are laid side by side; the assembled video is cropped to Hp x Wp.
+        const int64_t ch = std::min(piece.size(2), Hp - y0), cw = std::min(piece.size(3), Wp - x0);
+        if (ch > 0 && cw > 0) {
+          const Tensor v = ops::clamp(wan_unpatchify(piece.slice(2, 0, ch).slice(3, 0, cw), p), -1.0, 1.0);
+          ops::copy_into(v.permute({1, 0, 2, 3}),  // [out, F, ch*p, cw*p]
+                         ob.slice(2, y0 * p, (y0 + ch) * p).slice(3, x0 * p, (x0 + cw) * p));
+        }
+        x0 += piece.size(3);
+        tile = Tensor();
+      }
+      y0 += piece_h;
+    }
   }
   return out;
 }
 
+Tensor AutoencoderKLWan::encode_frames(const Tensor& x) {  // x [F, in*p^2, H, W] (patchified)
+  const int64_t F = x.size(0), chunks = 1 + (F - 1) / 4;
+  WanFeatCache cache;
+  std::vector<Tensor> parts;
+  for (int64_t i = 0; i < chunks; ++i) {
+    cache.start_chunk();
+    const int64_t s = i == 0 ? 0 : 1 + 4 * (i - 1), e = i == 0 ? 1 : 1 + 4 * i;
+    parts.push_back(encoder(x.slice(0, s, e), cache));  // [t', 2z, h, w]
+  }
+  cache.clear();
+  return quant_conv(parts.size() == 1 ? parts[0] : ops::concat(parts, 0));  // [T, 2z, h, w]
+}
+
 Tensor AutoencoderKLWan::encode_forward(const Tensor& x) {  // x [B, in, F, H, W]
-  check(!tiling_, "vae.encode", "tiled encoding of AutoencoderKLWan is not implemented");
   check(x.dim() == 5 && x.size(1) == cfg_.video_in_channels() && x.size(2) >= 1, "vae.encode", "expected videos [B, ",
         cfg_.video_in_channels(), ", F, H, W], got ", shape_str(x.shape()));
-  const int64_t B = x.size(0), F = x.size(2), chunks = 1 + (F - 1) / 4;
+  const int64_t B = x.size(0), H = x.size(3), W = x.size(4), p = cfg_.patch();
   const DType dt = dtype();
+  // Diffusers tiles when the (unpatchified) video exceeds tile_sample_min.
+  const bool tiled = tiling_ && (W > tile_w_ || H > tile_h_);
   std::vector<Tensor> samples;
-  WanFeatCache cache;
   for (int64_t b = 0; b < B; ++b) {
-    cache.clear();
-    std::vector<Tensor> parts;
-    for (int64_t i = 0; i < chunks; ++i) {
-      cache.start_chunk();
-      const int64_t s = i == 0 ? 0 : 1 + 4 * (i - 1), e = i == 0 ? 1 : 1 + 4 * i;
-      Tensor frames = to_frames(x.select(0, b).slice(1, s, e));  // [t, in, H, W]
-      if (frames.dtype() != dt) frames = ops::cast(frames, dt);
-      parts.push_back(encoder(wan_patchify(frames, cfg_.patch()), cache));  // [t', 2z, h, w]
+    Tensor frames = to_frames(x.select(0, b));  // [F, in, H, W]
+    if (frames.dtype() != dt) frames = ops::cast(frames, dt);
+    frames = wan_patchify(frames, p);           // [F, in*p^2, H/p, W/p]
+    Tensor h;                                   // [T, 2z, h, w]
+    if (!tiled) {
+      h = encode_frames(frames);
+    } else {
+      // tiled_encode: tiles of the patchified video (tile / stride in its pixels), latent tiles of
+      // tile / (r / p), blended there.
+      const int64_t er = cfg_.scale_factor_spatial / p;
+      check(er > 0 && stride_h_ / er > 0 && stride_w_ / er > 0, "vae.encode", "tile strides ", stride_h_, "x",
+            stride_w_, " are below the encoder's compression ratio ", er);
+      const int64_t Hp = frames.size(2), Wp = frames.size(3), lh = Hp / er, lw = Wp / er;
+      const int64_t slh = stride_h_ / er, slw = stride_w_ / er;
+      WanTileBlender blender(tile_h_ / er - slh, tile_w_ / er - slw, slh, slw);
+      const auto rows = wan_tile_starts(Hp, stride_h_), cols = wan_tile_starts(Wp, stride_w_);
+      int64_t y0 = 0;
+      for (size_t ti = 0; ti < rows.size(); ++ti) {
+        int64_t x0 = 0, piece_h = 0;
+        for (size_t tj = 0; tj < cols.size(); ++tj) {
+          const Tensor xt = frames.slice(2, rows[ti], std::min(Hp, rows[ti] + tile_h_))
+                                .slice(3, cols[tj], std::min(Wp, cols[tj] + tile_w_))
+                                .contiguous();  // [F, in*p^2, th, tw]
+          Tensor tile = encode_frames(xt);      // [T, 2z, th/er, tw/er]
+          if (!tile.is_contiguous()) tile = tile.contiguous();
+          if (!h.defined()) h = Tensor::empty({tile.size(0), tile.size(1), lh, lw}, tile.dtype(), tile.device());
+          const Tensor piece = blender.add(int64_t(ti), int64_t(tj), tile);
+          piece_h = piece.size(2);
+          const int64_t ch = std::min(piece.size(2), lh - y0), cw = std::min(piece.size(3), lw - x0);
+          if (ch > 0 && cw > 0)
+            ops::copy_into(piece.slice(2, 0, ch).slice(3, 0, cw), h.slice(2, y0, y0 + ch).slice(3, x0, x0 + cw));
+          x0 += piece.size(3);
+        }
+        y0 += piece_h;
+      }
     }
-    cache.clear();
-    Tensor h = quant_conv(parts.size() == 1 ? parts[0] : ops::concat(parts, 0));  // [T, 2z, h, w]
-    samples.push_back(h.permute({1, 0, 2, 3}).unsqueeze(0));                      // [1, 2z, T, h, w]
+    samples.push_back(h.permute({1, 0, 2, 3}).unsqueeze(0));  // [1, 2z, T, h, w]
   }
   return samples.size() == 1 ? samples[0].contiguous() : ops::concat(samples, 0);
 }

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -91,6 +92,9 @@ class AutoencoderKLWan : public Module {
   // pipeline's vae/, or a pipeline folder, whose "vae" component is used). opt.source defaults to dir.
   static std::unique_ptr<AutoencoderKLWan> from_pretrained(const std::filesystem::path& dir, LoadOptions opt = {});
   LoadReport load(const StateDict& sd, const LoadOptions& opt = {});
+  // Lays every causal conv's weight out for the one-conv2d-per-chunk form (load() does it; call it after
+  // setting weights another way, e.g. init_parameters_randn). Idempotent.
+  void prepare();
 
   const AutoencoderKLWanConfig& config() const { return cfg_; }
   DType dtype() const;
@@ -104,9 +108,12 @@ class AutoencoderKLWan : public Module {
   Tensor decode_forward(const Tensor& z);
   Tensor encode_forward(const Tensor& x);
 
-  // Diffusers' enable_tiling(): not implemented yet (decode/encode throw while it is set).
+  // Diffusers' enable_tiling(tile_sample_min_height, _width, tile_sample_stride_height, _width): decode
+  // and encode of videos larger than a tile run tile by tile (see wan_vae_tiling.h), blended as
+  // Diffusers' tiled_decode / tiled_encode. Sizes are in video pixels.
   void enable_tiling(int64_t tile_h = 256, int64_t tile_w = 256, int64_t stride_h = 192, int64_t stride_w = 192);
   void disable_tiling() { tiling_ = false; }
+  bool tiling() const { return tiling_; }
 
   WanEncoder3d encoder;
   WanCausalConv3d quant_conv;       // 1x1x1, 2z -> 2z
@@ -114,8 +121,15 @@ class AutoencoderKLWan : public Module {
   WanDecoder3d decoder;
 
  private:
+  // Decodes x [T, z, h, w] (after post_quant_conv) one latent frame at a time with a fresh cache, handing
+  // each decoded chunk y [t, out*p^2, h*f/p, w*f/p] (unclamped, patchified) and its first frame to sink.
+  void decode_frames(const Tensor& x, const std::function<void(const Tensor& y, int64_t f0)>& sink);
+  // Encodes patchified frames [F, in*p^2, H, W] (first frame, then chunks of 4) to quant_conv's [T, 2z, h, w].
+  Tensor encode_frames(const Tensor& x);
+
   AutoencoderKLWanConfig cfg_;
   bool tiling_ = false;
+  int64_t tile_h_ = 256, tile_w_ = 256, stride_h_ = 192, stride_w_ = 192;
 };
 
 // patchify / unpatchify of one sample's frames (Diffusers' channel order c*p*p + pw*p + ph).

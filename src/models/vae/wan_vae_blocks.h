@@ -26,8 +26,8 @@ class WanBlock : public Module {
 };
 
 // WanRMS_norm: F.normalize over channels (x / max(||x||_2, 1e-12)) * sqrt(dim) * gamma. gamma has the
-// checkpoint's shape: [dim, 1, 1] (images) or [dim, 1, 1, 1]. The norm is accumulated in f32 and
-// rounded to x's dtype, then each product rounds, as torch does in bf16.
+// checkpoint's shape: [dim, 1, 1] (images) or [dim, 1, 1, 1]. One ops::channel_norm: f32 arithmetic,
+// in bf16 rounded as Diffusers 0.42.1 (normalized in f32, rounded, then each product rounded).
 class WanRMSNorm : public Module {
  public:
   WanRMSNorm(int64_t dim, bool images);
