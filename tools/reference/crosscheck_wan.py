@@ -298,7 +298,8 @@ def check_case(case: dict, folder: Path, diffq: Path, out: Path, a, max_rel: flo
     if ref is None or not bool(ref.isfinite().all()) or ref_frames is None:
         why = ref_err or "non-finite output"
         ok = got is None and bool(info)
-        return ok, f"Diffusers refuses ({why}); diffq: {info if got is None else 'ran'}"
+        ran = "ran" if got is None or bool(got.isfinite().all()) else "ran, non-finite latents"
+        return ok, f"Diffusers refuses ({why}); diffq: {info if got is None else ran}"
     if got is None or frames is None:
         return False, f"diffq refuses ({info}) where Diffusers runs"
     if got.shape != ref.shape:
