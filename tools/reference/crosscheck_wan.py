@@ -95,6 +95,8 @@ def random_model_config(rng: random.Random) -> dict:
     v22 = rng.random() < 0.35
     depth = rng.randint(1, 4)
     mults = sorted(rng.choice([1, 2, 4]) for _ in range(depth))
+    if v22:  # the residual blocks' average shortcut needs the last level no wider than the one before it
+        mults = mults[:-1] + mults[-2:-1] if depth > 1 else [1]
     tds = [rng.random() < 0.6 for _ in range(depth - 1)]
     base = rng.choice([4, 6, 8])
     z = rng.choice([4, 8, 16]) if not v22 else rng.choice([8, 12, 48])
