@@ -239,6 +239,18 @@ WanOutput WanPipeline::operator()(const WanCallOptions& opt) {
     latents = randn_tensor(lshape, gen, DType::f32);
   }
   const int64_t seq_len = lshape[2] * (lshape[3] / tcfg.patch_size[1]) * (lshape[4] / tcfg.patch_size[2]);
+  if (expand_timesteps) {
+    // Diffusers takes the per-token timesteps from every 2nd latent row and column (mask[:, ::2, ::2], written
+    // for TI2V's patch size (1, 2, 2)) and fails when that count differs from the transformer's token count
+    // (one timestep broadcasts: then every token gets t, as here).
+    const int64_t diffusers_tokens = lshape[2] * ((lshape[3] + 1) / 2) * ((lshape[4] + 1) / 2);
+    const int64_t tokens = lshape[2] / tcfg.patch_size[0] * (lshape[3] / tcfg.patch_size[1]) * (lshape[4] / tcfg.patch_size[2]);
+    check(diffusers_tokens == tokens || diffusers_tokens == 1,
+          kCtx, "expand_timesteps gives ", diffusers_tokens, " per-token timesteps (every 2nd latent row and column, as "
+          "Diffusers' WanPipeline, written for patch size (1, 2, 2)) but the transformer with patch_size (",
+          tcfg.patch_size[0], ", ", tcfg.patch_size[1], ", ", tcfg.patch_size[2], ") makes ", tokens,
+          " tokens; Diffusers fails on this shape mismatch too");
+  }
   std::optional<double> boundary_t;
   if (boundary_ratio) boundary_t = *boundary_ratio * double(scheduler->num_train_timesteps());
   const double g2 = o.guidance_scale_2.value_or(o.guidance_scale);

@@ -87,7 +87,10 @@ Arr einsum_k(const std::vector<float>& rhos, DType rho_dt, const std::vector<Arr
 // torch.linalg.solve on a small float32 system as MKL's sgesv does it (checked on 2x2): LU with partial
 // pivoting (first largest |pivot|), multipliers a_ik * (1 / a_kk), forward substitution without FMA,
 // back substitution multiplying by the pivot's reciprocal.
-std::vector<float> lapack_solve(std::vector<std::vector<float>> a, std::vector<float> b) {
+// A pivot that is exactly zero is sgetrf's info > 0, where torch.linalg.solve raises "the input matrix is
+// singular" (Diffusers' UniPC then raises too): refuse the same way.
+std::vector<float> lapack_solve(std::vector<std::vector<float>> a, std::vector<float> b, int64_t step,
+                                const char* stage) {
   const size_t n = b.size();
   for (size_t k = 0; k < n; ++k) {
     size_t p = k;
@@ -95,6 +98,9 @@ std::vector<float> lapack_solve(std::vector<std::vector<float>> a, std::vector<f
       if (std::fabs(a[i][k]) > std::fabs(a[p][k])) p = i;
     std::swap(a[k], a[p]);
     std::swap(b[k], b[p]);
+    check(a[k][k] != 0.0f, kCtx, "step ", step, ": the ", stage, "'s ", n, "x", n,
+          " solve for rhos is singular (an order >= 3 update into sigma = 0 with lower_order_final = false); "
+          "torch.linalg.solve raises here in Diffusers too. Set lower_order_final = true or a lower solver_order");
     const float r = 1.0f / a[k][k];
     for (size_t i = k + 1; i < n; ++i) {
       a[i][k] = a[i][k] * r;
@@ -164,6 +170,12 @@ Coeffs bh_coeffs(const std::vector<float>& lambdas, int64_t t, int64_t s0,
     h_phi_k = q - float(1.0 / double(factorial_i));
   }
   return c;
+}
+
+bool all_finite(const std::vector<float>& v) {
+  for (float x : v)
+    if (!std::isfinite(x)) return false;
+  return true;
 }
 
 Arr arr_of(const Tensor& t) {
@@ -357,7 +369,7 @@ Arr UniPCMultistepScheduler::predictor(const Arr& x, int64_t order) const {
       std::vector<std::vector<float>> R(size_t(order - 1));
       for (size_t r = 0; r + 1 < size_t(order); ++r)
         R[r].assign(c.R[r].begin(), c.R[r].end() - 1);
-      rhos = lapack_solve(R, std::vector<float>(c.b.begin(), c.b.end() - 1));
+      rhos = lapack_solve(R, std::vector<float>(c.b.begin(), c.b.end() - 1), i, "predictor");
       for (float& v : rhos) v = round_through(x.dt, v);
     }
     pred_res = einsum_k(rhos, x.dt, D1s);
@@ -390,7 +402,7 @@ Arr UniPCMultistepScheduler::corrector(const Arr& model_t, const Arr& x, int64_t
   if (order == 1) {
     rhos = {0.5f};
   } else {
-    rhos = lapack_solve(c.R, c.b);
+    rhos = lapack_solve(c.R, c.b, i, "corrector");
     for (float& v : rhos) v = round_through(x.dt, v);
   }
   const bool x0 = config_.predict_x0;
@@ -442,6 +454,16 @@ Tensor UniPCMultistepScheduler::step(const Tensor& model_output, int64_t timeste
           "internal: missing model output");
 
   Arr prev = predictor(x, this_order_);
+  // Some configs divide by zero at a step (bh1's B(h) = h or an order >= 2 update into sigma = 0, where
+  // lambda = inf; h = 0 between two equal sigmas): Diffusers returns NaN latents there. Refuse instead of
+  // writing a NaN video, but only when the scheduler itself made them (finite model output and sample).
+  if (!all_finite(prev.v) && all_finite(mo.v) && all_finite(arr_of(sample).v))
+    fail(kCtx, "step ", i, " of ", num_inference_steps_, " (sigma ", sigmas_[size_t(i)], " -> ", sigmas_[size_t(i + 1)],
+         ", order ", this_order_, ") gives non-finite latents from finite inputs: solver_order ", config_.solver_order,
+         ", solver_type ", config_.solver_type, ", lower_order_final ", config_.lower_order_final ? "true" : "false",
+         ", final_sigmas_type ", config_.final_sigmas_type,
+         " divides by zero here (Diffusers returns NaN latents). lower_order_final = true with solver_type = bh2 "
+         "avoids it");
   last_sample_ = std::move(x);
   if (lower_order_nums_ < config_.solver_order) ++lower_order_nums_;
   step_index_ = i + 1;
