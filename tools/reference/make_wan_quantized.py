@@ -3,18 +3,21 @@
 come close to.
 
 Folders (text_encoder, tokenizer, vae and scheduler are symlinks to tests/fixtures/tiny-wan, unquantized):
-- `pipeline/`: tiny-wan with a transformer whose Linear in-features are multiples of 32 / 256 where the schemes
-  need whole blocks (2 heads x 16, ffn_dim 256, freq_dim 256, text_dim 8, 2 layers; random weights, norm
+- `pipeline/`: tiny-wan with a transformer whose Linear in-features are multiples of 64 (2 heads x 32; bitsandbytes'
+  CPU dequantize_4bit disagrees with its own quantize_4bit when in_features is not a multiple of the 64-element
+  block, e.g. 32 or 96 — 8 is fine — so narrower layers would make the reference wrong) and 256 where the
+  K-quants need whole super-blocks (ffn_dim 256; freq_dim 64, text_dim 8, 1 layer to keep the fixture small;
+  random weights, norm
   parameters given N(0, 0.1) noise; stored bfloat16, loaded float32 — an exact upcast on both sides).
 - `prequant-nf4/`, `prequant-fp8wo/`: the pipeline loaded by Diffusers with the transformer
   quantized (bitsandbytes nf4 / torchao Float8WeightOnlyConfig) and saved
   with save_pretrained: model_index.json and transformer/ are what Diffusers wrote (torchao's safetensors metadata
   sorted, `_name_or_path` dropped, for a deterministic fixture); the unquantized components it rewrote in float32
   are replaced by symlinks to tiny-wan (the same values).
-- `gguf/wan-tiny-q8_0.gguf`, `gguf/wan-tiny-q4_k.gguf`: the pipeline's transformer as city96's Wan GGUF files are
-  laid out (original Wan naming, general.architecture "wan", 1-D / 3-D / 5-D tensors F32), 2-D weights in Q8_0 /
-  Q4_K (ggml's reference quantizers) where the rows are whole blocks; in the Q4_K file, rows of whole Q8_0
-  blocks only are Q8_0; F16 otherwise.
+- `gguf/wan-tiny-q4_k.gguf`: the pipeline's transformer as city96's Wan GGUF files are laid out (original Wan
+  naming, general.architecture "wan", 1-D / 3-D / 5-D tensors F32), 2-D weights in Q4_K where the rows are whole
+  256-element super-blocks (ffn.2), Q8_0 where they are whole 32-element blocks (every other Linear), F16
+  otherwise (ggml's reference quantizers): one file holding both block types, as city96's K-quant files do.
 
 `latents.safetensors` (final latents [1, 16, 2, 4, 4] of the call in cases.json, caught with callback_on_step_end):
 - `none`: unquantized; `nf4`: PipelineQuantizationConfig bitsandbytes_4bit nf4 (compute float32) on transformer and
@@ -23,6 +26,10 @@ Folders (text_encoder, tokenizer, vae and scheduler are symlinks to tests/fixtur
   pipeline's transformer, and `gguf_<type>_f32`: the same with gguf-py's float32 dequantization in place of
   Diffusers' float16 dequantize functions (what diffq computes; also applied to the time_embedder weights Diffusers
   dequantizes at load).
+`int8dq_nocfg`, `none_nocfg`: the same call with guidance_scale 1 (no CFG). int8dq's dynamic activation codes flip
+under 1-ulp changes, and CFG 5 amplifies a flip: with CFG the latents move by up to ~1e-2 in Diffusers against
+itself when one noise element is nudged by 1 ulp (cases.json schemes.int8dq.self_sensitivity: the worst of a few
+nudged elements, for the call and for 1 step).
 `frames.safetensors`: `nf4`: the same call's frames (output_type "np", [1, 5, 32, 32, 3]).
 
 Run: tools/reference/regenerate_fixtures.sh wan_quantized  (needs tests/fixtures/tiny-wan first).
@@ -40,14 +47,14 @@ import numpy as np
 from _common import FIXTURES, deterministic, dir_size, fresh_dir, save_tensors, write_json
 
 TINY = FIXTURES / "tiny-wan"
-TR_CFG = dict(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=16, in_channels=16, out_channels=16,
-              text_dim=8, freq_dim=256, ffn_dim=256, num_layers=2, cross_attn_norm=True,
+TR_CFG = dict(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=32, in_channels=16, out_channels=16,
+              text_dim=8, freq_dim=64, ffn_dim=256, num_layers=1, cross_attn_norm=True,
               qk_norm="rms_norm_across_heads", eps=1e-6, rope_max_seq_len=32)
 CALL = dict(prompt="A photo of a Cat sitting on a RED chair, 4k!!", height=32, width=32, num_frames=5,
             num_inference_steps=2, guidance_scale=5.0, seed=0, max_sequence_length=16)
 SHARED = ("scheduler", "text_encoder", "tokenizer", "vae")
 NF4 = dict(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype="float32")
-GGUF_TYPES = {"q8_0": "Q8_0", "q4_k": "Q4_K"}
+GGUF_TYPES = {"q4_k": "Q4_K"}
 
 
 def patch_bnb_for_cpu() -> None:
@@ -100,7 +107,29 @@ def plain_bnb_cpu_path(pipe) -> None:
                 mod.support_avx512bf16_for_cpu = False
 
 
-def run(pipe, output_type="latent"):
+def self_sensitivity(pipe) -> dict:
+    """How far the library moves against itself when one element of the initial noise is nudged by 1 ulp (int8dq's
+    dynamic activation codes flip): the max relative change of the final latents over a few elements, for the call
+    and for the same call with 1 step."""
+    import torch
+    from diffusers.utils.torch_utils import randn_tensor
+
+    out = {}
+    for steps in (CALL["num_inference_steps"], 1):
+        noise = randn_tensor((1, 16, 2, 4, 4), generator=torch.Generator("cpu").manual_seed(CALL["seed"]),
+                             dtype=torch.float32)
+        base, _ = run(pipe, steps=steps, latents=noise.clone())
+        worst = 0.0
+        for idx in (0, 17, 100, 300, 511):
+            n = noise.clone().flatten()
+            n[idx] = torch.nextafter(n[idx], torch.tensor(10.0))
+            got, _ = run(pipe, steps=steps, latents=n.view_as(noise))
+            worst = max(worst, float((got - base).abs().max() / base.abs().max()))
+        out[f"steps_{steps}"] = worst
+    return out
+
+
+def run(pipe, output_type="latent", steps=None, latents=None, guidance_scale=None):
     import torch
 
     plain_bnb_cpu_path(pipe)
@@ -111,6 +140,12 @@ def run(pipe, output_type="latent"):
         return {}
 
     kwargs = {k: v for k, v in CALL.items() if k != "seed"}
+    if steps is not None:
+        kwargs["num_inference_steps"] = steps
+    if latents is not None:
+        kwargs["latents"] = latents
+    if guidance_scale is not None:
+        kwargs["guidance_scale"] = guidance_scale
     pipe.set_progress_bar_config(disable=True)
     out = pipe(**kwargs, generator=torch.Generator("cpu").manual_seed(CALL["seed"]), output_type=output_type,
                callback_on_step_end=catch, callback_on_step_end_tensor_inputs=["latents"])
@@ -209,6 +244,10 @@ def main() -> None:
         pipe = WanPipeline.from_pretrained(folder, dtype=f32, quantization_config=q)
         latents[name], _ = run(pipe)
         cases["schemes"][name] = {"quant_backend": "torchao", "quant_type": cls, "components": ["transformer"]}
+        if name == "int8dq":
+            latents["int8dq_nocfg"], _ = run(pipe, guidance_scale=1.0)
+            cases["schemes"][name]["self_sensitivity"] = self_sensitivity(pipe)
+    latents["none_nocfg"], _ = run(WanPipeline.from_pretrained(folder, dtype=f32), guidance_scale=1.0)
 
     # Pre-quantized folders written by save_pretrained (transformer quantized), then run by Diffusers.
     for name, q in (("nf4", PipelineQuantizationConfig(quant_backend="bitsandbytes_4bit", quant_kwargs=NF4,
@@ -252,7 +291,7 @@ def main() -> None:
             counts[t] = counts.get(t, 0) + 1
         cases["schemes"][f"gguf_{name}"] = {
             "file": f"gguf/{path.name}", "type_counts": counts,
-            "quantized": sorted(k for k, t in types.items() if t == qtype),
+            "quantized": {k: t for k, t in sorted(types.items()) if t.startswith("Q")},
             "diffusers_gguf_parameters": sorted(k for k, v in tr.named_parameters()
                                                 if getattr(v, "quant_type", None) is not None)}
 
