@@ -23,6 +23,14 @@ const std::string kCall =
     "--guidance 5 --seed 0 --max-sequence-length 16 ";
 const std::string kRecipe = "--quant nf4 --quantize transformer,text_encoder --offload leaf --compile regional --stats ";
 
+// The "stats: peak allocator (cpu) X MiB" figure (-1 when absent).
+double peak_mib(const std::string& out) {
+  const std::string key = "stats: peak allocator (cpu) ";
+  const size_t at = out.find(key);
+  if (at == std::string::npos) return -1;
+  return std::stod(out.substr(at + key.size()));
+}
+
 class CliWanQuantized : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -42,7 +50,14 @@ TEST_F(CliWanQuantized, RecipeWritesTheVideoAndReportsThePeak) {
   EXPECT_GT(fs::file_size(dir_ / "x.mp4"), 100u);
   EXPECT_NE(r.out.find("quantized transformer: bitsandbytes_4bit nf4"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("quantized text_encoder: bitsandbytes_4bit nf4"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("stats: peak allocator (cpu)"), std::string::npos) << r.out;
+  // The same run without offloading / compilation peaks higher (the allocator's peak, load included).
+  const auto plain = run_cli(dir_, "generate -m '" + kFix + "/pipeline' " + kCall +
+                                       "--quant nf4 --quantize transformer,text_encoder --stats -o y.mp4");
+  ASSERT_EQ(plain.status, 0) << plain.out;
+  const double peak = peak_mib(r.out), plain_peak = peak_mib(plain.out);
+  std::printf("[cli recipe] peak allocator %.2f MiB (without --offload / --compile %.2f MiB)\n", peak, plain_peak);
+  EXPECT_GT(peak, 0.0) << r.out;
+  EXPECT_LT(peak, plain_peak);
 }
 
 TEST_F(CliWanQuantized, RecipeLatentsAreDiffusersNf4Latents) {
