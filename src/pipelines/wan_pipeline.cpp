@@ -51,6 +51,20 @@ std::unique_ptr<models::wan::WanTransformer3DModel> load_transformer(const io::D
   lo.source = c.dir.string();
   return models::wan::WanTransformer3DModel::from_pretrained(c.dir, lo);
 }
+
+// The text encoder's quantization hooks. transformers' quantizers (bitsandbytes, torchao, quanto, ...) never
+// convert a model's _keep_in_fp32_modules, whatever the load dtype (HfQuantizer.get_modules_to_not_convert):
+// for T5 / UMT5 that is "wo", which T5EncoderModel keeps in float32 only for float16 loads.
+LoadOptions text_encoder_hooks(ComponentLoader& loader) {
+  LoadOptions o = loader.hooks_for("text_encoder");
+  if (o.quantize) {
+    o.quantize = [q = o.quantize](const ParamRef& p, const Tensor& v) -> std::shared_ptr<QuantizedWeight> {
+      if (module_name_matches(p.full, {"wo"})) return nullptr;
+      return q(p, v);
+    };
+  }
+  return o;
+}
 }  // namespace
 
 std::unique_ptr<WanPipeline> WanPipeline::from_pretrained(const std::filesystem::path& folder,
@@ -107,7 +121,7 @@ std::unique_ptr<WanPipeline> WanPipeline::from_pretrained(const std::filesystem:
     const auto& tc = f.component("text_encoder");
     check(tc.class_name == "UMT5EncoderModel" || tc.class_name == "T5EncoderModel", kCtx, folder.string(),
           ": text_encoder is a ", tc.class_name, ", not a UMT5EncoderModel or T5EncoderModel");
-    p->text_encoder = t5::T5EncoderModel::from_pretrained(f, "text_encoder", dtype, loader.hooks_for("text_encoder"));
+    p->text_encoder = t5::T5EncoderModel::from_pretrained(f, "text_encoder", dtype, text_encoder_hooks(loader));
     const int64_t text_dim = p->first_transformer().config.text_dim;
     check(p->text_encoder->config.d_model == text_dim, kCtx, folder.string(), ": the text encoder's d_model ",
           p->text_encoder->config.d_model, " differs from the transformer's text_dim ", text_dim);

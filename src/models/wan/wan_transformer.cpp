@@ -106,8 +106,9 @@ std::unique_ptr<WanTransformer3DModel> WanTransformer3DModel::from_state_dict(co
                                                                               const LoadOptions& opt) {
   auto model = std::make_unique<WanTransformer3DModel>(cfg);
   LoadOptions o = opt;
-  if (o.dtype) {
-    // Diffusers casts to torch_dtype except parameters with a _keep_in_fp32_modules component.
+  if (o.dtype || o.quantize) {
+    // Diffusers casts to torch_dtype except parameters with a _keep_in_fp32_modules component; its quantizers
+    // (bitsandbytes, torchao, ...) never convert those modules, whatever the dtype (use_keep_in_fp32_modules).
     const auto modules = keep_in_fp32_modules();
     const auto params = keep_in_fp32_parameters(*model, modules);
     o.keep_in_fp32.insert(o.keep_in_fp32.end(), modules.begin(), modules.end());
