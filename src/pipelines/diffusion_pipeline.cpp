@@ -193,8 +193,8 @@ class WanAdapter final : public AdapterBase {
     GenerateResult r = result_of(out, in);
     r.videos_u8 = out.frames_u8;
     r.pixels_f32 = out.frames_f32;
-    r.used.width = o.width;
-    r.used.height = o.height;
+    r.used.width = out.width;
+    r.used.height = out.height;
     r.used.num_frames = out.num_frames;
     r.used.num_inference_steps = o.num_inference_steps;
     r.used.guidance_scale = o.guidance_scale;

@@ -52,19 +52,6 @@ std::unique_ptr<models::wan::WanTransformer3DModel> load_transformer(const io::D
   return models::wan::WanTransformer3DModel::from_pretrained(c.dir, lo);
 }
 
-// The text encoder's quantization hooks. transformers' quantizers (bitsandbytes, torchao, quanto, ...) never
-// convert a model's _keep_in_fp32_modules, whatever the load dtype (HfQuantizer.get_modules_to_not_convert):
-// for T5 / UMT5 that is "wo", which T5EncoderModel keeps in float32 only for float16 loads.
-LoadOptions text_encoder_hooks(ComponentLoader& loader) {
-  LoadOptions o = loader.hooks_for("text_encoder");
-  if (o.quantize) {
-    o.quantize = [q = o.quantize](const ParamRef& p, const Tensor& v) -> std::shared_ptr<QuantizedWeight> {
-      if (module_name_matches(p.full, {"wo"})) return nullptr;
-      return q(p, v);
-    };
-  }
-  return o;
-}
 }  // namespace
 
 std::unique_ptr<WanPipeline> WanPipeline::from_pretrained(const std::filesystem::path& folder,
@@ -121,7 +108,7 @@ std::unique_ptr<WanPipeline> WanPipeline::from_pretrained(const std::filesystem:
     const auto& tc = f.component("text_encoder");
     check(tc.class_name == "UMT5EncoderModel" || tc.class_name == "T5EncoderModel", kCtx, folder.string(),
           ": text_encoder is a ", tc.class_name, ", not a UMT5EncoderModel or T5EncoderModel");
-    p->text_encoder = t5::T5EncoderModel::from_pretrained(f, "text_encoder", dtype, text_encoder_hooks(loader));
+    p->text_encoder = t5::T5EncoderModel::from_pretrained(f, "text_encoder", dtype, loader.hooks_for("text_encoder"));
     const int64_t text_dim = p->first_transformer().config.text_dim;
     check(p->text_encoder->config.d_model == text_dim, kCtx, folder.string(), ": the text encoder's d_model ",
           p->text_encoder->config.d_model, " differs from the transformer's text_dim ", text_dim);
@@ -188,12 +175,24 @@ WanOutput WanPipeline::operator()(const WanCallOptions& opt) {
   check(o.output_type == "latent" || vae, kCtx, "output_type \"np\" needs a VAE; this pipeline has none");
   check(!o.guidance_scale_2 || boundary_ratio, kCtx,
         "guidance_scale_2 is only supported when the pipeline's boundary_ratio is set (a Wan2.2 two-expert folder)");
+  // Diffusers: sizes that are not multiples of 16 are an error (check_inputs); multiples of 16 that are not
+  // multiples of the spatial factor x the patch size (32 for TI2V-5B) are floored with a warning.
   const int64_t mult = size_multiple();
   auto down = [&](int64_t v) { return std::max(v / mult * mult, mult); };
-  check(o.height >= mult && o.width >= mult && o.height % mult == 0 && o.width % mult == 0, kCtx,
-        "height and width must be positive multiples of ", mult, " (the VAE's spatial factor x the patch size), got ",
-        o.width, "x", o.height, "; the nearest valid sizes are ", down(o.width), "x", down(o.height), " or ",
-        down(o.width + mult - 1), "x", down(o.height + mult - 1));
+  check(o.height > 0 && o.width > 0 && o.height % 16 == 0 && o.width % 16 == 0, kCtx,
+        "height and width must be positive multiples of 16, got ", o.width, "x", o.height,
+        "; the nearest valid sizes are ", down(o.width), "x", down(o.height), " or ", down(o.width + mult - 1), "x",
+        down(o.height + mult - 1));
+  if (o.height % mult != 0 || o.width % mult != 0) {
+    const int64_t h = o.height / mult * mult, w = o.width / mult * mult;
+    check(h > 0 && w > 0, kCtx, "height and width must be at least ", mult,
+          " (the VAE's spatial factor x the patch size), got ", o.width, "x", o.height);
+    std::fprintf(stderr, "diffq: height and width must be multiples of %lld (the VAE's spatial factor x the patch size): "
+                 "%lldx%lld adjusted to %lldx%lld, as Diffusers does\n", (long long)mult, (long long)o.width,
+                 (long long)o.height, (long long)w, (long long)h);
+    o.height = h;
+    o.width = w;
+  }
   const int64_t num_frames = rounded_num_frames(o.num_frames);
   if (num_frames != o.num_frames)
     std::fprintf(stderr, "diffq: num_frames - 1 must be divisible by %lld: %lld frames rounded to %lld, as Diffusers does\n",
@@ -272,6 +271,8 @@ WanOutput WanPipeline::operator()(const WanCallOptions& opt) {
   // ---- denoising loop ----
   WanOutput out;
   out.num_frames = num_frames;
+  out.height = o.height;
+  out.width = o.width;
   out.encode_prompt_s = encode_prompt_s;
   for (int64_t i = 0; i < N; ++i) {
     const double t = timesteps[size_t(i)];

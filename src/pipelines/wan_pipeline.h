@@ -6,8 +6,9 @@
 //   and zero-padded back; each row repeated num_videos_per_prompt times. CFG (two transformer passes,
 //   cond and uncond) when guidance_scale > 1; the negative prompt defaults to "".
 // - num_frames not of the form 4k + 1 is rounded to num_frames // 4 * 4 + 1, as Diffusers does (diffq says so on stderr);
-//   height / width must be multiples of vae_scale_factor_spatial x patch (16 for Wan2.1, 32 for TI2V-5B):
-//   Diffusers floors other sizes silently, diffq refuses them naming the nearest valid sizes.
+//   height / width must be multiples of 16 (else an error, as Diffusers' check_inputs); multiples of 16 that
+//   are not multiples of vae_scale_factor_spatial x patch (32 for TI2V-5B) are floored to them, as Diffusers
+//   does (diffq says so on stderr).
 // - latents float32 [B, C, (F - 1) / 4 + 1, H / s, W / s] = randn_tensor(seed) (or given).
 // - per step: the model input is latents cast to the transformer's dtype; timestep t (int64 for UniPC,
 //   float32 for FlowMatchEuler) expanded to [B], or, with expand_timesteps (TI2V-5B), t for every latent
@@ -66,7 +67,8 @@ struct WanOutput {
   Tensor latents;     // final latents [B, C, T, h, w] float32 (always set)
   Tensor frames_f32;  // [B, F, H, W, 3] in [0, 1] (output_type "np")
   Tensor frames_u8;   // [B, F, H, W, 3] uint8
-  int64_t num_frames = 0;  // after the 4k + 1 rounding
+  int64_t num_frames = 0;          // after the 4k + 1 rounding
+  int64_t height = 0, width = 0;   // after the flooring to the spatial factor x the patch size
   int64_t steps_run = 0;
   bool interrupted = false;
   double encode_prompt_s = 0, denoise_s = 0, decode_s = 0;  // wall time of each stage

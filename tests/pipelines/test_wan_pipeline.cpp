@@ -152,6 +152,30 @@ TEST(WanPipeline, RoundedFrameCountGivesTheSameVideo) {
   EXPECT_EQ(rel_err(a.latents, b.latents), 0.0);
 }
 
+TEST(WanPipeline, Ti2vSizesOfSixteenAreFlooredLikeDiffusers) {
+  // TI2V-5B-style: spatial factor 16 x patch 2 = 32. Diffusers floors 48 -> 32 with a warning (and refuses
+  // sizes that are not multiples of 16).
+  auto p = WanPipeline::from_pretrained(kFixtures / "tiny-wan-ti2v", DType::f32);
+  WanCallOptions o;
+  o.prompt = {"a red fox"};
+  o.height = 48;
+  o.width = 64;
+  o.num_frames = 1;
+  o.num_inference_steps = 1;
+  o.max_sequence_length = 16;
+  o.output_type = "latent";
+  const WanOutput a = (*p)(o);
+  EXPECT_EQ(a.height, 32);
+  EXPECT_EQ(a.width, 64);
+  o.height = 32;
+  const WanOutput b = (*p)(o);
+  EXPECT_EQ(rel_err(a.latents, b.latents), 0.0);
+  o.height = 40;
+  EXPECT_NE(error_of([&] { (*p)(o); }).find("multiples of 16"), std::string::npos);
+  o.height = 16;
+  EXPECT_NE(error_of([&] { (*p)(o); }).find("at least 32"), std::string::npos);
+}
+
 TEST(WanPipeline, CallbackInterruptsAndLatentOutputSkipsTheVae) {
   auto p = WanPipeline::from_pretrained(kFixtures / "tiny-wan", DType::f32);
   WanCallOptions o;

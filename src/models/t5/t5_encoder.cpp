@@ -315,7 +315,13 @@ std::unique_ptr<T5EncoderModel> T5EncoderModel::from_pretrained(const io::Diffus
   LoadOptions opt;
   opt.dtype = dtype;
   opt.source = (comp.dir / "").string();
-  opt.quantize = hooks.quantize;
+  // transformers' quantizers (bitsandbytes, torchao, quanto, ...) never convert a model's
+  // _keep_in_fp32_modules ("wo" for T5 / UMT5), whatever the load dtype (HfQuantizer.get_modules_to_not_convert).
+  if (hooks.quantize)
+    opt.quantize = [q = hooks.quantize](const ParamRef& p, const Tensor& v) -> std::shared_ptr<QuantizedWeight> {
+      if (module_name_matches(p.full, {"wo"})) return nullptr;
+      return q(p, v);
+    };
   opt.load_quantized = hooks.load_quantized;
   // The load's dtype (the file's when none is asked for) decides transformers' fp32 "wo".
   std::optional<DType> effective = dtype;
