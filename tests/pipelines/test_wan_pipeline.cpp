@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "common/error_of.h"
@@ -198,6 +200,59 @@ TEST(WanPipeline, CallbackInterruptsAndLatentOutputSkipsTheVae) {
   EXPECT_EQ(seen, (std::vector<int64_t>{0, 1}));
   EXPECT_FALSE(out.frames_u8.defined());
   EXPECT_EQ(out.latents.shape(), (Shape{1, 16, 1, 2, 2}));
+}
+
+// A scratch pipeline folder: tiny-wan's model_index.json and components, with some replaced or left out.
+std::filesystem::path scratch_wan(const std::string& name, const std::map<std::string, std::filesystem::path>& swap,
+                                  const std::vector<std::string>& drop = {}) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("diffq-wan-" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path src = fs::absolute(kFixtures / "tiny-wan");
+  std::ifstream in(src / "model_index.json");
+  auto mi = nlohmann::json::parse(in);
+  for (const auto& d : drop) mi.erase(d);
+  std::ofstream(dir / "model_index.json") << mi.dump(2);
+  for (const char* c : {"scheduler", "text_encoder", "tokenizer", "transformer", "vae"}) {
+    if (std::find(drop.begin(), drop.end(), c) != drop.end()) continue;
+    const auto it = swap.find(c);
+    fs::create_directory_symlink(it != swap.end() ? fs::absolute(it->second) : fs::canonical(src / c), dir / c);
+  }
+  return dir;
+}
+
+TEST(WanPipeline, FoldersThatDoNotFitTogetherAreNamed) {
+  // A transformer whose text_dim (16) is not the UMT5 encoder's d_model (8).
+  auto dir = scratch_wan("text-dim", {{"transformer", kFixtures / "wan-transformer" / "t2v"}});
+  std::string e = error_of([&] { WanPipeline::from_pretrained(dir, DType::f32); });
+  EXPECT_NE(e.find("d_model 8 differs from the transformer's text_dim 16"), std::string::npos) << e;
+  // A transformer whose in_channels (4) is not the VAE's z_dim (16).
+  dir = scratch_wan("z-dim", {{"transformer", kFixtures / "wan-transformer" / "plain"}});
+  e = error_of([&] { WanPipeline::from_pretrained(dir, DType::f32); });
+  EXPECT_NE(e.find("in_channels 4 differs from the VAE's z_dim 16"), std::string::npos) << e;
+  // No scheduler; no transformer at all.
+  dir = scratch_wan("no-scheduler", {}, {"scheduler"});
+  e = error_of([&] { WanPipeline::from_pretrained(dir, DType::f32); });
+  EXPECT_NE(e.find("has no scheduler component"), std::string::npos) << e;
+  dir = scratch_wan("no-transformer", {}, {"transformer"});
+  e = error_of([&] { WanPipeline::from_pretrained(dir, DType::f32); });
+  EXPECT_NE(e.find("neither transformer nor transformer_2"), std::string::npos) << e;
+  // No VAE: latents only.
+  dir = scratch_wan("no-vae", {}, {"vae"});
+  auto p = WanPipeline::from_pretrained(dir, DType::f32);
+  WanCallOptions o;
+  o.prompt = {"a fox"};
+  o.height = o.width = 16;
+  o.num_frames = 1;
+  o.num_inference_steps = 1;
+  o.max_sequence_length = 8;
+  e = error_of([&] { (*p)(o); });
+  EXPECT_NE(e.find("needs a VAE"), std::string::npos) << e;
+  o.output_type = "latent";
+  EXPECT_EQ((*p)(o).latents.shape(), (Shape{1, 16, 1, 2, 2}));
+  for (const char* n : {"text-dim", "z-dim", "no-scheduler", "no-transformer", "no-vae"})
+    std::filesystem::remove_all(std::filesystem::temp_directory_path() / (std::string("diffq-wan-") + n));
 }
 
 TEST(DiffusionPipeline, FromPretrainedPicksThePipelineFromModelIndex) {
