@@ -13,7 +13,10 @@ compile::CompileOptions cli_compile_options(bool autotune) {
 }
 
 nlohmann::json compile_report(const models::flux::FluxTransformer2DModel& t, bool autotune) {
-  const auto mods = t.compiled_modules();
+  return compile_report(t.compiled_modules(), autotune);
+}
+
+nlohmann::json compile_report(const std::vector<const compile::CompiledModule*>& mods, bool autotune) {
   if (mods.empty()) return nullptr;
   int64_t graphs = 0, hits = 0, fallbacks = 0, opaque = 0, quantized_gemms = 0;
   double compile_s = 0;
