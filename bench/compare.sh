@@ -5,6 +5,9 @@
 #   bench/compare.sh [--build build] [--out bench/results/flux-cpu.json] [--peer-repeat R] [--rounds N] \
 #       -- <diffq bench args>
 # e.g. bench/compare.sh --rounds 3 -- -m builtin:flux-small --combos "fp32; bf16" --steps 4 --size 512x512 --repeat 2 --threads 2
+#      bench/compare.sh --rounds 3 -- -m builtin:wan-small --combos "fp32; bf16" --frames 17 --size 256x256 --steps 2 --threads 2
+# (Wan: builtin:wan-* or a WanPipeline folder; the peer is tools/bench/diffusers_wan_bench.py through
+# diffusers_bench.py; --size / --frames default to the model's on both sides.)
 # The peer needs tools/.venv (tools/reference/setup_venv.sh). --peer-repeat lowers the peer's repeat count
 # (torch's CPU bf16 is slow); its warm-up stays.
 # --rounds N (default 1) runs the whole diffq-then-peer sequence N times, alternating, and reports every
@@ -32,13 +35,14 @@ diffq="$build/bin/diffq"
 [[ -x "$diffq" ]] || { echo "compare.sh: $diffq missing: build first (./scripts/setup.sh)" >&2; exit 2; }
 
 # Pull the shared options out of the diffq arguments for the peer.
-model="builtin:flux-small" combos="fp32; bf16" size="512x512" steps=4 repeat=3 warmup=1 threads=0
+model="builtin:flux-small" combos="fp32; bf16" size="" frames="" steps=4 repeat=3 warmup=1 threads=0
 args=("$@")
 for ((i = 0; i < ${#args[@]}; i++)); do
   case "${args[$i]}" in
     -m|--model) model="${args[$((i + 1))]}" ;;
     --combos) combos="${args[$((i + 1))]}" ;;
     --size) size="${args[$((i + 1))]}" ;;
+    --frames) frames="${args[$((i + 1))]}" ;;
     --steps) steps="${args[$((i + 1))]}" ;;
     --repeat) repeat="${args[$((i + 1))]}" ;;
     --warmup) warmup="${args[$((i + 1))]}" ;;
@@ -69,7 +73,7 @@ for ((r = 1; r <= rounds; r++)); do
     c="$(echo "$c" | xargs)"
     [[ -z "$c" ]] && continue
     echo "[compare] round $r/$rounds: diffusers peer: $c" >&2
-    "$py" "$root/tools/bench/diffusers_bench.py" -m "$model" --combo "$c" --size "$size" --steps "$steps" \
+    "$py" "$root/tools/bench/diffusers_bench.py" -m "$model" --combo "$c" ${size:+--size "$size"} ${frames:+--frames "$frames"} --steps "$steps" \
       --repeat "${peer_repeat:-$repeat}" --warmup "$warmup" --threads "$threads" 2>/dev/null | tail -n 1 >> "$tmp/peer$r.jsonl"
   done
   table_args+=(--round "$tmp/diffq$r.json" "$tmp/peer$r.jsonl" "$fma")

@@ -27,8 +27,12 @@ nlohmann::json compile_report(const DiffusionPipeline::CompileReport& r) {
   return j;
 }
 
+nlohmann::json compile_report(const std::vector<const compile::CompiledModule*>& mods, bool autotune) {
+  return compile_report(make_compile_report(mods, autotune));
+}
+
 nlohmann::json compile_report(const models::flux::FluxTransformer2DModel& t, bool autotune) {
-  return compile_report(make_compile_report(t.compiled_modules(), autotune));
+  return compile_report(t.compiled_modules(), autotune);
 }
 
 std::string compile_report_line(const nlohmann::json& r) {

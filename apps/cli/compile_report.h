@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "compile/compile_options.h"
 #include "diffq/pipeline.h"
@@ -19,6 +20,8 @@ compile::CompileOptions cli_compile_options(bool autotune);
 // (null without --autotune)}; null when not compiled.
 nlohmann::json compile_report(const DiffusionPipeline::CompileReport& r);
 nlohmann::json compile_report(const models::flux::FluxTransformer2DModel& t, bool autotune);
+// The same for any transformer's compiled modules (e.g. WanTransformer3DModel::compiled_modules()).
+nlohmann::json compile_report(const std::vector<const compile::CompiledModule*>& mods, bool autotune);
 // One line for stderr ("compile: 2 graphs in 0.12 s; autotune: ...").
 std::string compile_report_line(const nlohmann::json& report);
 

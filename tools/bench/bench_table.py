@@ -31,9 +31,12 @@ def main():
     rounds = [(*load_round(d, p), fma) for d, p, fma in a.round]
     d0, p0, _ = rounds[0]
     engine = next(iter(p0.values()))["engine"] if p0 else "-"
-    print(f"model {d0[0]['model']}, {d0[0]['size']}, {d0[0]['steps']} steps, {d0[0]['threads']} threads; "
+    frames = f", {d0[0]['frames']} frames" if "frames" in d0[0] else ""
+    print(f"model {d0[0]['model']}, {d0[0]['size']}{frames}, {d0[0]['steps']} steps, {d0[0]['threads']} threads; "
           f"peer: {engine}; FMA peak GFLOP/s before each round: {', '.join(f for _, _, f in rounds)}, "
           f"after the last: {a.fma_after}")
+    if "note" in d0[0]:
+        print(d0[0]["note"] + " (the peer runs the same)")
     system = d0[0].get("system") or {}
     if system:
         print(f"diffq info: {system.get('summary', '-')}")

@@ -3,7 +3,8 @@
 diffq's worker prints (latency median/min/max over --repeat generations after --warmup 1-step ones,
 per-denoising-step times from callback_on_step_end, load time, peak RSS of this process).
 
-Models: builtin:flux-small / builtin:flux-dev-shape (the same configs as src/models/flux/flux_builtin.cpp,
+Models: builtin:wan-* and WanPipeline folders go to tools/bench/diffusers_wan_bench.py (same combinations and
+JSON line, plus --frames; its docstring says what it builds). FLUX: builtin:flux-small / builtin:flux-dev-shape (the same configs as src/models/flux/flux_builtin.cpp,
 random weights created directly in the combination's dtype, no text encoders or VAE: prompt embeddings
 are random, output_type "latent") or a FluxPipeline folder (full pipeline from the prompt).
 Combinations: a dtype (fp32, bf16, fp16) joined with "+" to at most one quantization scheme and one offload
@@ -76,12 +77,13 @@ def parse_combo(text: str):
     return dtype, quant, offload, compile_mode
 
 
-def quantize_transformer(transformer, quant: str, dtype):
-    """Quantizes the transformer in place as Diffusers' quantizer for that backend does while loading."""
+def quantize_transformer(transformer, quant: str, dtype, filter_fn=None):
+    """Quantizes the transformer in place as Diffusers' quantizer for that backend does while loading
+    (filter_fn: torchao's, to leave modules dense)."""
     if quant in TORCHAO:
         import torchao.quantization as tq
 
-        tq.quantize_(transformer, getattr(tq, TORCHAO[quant])())
+        tq.quantize_(transformer, getattr(tq, TORCHAO[quant])(), filter_fn=filter_fn)
     elif quant.startswith("quanto-"):
         from optimum import quanto
 
@@ -115,7 +117,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-m", "--model", default="builtin:flux-small")
     ap.add_argument("--combo", default="fp32")
-    ap.add_argument("--size", default="512x512")
+    ap.add_argument("--size", default=None, help="WIDTHxHEIGHT (default: FLUX 512x512, Wan the model's)")
+    ap.add_argument("--frames", type=int, default=0, help="Wan: frames (default: the model's)")
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
@@ -130,11 +133,28 @@ def main() -> None:
     if a.threads > 0:
         torch.set_num_threads(a.threads)
     dtype, quant, offload, compile_mode = parse_combo(a.combo)
+    import diffusers_wan_bench as wan
+
+    wan_model = wan.is_wan(a.model)
+    if wan_model:
+        size, frames = wan.defaults(a.model)
+        a.size, a.frames = a.size or size, a.frames or frames
+    a.size = a.size or "512x512"
     width, height = (int(x) for x in a.size.split("x"))
     engine = f"diffusers {__import__('diffusers').__version__} / torch {torch.__version__}"
     try:
-        result = run(a, dtype=dtype, quant=quant, offload=offload, compile_mode=compile_mode, width=width,
-                     height=height)
+        if wan_model:
+            r = wan.run_wan(a, dtype, quant, offload, compile_mode, width, height, quantize_transformer, apply_offload)
+            result = {"model": a.model, "dtype": str(dtype).replace("torch.", ""), "size": a.size, "steps": a.steps,
+                      "threads": torch.get_num_threads(), "load_s": r["load_s"], "latency_s": stats(r["latencies"]),
+                      "step_s": stats(r["steps"]),
+                      "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                      "peak_alloc_bytes": None, "peak_device_bytes": None, "frames": r["frames"],
+                      "guidance_scale": r["guidance_scale"],
+                      "transformer_passes_per_step": r["transformer_passes_per_step"]}
+        else:
+            result = run(a, dtype=dtype, quant=quant, offload=offload, compile_mode=compile_mode, width=width,
+                         height=height)
     except Exception as e:  # noqa: BLE001 - any failure of the peer is reported, not fatal to compare.sh
         print(json.dumps({"combo": a.combo, "engine": engine, "error": f"{type(e).__name__}: {e}"[:300]}))
         return

@@ -1,0 +1,267 @@
+#include "bench_common.h"
+
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
+#include "compile_report.h"
+#include "diffq/error.h"
+#include "diffq/memory.h"
+#include "diffq/runtime.h"
+#include "diffq/system_info.h"
+#include "modules/quantize_on_load.h"
+#include "offload/offload_spec.h"
+#include "offload/os_memory.h"
+#include "quant/quant_method.h"
+
+namespace diffq::cli {
+
+namespace {
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
+  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
+}
+
+// "<mode>-offload[:N]" -> the --offload value "<mode>[:N]"; empty when `tok` is not an offload token.
+std::string offload_token(const std::string& tok) {
+  const auto dash = tok.find("-offload");
+  if (dash == std::string::npos || dash == 0) return "";
+  const std::string rest = tok.substr(dash + 8);
+  if (!rest.empty() && rest[0] != ':') return "";
+  return tok.substr(0, dash) + rest;
+}
+
+nlohmann::json stats(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  if (v.empty()) return nullptr;
+  const double med = v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  return {{"median", med}, {"min", v.front()}, {"max", v.back()}, {"n", v.size()}};
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+nlohmann::json spawn_worker(const BenchArgs& a, const std::string& combo) {
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  check(!ec, "bench", "cannot find this executable: ", ec.message());
+  std::string cmd = shell_quote(exe.string()) + " bench --worker --combo " + shell_quote(combo) + " -m " +
+                    shell_quote(a.model) + " --steps " + std::to_string(a.steps) +
+                    " --repeat " + std::to_string(a.repeat) + " --warmup " + std::to_string(a.warmup) +
+                    " --prompt " + shell_quote(a.prompt) + " --device " + shell_quote(a.device) +
+                    " --threads " + std::to_string(num_threads());
+  if (!a.size.empty()) cmd += " --size " + shell_quote(a.size);
+  if (a.frames > 0) cmd += " --frames " + std::to_string(a.frames);
+  FILE* p = popen(cmd.c_str(), "r");
+  check(p != nullptr, "bench", "cannot start a worker for '", combo, "'");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int st = pclose(p);
+  check(WIFEXITED(st) && WEXITSTATUS(st) == 0, "bench", "combination '", combo, "' failed (see its error above)");
+  try {
+    return nlohmann::json::parse(out);
+  } catch (const std::exception& e) {
+    fail("bench", "combination '", combo, "': unreadable worker output: ", e.what());
+  }
+}
+
+std::string gib(const nlohmann::json& v) {
+  if (v.is_null()) return "-";
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f", v.get<double>() / double(1 << 30));
+  return b;
+}
+
+void print_table(const std::vector<nlohmann::json>& rows) {
+  if (!rows.empty() && rows.front().contains("system")) {
+    const auto& sys = rows.front().at("system");
+    std::printf("diffq info: %s\n", sys.at("summary").get<std::string>().c_str());
+    std::string k;
+    for (const auto& [name, v] : sys.at("kernels").items()) k += (k.empty() ? "" : "; ") + name + ": " + v.get<std::string>();
+    std::printf("kernels: %s\n", k.c_str());
+  }
+  if (!rows.empty()) {
+    const auto& r = rows.front();
+    std::printf("model %s, %s", r.at("model").get<std::string>().c_str(), r.at("size").get<std::string>().c_str());
+    if (r.contains("frames")) std::printf(", %lld frames", (long long)r.at("frames").get<int64_t>());
+    std::printf(", %lld steps, %lld threads\n", (long long)r.at("steps").get<int64_t>(),
+                (long long)r.at("threads").get<int64_t>());
+    if (r.contains("note")) std::printf("%s\n", r.at("note").get<std::string>().c_str());
+  }
+  std::printf("\n| combination | load s | latency s (median, min-max) | s/step (median) | peak RSS GiB | "
+              "generation peak RSS GiB | peak alloc GiB |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  for (const auto& r : rows) {
+    const auto& l = r.at("latency_s");
+    std::printf("| %s | %.2f | %.3f (%.3f-%.3f) | %.3f | %s | %s | %s |\n", r.at("combo").get<std::string>().c_str(),
+                r.at("load_s").get<double>(), l.at("median").get<double>(), l.at("min").get<double>(),
+                l.at("max").get<double>(), r.at("step_s").at("median").get<double>(),
+                gib(r.at("peak_rss_bytes")).c_str(), gib(r.at("generate_peak_rss_bytes")).c_str(),
+                gib(r.at("peak_alloc_bytes")).c_str());
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, sep);)
+    if (!trim(item).empty()) out.push_back(trim(item));
+  return out;
+}
+
+Combo parse_combo(const std::string& text) {
+  Combo c;
+  for (const std::string& tok : split(text, '+')) {
+    if (tok == "fp32" || tok == "f32" || tok == "float32")
+      c.dtype = DType::f32;
+    else if (tok == "bf16" || tok == "bfloat16")
+      c.dtype = DType::bf16;
+    else if (tok == "fp16" || tok == "f16" || tok == "float16")
+      c.dtype = DType::f16;
+    else if (std::find(quant::quant_shorthands().begin(), quant::quant_shorthands().end(), tok) !=
+             quant::quant_shorthands().end()) {
+      check(c.quant.empty(), "bench", "combination '", text, "' has two quantization schemes");
+      c.quant = tok;
+    } else if (tok == "compile" || tok == "compile-full") {
+      check(c.compile.empty(), "bench", "combination '", text, "' compiles twice");
+      c.compile = tok == "compile" ? "regional" : "full";
+    } else if (tok == "autotune") {
+      check(!c.autotune, "bench", "combination '", text, "' has autotune twice");
+      c.autotune = true;
+    } else if (const std::string off = offload_token(tok); !off.empty()) {
+      check(c.offload.empty(), "bench", "combination '", text, "' has two offload modes");
+      check(off.rfind("disk:", 0) != 0, "bench", "combination '", text,
+            "': disk-offload takes no path in bench (it uses the default offload folder)");
+      offload::parse_offload_spec(off);  // checks the mode and N
+      c.offload = off;
+    } else {
+      fail("bench", "combination '", text, "': '", tok,
+           "' is not available in diffq bench yet (available: fp32, bf16, fp16, the --quant schemes, "
+           "compile (regional), compile-full, autotune (with a compile), and model-offload, sequential-offload, group-offload[:N], "
+           "leaf-offload, disk-offload)");
+    }
+  }
+  check(!c.autotune || !c.compile.empty(), "bench", "combination '", text,
+        "': autotune tunes a compiled transformer (add compile or compile-full)");
+  return c;
+}
+
+std::pair<int64_t, int64_t> parse_size(const std::string& s) {
+  const auto x = s.find('x');
+  int64_t w = 0, h = 0;
+  try {
+    check(x != std::string::npos, "bench", "");
+    w = std::stoll(s.substr(0, x));
+    h = std::stoll(s.substr(x + 1));
+  } catch (...) {
+    fail("bench", "--size must be WIDTHxHEIGHT (e.g. 512x512), got '", s, "'");
+  }
+  check(w > 0 && h > 0, "bench", "--size must be positive, got '", s, "'");
+  return {w, h};
+}
+
+std::optional<PipelineQuantizationConfig> combo_quantization_config(const Combo& c) {
+  if (c.quant.empty()) return std::nullopt;
+  const auto [backend, kwargs] = quant::quant_shorthand(c.quant, std::string(dtype_name(c.dtype)));
+  return PipelineQuantizationConfig(backend, kwargs, {"transformer"}, std::nullopt);
+}
+
+void quantize_for_combo(Module& transformer, const Combo& c, const std::vector<std::string>& keep_in_fp32) {
+  if (c.quant.empty()) return;
+  const auto [backend, kwargs] = quant::quant_shorthand(c.quant, std::string(dtype_name(c.dtype)));
+  quantize_module(transformer, *quant::make_quant_method(backend, kwargs), keep_in_fp32);
+}
+
+void compile_for_combo(Module& transformer, const Combo& c) {
+  if (c.compile == "full")
+    transformer.compile(cli_compile_options(c.autotune));
+  else if (c.compile == "regional")
+    transformer.compile_repeated_blocks(cli_compile_options(c.autotune));
+}
+
+BenchTimings time_generations(const BenchArgs& a, const GenerateFn& generate) {
+  using clock = std::chrono::steady_clock;
+  BenchTimings t;
+  // Peak RSS of the generations alone (after loading, and after offloading sent the weights home),
+  // next to the whole process' peak: a builtin model is initialised dense in RAM before any offload.
+  return_freed_memory_to_os();
+  t.load_peak_rss = offload::peak_rss_bytes();
+  t.gen_peak_known = offload::reset_peak_rss();
+  for (int64_t r = 0; r < a.warmup + a.repeat; ++r) {
+    const bool timed = r >= a.warmup;
+    auto last = clock::now();
+    const auto start = last;
+    generate(timed ? a.steps : 1, [&](int64_t, int64_t, float) {
+      const auto now = clock::now();
+      if (timed) t.steps.push_back(std::chrono::duration<double>(now - last).count());
+      last = now;
+      return true;
+    });
+    if (timed) t.latencies.push_back(std::chrono::duration<double>(clock::now() - start).count());
+  }
+  // One reading of the generations' peak for both fields: two readings (the JSON built between them
+  // allocates) made the generations' peak exceed the whole process' by a few KB under ASan.
+  t.gen_peak_rss = offload::peak_rss_bytes();
+  return t;
+}
+
+nlohmann::json worker_row(const BenchArgs& a, const Combo& c, double load_s, const BenchTimings& t,
+                          const Module& transformer, nlohmann::json compile_stats, const nlohmann::json& extra) {
+  const auto qs = summarize_quantization(transformer);
+  nlohmann::json row = {
+      {"combo", a.combo},
+      {"transformer_quantized_bytes", qs.quantized_bytes},
+      {"transformer_dense_bytes", qs.dense_bytes},
+      {"engine", "diffq"},
+      {"model", a.model},
+      {"dtype", std::string(dtype_name(c.dtype))},
+      {"offload", c.offload.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.offload)},
+      {"compile", c.compile.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.compile)},
+      {"autotune", c.autotune},
+      // compile and tuning happen in the first generation (the warm-up unless --warmup 0)
+      {"compile_stats", std::move(compile_stats)},
+      {"size", a.size},
+      {"steps", a.steps},
+      {"threads", num_threads()},
+      {"load_s", load_s},
+      {"latency_s", stats(t.latencies)},
+      {"step_s", stats(t.steps)},
+      {"peak_rss_bytes", std::max(t.load_peak_rss, t.gen_peak_rss)},
+      {"generate_peak_rss_bytes", t.gen_peak_known ? nlohmann::json(t.gen_peak_rss) : nlohmann::json(nullptr)},
+      {"peak_alloc_bytes", memory_stats(Device::cpu()).peak_bytes},
+      {"peak_device_bytes", nullptr},
+      // The machine and kernels behind these figures (diffq info), as this worker ran them.
+      {"system", nlohmann::json::parse(to_json(system_info()))}};
+  if (extra.is_object()) row.update(extra);
+  return row;
+}
+
+void run_bench_parent(const BenchArgs& a) {
+  const auto combos = split(a.combos, ';');
+  check(!combos.empty(), "bench", "--combos is empty");
+  for (const auto& c : combos) parse_combo(c);  // every combination is checked before any runs
+  if (!a.size.empty()) parse_size(a.size);
+  std::vector<nlohmann::json> rows;
+  for (const auto& c : combos) {
+    if (!a.json) std::fprintf(stderr, "bench: %s ...\n", c.c_str());
+    rows.push_back(spawn_worker(a, c));
+  }
+  if (a.json)
+    std::printf("%s\n", nlohmann::json(rows).dump(2).c_str());
+  else
+    print_table(rows);
+}
+
+}  // namespace diffq::cli

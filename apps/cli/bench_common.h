@@ -1,0 +1,72 @@
+// The parts of `diffq bench` every pipeline shares (bench.cpp: FLUX and the command; bench_wan.cpp: Wan):
+// the arguments, the combination syntax ("bf16+nf4+leaf-offload+compile"), applying a combination's
+// quantization / compile to a transformer, the timed generations of a worker, its JSON row, and the
+// parent that runs each combination in a fresh worker process and prints the table.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "diffq/dtype.h"
+#include "modules/module.h"
+#include "pipelines/pipeline_quantization_config.h"
+#include "pipelines/step_callback.h"
+
+namespace diffq::cli {
+
+struct BenchArgs {
+  std::string model = "builtin:flux-small", combos = "fp32; bf16", prompt = "a photo of a cat";
+  std::string size;                  // WIDTHxHEIGHT; empty: the model's default (FLUX 512x512, Wan: see bench_wan.cpp)
+  std::string device = "cpu", combo;  // combo: the worker's one combination
+  int64_t steps = 4, repeat = 3, warmup = 1;
+  int64_t frames = 0;  // Wan only; 0: the model's default
+  int threads = 0;
+  bool json = false, worker = false;
+};
+
+struct Combo {
+  DType dtype = DType::f32;
+  std::string quant;    // a --quant shorthand, applied to the transformer
+  std::string offload;  // an --offload value (model, sequential, group[:N], leaf, disk), empty: none
+  std::string compile;  // "" | regional ("compile": Diffusers' compile_repeated_blocks) | full
+  bool autotune = false;  // "autotune": the compile's mode is max-autotune
+};
+
+std::vector<std::string> split(const std::string& s, char sep);  // trimmed, empty items dropped
+Combo parse_combo(const std::string& text);                       // checks every token
+std::pair<int64_t, int64_t> parse_size(const std::string& s);     // "WxH" -> {W, H}
+
+// The combination's quantization as a folder load's config (transformer only); nullopt without one.
+std::optional<PipelineQuantizationConfig> combo_quantization_config(const Combo& c);
+// Quantizes the dense Linear weights of an in-memory transformer with the combination's scheme
+// (nothing without one), skipping `keep_in_fp32` modules as a load would.
+void quantize_for_combo(Module& transformer, const Combo& c, const std::vector<std::string>& keep_in_fp32 = {});
+// compile / compile-full (+ autotune) of the combination; call after offloading (its hooks are then captured).
+void compile_for_combo(Module& transformer, const Combo& c);
+
+// A worker's generations after loading: `warmup` 1-step ones, then `repeat` timed ones of `steps`
+// steps, timed whole and per denoising step (from the step callback), with the peak RSS of loading
+// and of the generations alone.
+struct BenchTimings {
+  std::vector<double> latencies, steps;
+  int64_t load_peak_rss = 0, gen_peak_rss = 0;
+  bool gen_peak_known = false;
+};
+using GenerateFn = std::function<void(int64_t num_steps, const StepCallback& callback)>;
+BenchTimings time_generations(const BenchArgs& a, const GenerateFn& generate);
+
+// The worker's JSON row (the fields bench/compare.sh and tools/bench/bench_table.py read); `extra` is
+// merged in (pipeline-specific fields). `compile_stats`: compile_report() of the transformer.
+nlohmann::json worker_row(const BenchArgs& a, const Combo& c, double load_s, const BenchTimings& t,
+                          const Module& transformer, nlohmann::json compile_stats, const nlohmann::json& extra = {});
+
+// The parent: every combination checked, then run in its own worker process (this binary, `bench
+// --worker`, so that each peak RSS is its own); prints the markdown table or --json.
+void run_bench_parent(const BenchArgs& a);
+
+}  // namespace diffq::cli
