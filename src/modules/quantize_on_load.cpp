@@ -86,6 +86,16 @@ std::vector<LayerSqnr> weight_sqnr(const Module& quantized, const Module& refere
   return out;
 }
 
+LoadOptions quantized_file_load_options(const LoadOptions& opt, const std::string& file, const char* ctx) {
+  LoadOptions o = opt;
+  if (o.source.empty()) o.source = file;
+  if (!o.dtype) o.dtype = DType::f32;
+  const DType compute = *o.dtype;
+  check(compute == DType::f32 || compute == DType::bf16 || compute == DType::f16, ctx, file,
+        ": GGUF weights compute in float32, bfloat16 or float16, not ", dtype_name(compute));
+  return o;
+}
+
 QuantizedBinder::QuantizedBinder(std::shared_ptr<const QuantizedByName> weights, LoadOptions& o)
     : weights_(std::move(weights)) {
   const auto previous = o.load_quantized;

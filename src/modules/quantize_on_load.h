@@ -35,6 +35,11 @@ class QuantizedBinder {
   std::shared_ptr<std::set<std::string>> bound_ = std::make_shared<std::set<std::string>>();
 };
 
+// A single quantized file's LoadOptions (GGUF): `opt` with its source defaulting to `file` and its dtype to
+// float32 (Diffusers: torch_dtype defaults to GGUFQuantizationConfig's compute_dtype); other compute dtypes
+// than float32 / bfloat16 / float16 are an error naming the file.
+LoadOptions quantized_file_load_options(const LoadOptions& opt, const std::string& file, const char* ctx);
+
 // Quantizes the dense Linear weights of an already loaded module in place (same rules as loading);
 // returns how many were quantized. `keep_in_fp32` modules are skipped.
 int64_t quantize_module(Module& m, const quant::QuantMethod& method, const std::vector<std::string>& keep_in_fp32 = {});

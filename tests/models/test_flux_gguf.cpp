@@ -12,6 +12,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "common/max_rel.h"
 #include "common/sha256.h"
 #include "diffq/error.h"
 #include "io/diffusers_folder.h"
@@ -36,17 +37,7 @@ const fs::path kDir = kRoot / "tests/fixtures/tiny-flux-gguf";
 const fs::path kMixed = kDir / "flux1-tiny-dev-mixed.gguf";
 constexpr double kF32Bound = 1e-4, kDiffusersBound = 1e-3;
 
-double max_rel(const Tensor& a, const Tensor& b) {
-  EXPECT_EQ(a.shape(), b.shape()) << a.str() << " vs " << b.str();
-  const auto x = a.to_f64_vector(), y = b.to_f64_vector();
-  if (x.size() != y.size()) return INFINITY;
-  double num = 0, den = 1e-30;
-  for (size_t i = 0; i < x.size(); ++i) {
-    num = std::max(num, std::fabs(x[i] - y[i]));
-    den = std::max(den, std::fabs(y[i]));
-  }
-  return num / den;
-}
+using diffq::testing::max_rel;
 
 FluxTransformerConfig base() {
   return FluxTransformerConfig::from_json(io::DiffusersFolder::open(kDev).component("transformer").config);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "common/max_rel.h"
 #include "diffq/error.h"
 #include "io/diffusers_folder.h"
 #include "io/safetensors.h"
@@ -23,17 +24,7 @@ const std::filesystem::path kSchnell = kRoot / "tests/fixtures/tiny-flux-schnell
 const std::filesystem::path kSingleFile = kRoot / "tests/fixtures/tiny-flux-single-file/flux1-tiny-dev.safetensors";
 
 // max |a - b| / max |b|
-double max_rel(const Tensor& a, const Tensor& b) {
-  EXPECT_EQ(a.shape(), b.shape()) << a.str() << " vs " << b.str();
-  const auto x = a.to_f64_vector(), y = b.to_f64_vector();
-  if (x.size() != y.size()) return INFINITY;
-  double num = 0, den = 1e-30;
-  for (size_t i = 0; i < x.size(); ++i) {
-    num = std::max(num, std::fabs(x[i] - y[i]));
-    den = std::max(den, std::fabs(y[i]));
-  }
-  return num / den;
-}
+using diffq::testing::max_rel;
 
 struct Inputs {
   Tensor hidden, encoder, pooled, timestep, guidance, txt_ids, img_ids;

@@ -16,6 +16,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
+#include "common/max_rel.h"
 #include "diffq/error.h"
 #include "io/gguf.h"
 #include "io/gguf_writer.h"
@@ -40,17 +41,7 @@ const fs::path kTi2v = kDir / "wan2.2_ti2v_tiny.safetensors";
 const fs::path kGGUF = kDir / "gguf/wan-tiny-mixed.gguf";
 constexpr double kF32Bound = 1e-4, kDiffusersGGUFBound = 1e-3;
 
-double max_rel(const Tensor& a, const Tensor& b) {
-  EXPECT_EQ(a.shape(), b.shape()) << a.str() << " vs " << b.str();
-  const auto x = a.to_f64_vector(), y = b.to_f64_vector();
-  if (x.size() != y.size()) return INFINITY;
-  double num = 0, den = 1e-30;
-  for (size_t i = 0; i < x.size(); ++i) {
-    num = std::max(num, std::fabs(x[i] - y[i]));
-    den = std::max(den, std::fabs(y[i]));
-  }
-  return num / den;
-}
+using diffq::testing::max_rel;
 
 nlohmann::json read_json(const fs::path& p) {
   std::ifstream f(p);

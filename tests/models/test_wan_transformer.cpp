@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/max_rel.h"
 #include "compile/compiled_module.h"
 #include "diffq/error.h"
 #include "io/diffusers_folder.h"
@@ -28,17 +29,7 @@ namespace {
 const std::filesystem::path kDir = std::filesystem::path(DIFFQ_SOURCE_DIR) / "tests/fixtures/wan-transformer";
 
 // max |a - b| / max |b|
-double max_rel(const Tensor& a, const Tensor& b) {
-  EXPECT_EQ(a.shape(), b.shape()) << a.str() << " vs " << b.str();
-  const auto x = a.to_f64_vector(), y = b.to_f64_vector();
-  if (x.size() != y.size()) return INFINITY;
-  double num = 0, den = 1e-30;
-  for (size_t i = 0; i < x.size(); ++i) {
-    num = std::max(num, std::fabs(x[i] - y[i]));
-    den = std::max(den, std::fabs(y[i]));
-  }
-  return num / den;
-}
+using diffq::testing::max_rel;
 
 nlohmann::json expected() {
   std::ifstream f(kDir / "expected.json");

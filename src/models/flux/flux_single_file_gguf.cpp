@@ -62,12 +62,8 @@ std::unique_ptr<FluxTransformer2DModel> load_flux_gguf(const std::filesystem::pa
   const FluxTransformerConfig cfg = infer_bfl_flux_config(shapes, base);
   const std::string prefix = prefixed ? kBflPrefix : "";
 
-  LoadOptions o = opt;
-  if (o.source.empty()) o.source = fname;
-  if (!o.dtype) o.dtype = DType::f32;  // Diffusers: torch_dtype defaults to GGUFQuantizationConfig's compute_dtype
+  LoadOptions o = quantized_file_load_options(opt, fname, kCtx);
   const DType compute = *o.dtype;
-  check(compute == DType::f32 || compute == DType::bf16 || compute == DType::f16, kCtx, fname,
-        ": GGUF weights compute in float32, bfloat16 or float16, not ", dtype_name(compute));
 
   StateDict dense;
   auto quantized = std::make_shared<std::map<std::string, std::shared_ptr<QuantizedWeight>>>();

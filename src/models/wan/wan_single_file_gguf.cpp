@@ -41,12 +41,8 @@ std::unique_ptr<WanTransformer3DModel> load_wan_gguf(const std::filesystem::path
   for (const auto& t : gf->tensors()) shapes[t.name] = t.shape;
   const WanCheckpointKind kind = classify_wan_checkpoint(shapes, fname);
 
-  LoadOptions o = opt;
-  if (o.source.empty()) o.source = fname;
-  if (!o.dtype) o.dtype = DType::f32;  // Diffusers: torch_dtype defaults to GGUFQuantizationConfig's compute_dtype
+  LoadOptions o = quantized_file_load_options(opt, fname, kCtx);
   const DType compute = *o.dtype;
-  check(compute == DType::f32 || compute == DType::bf16 || compute == DType::f16, kCtx, fname,
-        ": GGUF weights compute in float32, bfloat16 or float16, not ", dtype_name(compute));
 
   // Diffusers' GGUF quantizer dequantizes the quantized weights of _keep_in_fp32_modules (time_embedder)
   // to float32 at load time instead of wrapping them in GGUFLinear.
