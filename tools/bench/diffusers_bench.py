@@ -25,6 +25,8 @@ Run with tools/.venv/bin/python (bench/compare.sh does).
 """
 from __future__ import annotations
 
+from _peer_timing import prepare_and_time
+
 import argparse
 import json
 import resource
@@ -163,8 +165,6 @@ def main() -> None:
 
 
 def run(a, dtype, quant, offload, compile_mode, width, height):
-    import shutil
-    import tempfile
 
     import torch
     from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
@@ -191,35 +191,10 @@ def run(a, dtype, quant, offload, compile_mode, width, height):
         if quant:
             quantize_transformer(pipe.transformer, quant, dtype)
         kwargs.update(prompt=a.prompt)
-    pipe.set_progress_bar_config(disable=True)
-    tmpdir = tempfile.mkdtemp(prefix="diffusers-offload-")
-    if offload:
-        apply_offload(pipe, offload, tmpdir)
-    if compile_mode == "regional":
-        pipe.transformer.compile_repeated_blocks()
-    elif compile_mode == "full":
-        pipe.transformer.compile()
-    load_s = time.perf_counter() - t0
-
-    latencies, steps = [], []
-    with torch.inference_mode():
-        for r in range(a.warmup + a.repeat):
-            timed = r >= a.warmup
-            last = [time.perf_counter()]
-
-            def on_step(p, i, t, cb):
-                now = time.perf_counter()
-                if timed:
-                    steps.append(now - last[0])
-                last[0] = now
-                return {}
-
-            start = last[0]
-            pipe(**kwargs, height=height, width=width, num_inference_steps=a.steps if timed else 1,
-                 guidance_scale=3.5, generator=torch.Generator("cpu").manual_seed(0), callback_on_step_end=on_step)
-            if timed:
-                latencies.append(time.perf_counter() - start)
-    shutil.rmtree(tmpdir, ignore_errors=True)
+    load_s, latencies, steps = prepare_and_time(
+        pipe, a, offload, compile_mode, apply_offload, t0,
+        lambda n, cb: pipe(**kwargs, height=height, width=width, num_inference_steps=n, guidance_scale=3.5,
+                           generator=torch.Generator("cpu").manual_seed(0), callback_on_step_end=cb))
     return {"model": a.model, "dtype": str(dtype).replace("torch.", ""), "size": a.size, "steps": a.steps,
             "threads": torch.get_num_threads(), "load_s": load_s, "latency_s": stats(latencies),
             "step_s": stats(steps), "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,

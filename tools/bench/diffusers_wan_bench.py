@@ -21,6 +21,8 @@ Quantization on the CPU:
 """
 from __future__ import annotations
 
+from _peer_timing import prepare_and_time
+
 import time
 
 BUILTIN_WAN = {
@@ -80,8 +82,6 @@ def quantize_bnb_4bit(transformer, quant: str, dtype, keep):
 
 
 def run_wan(a, dtype, quant, offload, compile_mode, width, height, quantize_transformer, apply_offload):
-    import shutil
-    import tempfile
 
     import torch
     from diffusers import UniPCMultistepScheduler, WanPipeline, WanTransformer3DModel
@@ -114,34 +114,9 @@ def run_wan(a, dtype, quant, offload, compile_mode, width, height, quantize_tran
         if quant:
             quantize_transformer(pipe.transformer, quant, dtype)
         kwargs.update(prompt=a.prompt, output_type="np")
-    pipe.set_progress_bar_config(disable=True)
-    tmpdir = tempfile.mkdtemp(prefix="diffusers-offload-")
-    if offload:
-        apply_offload(pipe, offload, tmpdir)
-    if compile_mode == "regional":
-        pipe.transformer.compile_repeated_blocks()
-    elif compile_mode == "full":
-        pipe.transformer.compile()
-    load_s = time.perf_counter() - t0
-
-    latencies, steps = [], []
-    with torch.inference_mode():
-        for r in range(a.warmup + a.repeat):
-            timed = r >= a.warmup
-            last = [time.perf_counter()]
-
-            def on_step(p, i, t, cb):
-                now = time.perf_counter()
-                if timed:
-                    steps.append(now - last[0])
-                last[0] = now
-                return {}
-
-            start = last[0]
-            pipe(**kwargs, height=height, width=width, num_frames=a.frames, num_inference_steps=a.steps if timed else 1,
-                 guidance_scale=GUIDANCE, generator=torch.Generator("cpu").manual_seed(0), callback_on_step_end=on_step)
-            if timed:
-                latencies.append(time.perf_counter() - start)
-    shutil.rmtree(tmpdir, ignore_errors=True)
+    load_s, latencies, steps = prepare_and_time(
+        pipe, a, offload, compile_mode, apply_offload, t0,
+        lambda n, cb: pipe(**kwargs, height=height, width=width, num_frames=a.frames, num_inference_steps=n, guidance_scale=GUIDANCE,
+                           generator=torch.Generator("cpu").manual_seed(0), callback_on_step_end=cb))
     return {"latencies": latencies, "steps": steps, "load_s": load_s, "frames": a.frames,
             "guidance_scale": GUIDANCE, "transformer_passes_per_step": 2}
