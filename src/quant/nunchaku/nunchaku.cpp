@@ -229,7 +229,7 @@ void SvdqW4A4Weight::quantize_activations(const float* x, int64_t m, int8_t* q, 
   const float* sm = smooth_.data<float>();
   const float inv7 = 1.0f / 7.0f;
   cpu::parallel_for(m, 4, [&](int64_t a, int64_t b) {
-    std::vector<float> xs(size_t(k_));
+    std::vector<float> xs(static_cast<size_t>(k_));
     for (int64_t t = a; t < b; ++t) {
       for (int64_t j = 0; j < k_; ++j) xs[size_t(j)] = x[t * k_ + j] / sm[j];
       for (int64_t gi = 0; gi < g_; ++gi) {
@@ -264,7 +264,7 @@ Tensor SvdqW4A4Weight::linear_reference(const Tensor& x, const Tensor& bias) con
   os.back() = n_;
   Tensor y = Tensor::empty(os, DType::f32);
   float* yo = y.data<float>();
-  std::vector<float> la(size_t(r_));
+  std::vector<float> la(static_cast<size_t>(r_));
   for (int64_t t = 0; t < m; ++t) {
     for (int64_t r = 0; r < r_; ++r) {
       float s = 0;
@@ -317,7 +317,7 @@ Tensor SvdqW4A4Weight::linear(const Tensor& x, const Tensor& bias) const {
     });
   }
   cpu::parallel_for(m, 16, [&](int64_t a, int64_t e) {
-    std::vector<float> la(size_t(r_));
+    std::vector<float> la(static_cast<size_t>(r_));
     for (int64_t t = a; t < e; ++t) {
       for (int64_t r = 0; r < r_; ++r) {
         float s = 0;
