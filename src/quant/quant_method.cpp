@@ -8,6 +8,7 @@
 #include "quant/bnb/bnb_config.h"
 #include "quant/bnb/bnb_int8.h"
 #include "quant/gguf/gguf_weight.h"
+#include "quant/nunchaku/nunchaku.h"
 #include "quant/quanto/quanto.h"
 #include "quant/torchao/torchao.h"
 
@@ -164,6 +165,35 @@ class GgufMethod final : public QuantMethod {
   GGUFQuantizationConfig c_;
 };
 
+// ---- Nunchaku Lite (pre-quantized only: SVDQuant W4A4 and AWQ W4A16 targets from config.json) ----
+class NunchakuMethod final : public QuantMethod {
+ public:
+  explicit NunchakuMethod(nunchaku::NunchakuLiteConfig c) : c_(std::move(c)) {}
+  std::string backend() const override { return "nunchaku_lite"; }
+  std::string scheme() const override { return c_.scheme(); }
+  nlohmann::json quantization_config() const override { return c_.to_json(); }
+  bool should_quantize(const std::string&, const Shape&) const override { return false; }
+  std::shared_ptr<QuantizedWeight> quantize(const Tensor&) const override {
+    fail(kCtx, "nunchaku_lite checkpoints are made by the nunchaku / diffuse-compressor exporters; diffq only loads them");
+  }
+  std::shared_ptr<QuantizedWeight> load(const io::StateDict& sd, const std::string& module, const Shape& shape,
+                                        const io::Metadata*, std::vector<std::string>& consumed) const override {
+    switch (c_.kind_of(module)) {
+      case nunchaku::NunchakuLiteConfig::Kind::svdq:
+        return nunchaku::SvdqW4A4Weight::load(sd, module, shape, c_.svdq_w4a4->rank, c_.svdq_w4a4->group_size, consumed);
+      case nunchaku::NunchakuLiteConfig::Kind::awq:
+        return nunchaku::AwqW4A16Weight::load(sd, module, shape, c_.awq_w4a16->group_size, consumed);
+      default: return nullptr;
+    }
+  }
+  void save(const QuantizedWeight&, const std::string& module, io::StateDict&, io::Metadata&) const override {
+    fail(kCtx, "diffq does not write nunchaku_lite checkpoints (", module, ")");
+  }
+
+ private:
+  nunchaku::NunchakuLiteConfig c_;
+};
+
 }  // namespace
 
 std::unique_ptr<QuantMethod> make_quant_method(const std::string& backend, const nlohmann::json& kwargs) {
@@ -192,7 +222,8 @@ std::unique_ptr<QuantMethod> quant_method_from_config(const nlohmann::json& qc, 
   if (m == "torchao") return std::make_unique<TorchaoMethod>(torchao::Config::from_json(qc));
   if (m == "quanto") return std::make_unique<QuantoMethod>(QuantoConfig::from_kwargs(qc));
   if (m == "gguf") return std::make_unique<GgufMethod>(GGUFQuantizationConfig::from_json(qc));
-  fail(kCtx, source, ": quant_method '", m, "' is not supported (bitsandbytes, torchao, quanto, gguf)");
+  if (m == "nunchaku_lite") return std::make_unique<NunchakuMethod>(nunchaku::NunchakuLiteConfig::from_json(qc, source));
+  fail(kCtx, source, ": quant_method '", m, "' is not supported (bitsandbytes, torchao, quanto, gguf, nunchaku_lite)");
 }
 
 const std::vector<std::string>& quant_shorthands() {
