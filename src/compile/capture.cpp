@@ -36,6 +36,7 @@ class Capturer : public CaptureHook {
   bool wants_opaque(Module& m) override {
     if (&m == &root_) return false;
     if (!m.hooks().empty()) return true;
+    if (auto* lin = dynamic_cast<Linear*>(&m); lin && lin->adapter) return true;  // LoRA: read at run time
     for (const auto& [n, p] : m.own_parameters())
       if (p->is_quantized()) return true;
     return false;
@@ -46,7 +47,7 @@ class Capturer : public CaptureHook {
     ops::Attrs a;
     a.i0 = int64_t(opaques_.size());
     auto* lin = dynamic_cast<Linear*>(&m);
-    const bool qlin = lin && m.hooks().empty() && lin->weight.is_quantized() && lin->weight.quantized().has_linear_parts();
+    const bool qlin = lin && m.hooks().empty() && !lin->adapter && lin->weight.is_quantized() && lin->weight.quantized().has_linear_parts();
     opaques_.push_back({path(m), std::move(run), qlin});
     return trace_.record(ops::OpCall{ops::OpKind::count_, {x}, a}, output_meta(m, x));
   }
@@ -63,7 +64,7 @@ class Capturer : public CaptureHook {
   // The output of a one-input layer, without running it: a quantized Linear gives [..., out] in x's
   // dtype; a dense layer's forward is traced into a scratch trace and its result's meta kept.
   ops::OutputMeta output_meta(Module& m, const Tensor& x) {
-    if (auto* lin = dynamic_cast<Linear*>(&m); lin && lin->weight.is_quantized()) {
+    if (auto* lin = dynamic_cast<Linear*>(&m); lin && (lin->weight.is_quantized() || lin->adapter)) {
       Shape s = x.shape();
       check(!s.empty() && s.back() == lin->in_features, "compile", "'", path(m), "' expects [..., ",
             lin->in_features, "], got ", x.str());

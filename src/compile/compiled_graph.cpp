@@ -44,8 +44,11 @@ QuantizedGemm quantized_gemm(Module* root, const std::string& path) {
   check(root != nullptr, "compile", "the quantized GEMM of ", path, " needs the root module");
   auto* lin = dynamic_cast<Linear*>(root->find_module(path));
   check(lin != nullptr, "compile", "module '", path, "' is not a Linear under ", root->type_name());
-  check(lin->weight.is_quantized() && lin->weight.quantized().has_linear_parts() && lin->hooks().empty(), "compile",
-        "'", path, "' was captured as a quantized Linear computed in parts with no hooks, but is not one now");
+  check(lin->weight.is_quantized() && lin->weight.quantized().has_linear_parts() && lin->hooks().empty() &&
+            !lin->adapter,
+        "compile", "'", path,
+        "' was captured as a quantized Linear computed in parts with no hooks and no LoRA, but is not one now "
+        "(a LoRA loaded after compile on a layer that had none needs a recompile)");
   return [lin](const Tensor& x, const backend::cpu::GemmParts& parts) {
     const Tensor bias = lin->has_bias ? lin->bias.dense() : Tensor();
     lin->weight.quantized().linear_parts(x, bias, parts);

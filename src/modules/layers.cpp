@@ -19,8 +19,8 @@ Linear::Linear(int64_t in, int64_t out, bool b)
 
 Tensor Linear::forward(const Tensor& x) {
   const Tensor& b = opt(bias, has_bias);
-  if (weight.is_quantized()) return weight.quantized().linear(x, b);
-  return ops::linear(x, weight.dense(), b);
+  Tensor y = weight.is_quantized() ? weight.quantized().linear(x, b) : ops::linear(x, weight.dense(), b);
+  return adapter ? adapter->apply(x, y) : y;
 }
 
 LayerNorm::LayerNorm(int64_t dim, double e, bool elementwise_affine, bool b)

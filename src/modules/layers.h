@@ -5,6 +5,15 @@
 
 namespace diffq {
 
+// A term added to a Linear's output at run time (LoRA, src/lora/lora_linear.h): y = base(x) + adapter(x).
+// The adapter is read on every call, never baked into a traced graph: a Linear that has one is an opaque node
+// of compiled graphs (compile/capture.cpp), so swapping the adapter's weights needs no recompile.
+class LinearAdapter {
+ public:
+  virtual ~LinearAdapter() = default;
+  virtual Tensor apply(const Tensor& x, const Tensor& y) = 0;  // x [..., in], y = base(x) [..., out]
+};
+
 class Linear : public Module {
  public:
   Linear(int64_t in_features, int64_t out_features, bool bias = true);
@@ -14,6 +23,7 @@ class Linear : public Module {
   Parameter weight;  // [out, in], dense or quantized
   Parameter bias;    // [out] (undefined shape [] when bias=false)
   bool has_bias;
+  std::shared_ptr<LinearAdapter> adapter;  // null: none (set by src/lora)
 };
 
 class LayerNorm : public Module {
