@@ -110,7 +110,7 @@ TEST(PublicHeaders, AnApplicationBuiltOnTheseHeadersAloneRunsABuiltinPipeline) {
   EXPECT_NE(out.find("class FluxPipeline\n"), std::string::npos) << out;
   EXPECT_NE(out.find("latents 1 4 64\n"), std::string::npos) << out;  // 32x32: 2x2 packed tokens of 16 x 4 channels
   EXPECT_NE(out.find("finite 1 steps 1 callbacks 1\n"), std::string::npos) << out;
-  EXPECT_NE(out.find("quantized gguf q8_0"), std::string::npos) << out;
+  EXPECT_NE(out.find("quantized gguf gguf_q8_0 bytes"), std::string::npos) << out;
   EXPECT_NE(out.find("bytes 1 dense 1\n"), std::string::npos) << out;
   EXPECT_NE(out.find("offload group:2\nbad offload refused\n"), std::string::npos) << out;
   EXPECT_NE(out.find("inspect {\n"), std::string::npos) << out;
