@@ -4,7 +4,6 @@
 // is its own; the parent collects one JSON line per worker and prints a markdown table or --json.
 // This file: the command, and the FLUX worker; the Wan worker is bench_wan.cpp, what both share
 // bench_common.{h,cpp}.
-#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -13,61 +12,36 @@
 #include "bench_common.h"
 #include "bench_wan.h"
 #include "commands.h"
-#include "compile_report.h"
-#include "core/random.h"
 #include "diffq/error.h"
+#include "diffq/pipeline.h"
 #include "diffq/runtime.h"
-#include "models/flux/flux_builtin.h"
-#include "modules/random_init.h"
-#include "offload/offload_spec.h"
-#include "pipelines/flux_pipeline.h"
 
 namespace diffq::cli {
 
 namespace {
 
-// One FLUX combination in this process: load, warm up, time `repeat` generations.
+// One FLUX combination in this process: load, warm up, time `repeat` generations. A builtin model
+// (builtin:flux-*) is DiffusionPipeline's random-weight transformer fed random prompt embeddings, latents only.
 nlohmann::json run_flux_worker(BenchArgs a) {
-  using clock = std::chrono::steady_clock;
   const Combo combo = parse_combo(a.combo);
   if (a.size.empty()) a.size = "512x512";
   check(a.frames == 0, "bench", "--frames is for Wan models; ", a.model, " makes images");
   const auto [width, height] = parse_size(a.size);
-  auto t0 = clock::now();
-  std::unique_ptr<FluxPipeline> pipe;
-  FluxCallOptions o;
-  if (a.model.rfind("builtin:", 0) == 0) {
-    const auto b = models::flux::builtin_flux(a.model.substr(8));
-    pipe = std::make_unique<FluxPipeline>();
-    pipe->transformer = std::make_unique<models::flux::FluxTransformer2DModel>(b.transformer);
-    init_parameters_randn(*pipe->transformer, combo.dtype, /*seed=*/0);
-    quantize_for_combo(*pipe->transformer, combo);
-    pipe->scheduler = std::make_unique<FlowMatchEulerDiscreteScheduler>(b.scheduler);
-    Generator g(1);
-    o.prompt_embeds = randn_tensor({1, b.text_tokens, b.transformer.joint_attention_dim}, g, combo.dtype);
-    o.pooled_prompt_embeds = randn_tensor({1, b.transformer.pooled_projection_dim}, g, combo.dtype);
-    o.output_type = "latent";  // no VAE in a builtin model
-  } else {
-    FluxPipelineLoadOptions lo;
-    lo.quantization_config = combo_quantization_config(combo);
-    pipe = FluxPipeline::from_pretrained(a.model, combo.dtype, lo);
-    o.prompt = {a.prompt};
-  }
-  if (!combo.offload.empty())
-    offload::apply(pipe->offloader, pipe->offload_components(), FluxPipeline::model_cpu_offload_seq,
-                   offload::parse_offload_spec(combo.offload));
-  compile_for_combo(*pipe->transformer, combo);  // after offloading, so its hooks are seen by the capture
-  const double load_s = std::chrono::duration<double>(clock::now() - t0).count();
-  o.width = width;
-  o.height = height;
-  o.guidance_scale = 3.5;
-  o.seed = 0;
+  double load_s = 0;
+  auto pipe = load_for_combo(a, combo, load_s);
+  GenerateParams p;
+  p.prompt = a.prompt;
+  p.output_latents_only = a.model.rfind("builtin:", 0) == 0;  // no VAE in a builtin model
+  p.width = width;
+  p.height = height;
+  p.guidance_scale = 3.5;
+  p.seed = 0;
   const BenchTimings t = time_generations(a, [&](int64_t steps, const StepCallback& cb) {
-    o.num_inference_steps = steps;
-    o.callback = cb;
-    (*pipe)(o);
+    p.num_inference_steps = steps;
+    p.on_step = cb;
+    pipe->generate(p);
   });
-  return worker_row(a, combo, load_s, t, *pipe->transformer, compile_report(*pipe->transformer, combo.autotune));
+  return worker_row(a, combo, load_s, t, *pipe);
 }
 
 void run(const BenchArgs& a) {

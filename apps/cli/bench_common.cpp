@@ -11,12 +11,10 @@
 #include "compile_report.h"
 #include "diffq/error.h"
 #include "diffq/memory.h"
+#include "diffq/offload.h"
+#include "diffq/quantization.h"
 #include "diffq/runtime.h"
 #include "diffq/system_info.h"
-#include "modules/quantize_on_load.h"
-#include "offload/offload_spec.h"
-#include "offload/os_memory.h"
-#include "quant/quant_method.h"
 
 namespace diffq::cli {
 
@@ -130,8 +128,7 @@ Combo parse_combo(const std::string& text) {
       c.dtype = DType::bf16;
     else if (tok == "fp16" || tok == "f16" || tok == "float16")
       c.dtype = DType::f16;
-    else if (std::find(quant::quant_shorthands().begin(), quant::quant_shorthands().end(), tok) !=
-             quant::quant_shorthands().end()) {
+    else if (std::find(quant_shorthands().begin(), quant_shorthands().end(), tok) != quant_shorthands().end()) {
       check(c.quant.empty(), "bench", "combination '", text, "' has two quantization schemes");
       c.quant = tok;
     } else if (tok == "compile" || tok == "compile-full") {
@@ -144,7 +141,7 @@ Combo parse_combo(const std::string& text) {
       check(c.offload.empty(), "bench", "combination '", text, "' has two offload modes");
       check(off.rfind("disk:", 0) != 0, "bench", "combination '", text,
             "': disk-offload takes no path in bench (it uses the default offload folder)");
-      offload::parse_offload_spec(off);  // checks the mode and N
+      check_offload_spec(off);  // checks the mode and N
       c.offload = off;
     } else {
       fail("bench", "combination '", text, "': '", tok,
@@ -172,23 +169,16 @@ std::pair<int64_t, int64_t> parse_size(const std::string& s) {
   return {w, h};
 }
 
-std::optional<PipelineQuantizationConfig> combo_quantization_config(const Combo& c) {
-  if (c.quant.empty()) return std::nullopt;
-  const auto [backend, kwargs] = quant::quant_shorthand(c.quant, std::string(dtype_name(c.dtype)));
-  return PipelineQuantizationConfig(backend, kwargs, {"transformer"}, std::nullopt);
-}
-
-void quantize_for_combo(Module& transformer, const Combo& c, const std::vector<std::string>& keep_in_fp32) {
-  if (c.quant.empty()) return;
-  const auto [backend, kwargs] = quant::quant_shorthand(c.quant, std::string(dtype_name(c.dtype)));
-  quantize_module(transformer, *quant::make_quant_method(backend, kwargs), keep_in_fp32);
-}
-
-void compile_for_combo(Module& transformer, const Combo& c) {
-  if (c.compile == "full")
-    transformer.compile(cli_compile_options(c.autotune));
-  else if (c.compile == "regional")
-    transformer.compile_repeated_blocks(cli_compile_options(c.autotune));
+std::unique_ptr<DiffusionPipeline> load_for_combo(const BenchArgs& a, const Combo& c, double& load_s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  PipelineOptions po;
+  po.dtype = c.dtype;
+  if (!c.quant.empty()) po.quantization_config_json = quantization_config_from_shorthand(c.quant, c.dtype, {"transformer"});
+  auto pipe = DiffusionPipeline::from_pretrained(a.model, po);
+  if (!c.offload.empty()) pipe->enable_offload(c.offload);
+  if (!c.compile.empty()) pipe->compile(c.compile, c.autotune);  // after offloading, so its hooks are seen by the capture
+  load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return pipe;
 }
 
 BenchTimings time_generations(const BenchArgs& a, const GenerateFn& generate) {
@@ -197,8 +187,8 @@ BenchTimings time_generations(const BenchArgs& a, const GenerateFn& generate) {
   // Peak RSS of the generations alone (after loading, and after offloading sent the weights home),
   // next to the whole process' peak: a builtin model is initialised dense in RAM before any offload.
   return_freed_memory_to_os();
-  t.load_peak_rss = offload::peak_rss_bytes();
-  t.gen_peak_known = offload::reset_peak_rss();
+  t.load_peak_rss = process_peak_rss_bytes();
+  t.gen_peak_known = reset_peak_rss();
   for (int64_t r = 0; r < a.warmup + a.repeat; ++r) {
     const bool timed = r >= a.warmup;
     auto last = clock::now();
@@ -213,17 +203,18 @@ BenchTimings time_generations(const BenchArgs& a, const GenerateFn& generate) {
   }
   // One reading of the generations' peak for both fields: two readings (the JSON built between them
   // allocates) made the generations' peak exceed the whole process' by a few KB under ASan.
-  t.gen_peak_rss = offload::peak_rss_bytes();
+  t.gen_peak_rss = process_peak_rss_bytes();
   return t;
 }
 
 nlohmann::json worker_row(const BenchArgs& a, const Combo& c, double load_s, const BenchTimings& t,
-                          const Module& transformer, nlohmann::json compile_stats, const nlohmann::json& extra) {
-  const auto qs = summarize_quantization(transformer);
+                          const DiffusionPipeline& pipe, const nlohmann::json& extra) {
+  auto qs = pipe.component_bytes("transformer");
+  if (qs.quantized == 0 && qs.dense == 0) qs = pipe.component_bytes("transformer_2");  // Wan2.2 low-noise expert only
   nlohmann::json row = {
       {"combo", a.combo},
-      {"transformer_quantized_bytes", qs.quantized_bytes},
-      {"transformer_dense_bytes", qs.dense_bytes},
+      {"transformer_quantized_bytes", qs.quantized},
+      {"transformer_dense_bytes", qs.dense},
       {"engine", "diffq"},
       {"model", a.model},
       {"dtype", std::string(dtype_name(c.dtype))},
@@ -231,7 +222,7 @@ nlohmann::json worker_row(const BenchArgs& a, const Combo& c, double load_s, con
       {"compile", c.compile.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.compile)},
       {"autotune", c.autotune},
       // compile and tuning happen in the first generation (the warm-up unless --warmup 0)
-      {"compile_stats", std::move(compile_stats)},
+      {"compile_stats", compile_report(pipe.compile_report())},
       {"size", a.size},
       {"steps", a.steps},
       {"threads", num_threads()},

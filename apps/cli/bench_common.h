@@ -1,11 +1,13 @@
 // The parts of `diffq bench` every pipeline shares (bench.cpp: FLUX and the command; bench_wan.cpp: Wan):
-// the arguments, the combination syntax ("bf16+nf4+leaf-offload+compile"), applying a combination's
-// quantization / compile to a transformer, the timed generations of a worker, its JSON row, and the
-// parent that runs each combination in a fresh worker process and prints the table.
+// the arguments, the combination syntax ("bf16+nf4+leaf-offload+compile"), loading a pipeline with a
+// combination's dtype / quantization / offload / compile through the public DiffusionPipeline, the timed
+// generations of a worker, its JSON row, and the parent that runs each combination in a fresh worker
+// process and prints the table.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -13,9 +15,7 @@
 #include <vector>
 
 #include "diffq/dtype.h"
-#include "modules/module.h"
-#include "pipelines/pipeline_quantization_config.h"
-#include "pipelines/step_callback.h"
+#include "diffq/pipeline.h"
 
 namespace diffq::cli {
 
@@ -41,13 +41,10 @@ std::vector<std::string> split(const std::string& s, char sep);  // trimmed, emp
 Combo parse_combo(const std::string& text);                       // checks every token
 std::pair<int64_t, int64_t> parse_size(const std::string& s);     // "WxH" -> {W, H}
 
-// The combination's quantization as a folder load's config (transformer only); nullopt without one.
-std::optional<PipelineQuantizationConfig> combo_quantization_config(const Combo& c);
-// Quantizes the dense Linear weights of an in-memory transformer with the combination's scheme
-// (nothing without one), skipping `keep_in_fp32` modules as a load would.
-void quantize_for_combo(Module& transformer, const Combo& c, const std::vector<std::string>& keep_in_fp32 = {});
-// compile / compile-full (+ autotune) of the combination; call after offloading (its hooks are then captured).
-void compile_for_combo(Module& transformer, const Combo& c);
+// `a.model` (a folder or builtin:<name>) loaded with the combination: its dtype, its quantization scheme on
+// the transformer only, its offload mode, then its compile (after offloading, so the hooks are captured).
+// `load_s`: the wall time of all that.
+std::unique_ptr<DiffusionPipeline> load_for_combo(const BenchArgs& a, const Combo& c, double& load_s);
 
 // A worker's generations after loading: `warmup` 1-step ones, then `repeat` timed ones of `steps`
 // steps, timed whole and per denoising step (from the step callback), with the peak RSS of loading
@@ -57,13 +54,14 @@ struct BenchTimings {
   int64_t load_peak_rss = 0, gen_peak_rss = 0;
   bool gen_peak_known = false;
 };
+using StepCallback = decltype(GenerateParams::on_step);
 using GenerateFn = std::function<void(int64_t num_steps, const StepCallback& callback)>;
 BenchTimings time_generations(const BenchArgs& a, const GenerateFn& generate);
 
 // The worker's JSON row (the fields bench/compare.sh and tools/bench/bench_table.py read); `extra` is
-// merged in (pipeline-specific fields). `compile_stats`: compile_report() of the transformer.
+// merged in (pipeline-specific fields). The transformer's bytes and compile report come from `pipe`.
 nlohmann::json worker_row(const BenchArgs& a, const Combo& c, double load_s, const BenchTimings& t,
-                          const Module& transformer, nlohmann::json compile_stats, const nlohmann::json& extra = {});
+                          const DiffusionPipeline& pipe, const nlohmann::json& extra = {});
 
 // The parent: every combination checked, then run in its own worker process (this binary, `bench
 // --worker`, so that each peak RSS is its own); prints the markdown table or --json.

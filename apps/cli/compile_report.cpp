@@ -1,18 +1,8 @@
 #include "compile_report.h"
 
-#include "pipelines/compile_report.h"
-
 #include <cstdio>
 
-#include "compile/compiled_module.h"
-
 namespace diffq::cli {
-
-compile::CompileOptions cli_compile_options(bool autotune) {
-  compile::CompileOptions o;
-  if (autotune) o.mode = compile::CompileMode::max_autotune;
-  return o;
-}
 
 nlohmann::json compile_report(const DiffusionPipeline::CompileReport& r) {
   if (!r.compiled) return nullptr;
@@ -25,14 +15,6 @@ nlohmann::json compile_report(const DiffusionPipeline::CompileReport& r) {
                      {"non_default", r.autotune_non_default}, {"seconds", r.autotune_s},
                      {"cache_file", r.autotune_cache_file}};
   return j;
-}
-
-nlohmann::json compile_report(const std::vector<const compile::CompiledModule*>& mods, bool autotune) {
-  return compile_report(make_compile_report(mods, autotune));
-}
-
-nlohmann::json compile_report(const models::flux::FluxTransformer2DModel& t, bool autotune) {
-  return compile_report(t.compiled_modules(), autotune);
 }
 
 std::string compile_report_line(const nlohmann::json& r) {

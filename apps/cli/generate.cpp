@@ -89,8 +89,7 @@ void run(const GenerateArgs& args) {
   PipelineOptions po;
   po.dtype = dtype;
   po.transformer_file = a.transformer_file;
-  if (auto q = cli_quantization_config(a.quant, a.quant_config, a.quantize, std::string(dtype_name(dtype))))
-    po.quantization_config_json = q->to_json().dump();
+  po.quantization_config_json = cli_quantization_config(a.quant, a.quant_config, a.quantize, dtype);
   auto pipe = DiffusionPipeline::from_pretrained(model, po);
   timings["load_s"] = seconds_since(t0);
   std::string offload_plan;

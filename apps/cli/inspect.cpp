@@ -1,11 +1,11 @@
 // diffq inspect <file|folder> [--json]: components of a Diffusers folder, or the tensors of a
-// safetensors file / sharded index / GGUF file (see src/io/inspect.h).
+// safetensors file / sharded index / GGUF file (diffq/checkpoint.h).
 #include <cstdio>
 #include <memory>
 #include <string>
 
 #include "commands.h"
-#include "io/inspect.h"
+#include "diffq/checkpoint.h"
 
 namespace diffq::cli {
 
@@ -21,8 +21,7 @@ void add_inspect_command(CLI::App& app) {
       ->required();
   cmd->add_flag("--json", o->json, "machine-readable output");
   cmd->callback([o] {
-    const auto summary = io::inspect_json(o->path);
-    const std::string text = o->json ? summary.dump(1) + "\n" : io::inspect_text(summary);
+    const std::string text = o->json ? inspect_json(o->path, 1) + "\n" : inspect_text(o->path);
     std::fwrite(text.data(), 1, text.size(), stdout);
   });
 }

@@ -1,20 +1,18 @@
 // diffq quantize: a Diffusers FluxPipeline folder -> the same folder with the chosen components saved
 // pre-quantized (each backend's own layout + quantization_config), so that `diffq generate -m out` (and
 // Diffusers with the backend's library) loads it without quantization flags. `--format gguf` instead
-// writes the FLUX transformer as one BFL-named GGUF file (models/flux/flux_single_file_gguf.h).
+// writes the FLUX transformer as one BFL-named GGUF file. All through diffq/checkpoint.h.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <limits>
 #include <string>
 
 #include "commands.h"
+#include "diffq/checkpoint.h"
 #include "diffq/error.h"
-#include "io/mapped_file.h"
-#include "models/flux/flux_single_file_gguf.h"
-#include "modules/quantize_on_load.h"
-#include "pipelines/flux_pipeline.h"
-#include "pipelines/save_quantized.h"
+#include "diffq/pipeline.h"
 #include "quant_options.h"
 
 namespace diffq::cli {
@@ -31,30 +29,30 @@ struct QuantizeArgs {
 
 // --report: each quantized layer's weight SQNR, and the final latents of a short generation against the
 // unquantized pipeline (same prompt, seed, steps, size).
-void print_report(const QuantizeArgs& a, FluxPipeline& q, DType dtype) {
-  auto ref = FluxPipeline::from_pretrained(a.model, dtype);
-  const std::pair<const char*, std::pair<const Module*, const Module*>> comps[] = {
-      {"transformer", {q.transformer.get(), ref->transformer.get()}},
-      {"text_encoder", {q.text_encoder.get(), ref->text_encoder.get()}},
-      {"text_encoder_2", {q.text_encoder_2.get(), ref->text_encoder_2.get()}},
-      {"vae", {q.vae.get(), ref->vae.get()}}};
+void print_report(const QuantizeArgs& a, DiffusionPipeline& q, DType dtype) {
+  PipelineOptions ro;
+  ro.dtype = dtype;
+  auto ref = DiffusionPipeline::from_pretrained(a.model, ro);
+  const auto layers = quantization_sqnr(q, *ref);
+  const auto quantized = q.quantization();
   std::printf("| component | layer | scheme | weight SQNR dB |\n|---|---|---|---|\n");
-  for (const auto& [name, mods] : comps) {
-    if (!mods.first || !mods.second || !q.quant_methods.count(name)) continue;
+  for (const char* name : {"transformer", "text_encoder", "text_encoder_2", "vae"}) {
+    if (!quantized.count(name)) continue;
     double worst = std::numeric_limits<double>::infinity();
-    for (const auto& l : weight_sqnr(*mods.first, *mods.second)) {
-      std::printf("| %s | %s | %s | %.2f |\n", name, l.name.c_str(), l.scheme.c_str(), l.sqnr_db);
+    for (const auto& l : layers) {
+      if (l.component != name) continue;
+      std::printf("| %s | %s | %s | %.2f |\n", name, l.layer.c_str(), l.scheme.c_str(), l.sqnr_db);
       worst = std::min(worst, l.sqnr_db);
     }
     std::printf("| %s | (lowest) | | %.2f |\n", name, worst);
   }
-  FluxCallOptions o;
-  o.prompt = {a.report_prompt};
-  o.seed = a.seed;
-  o.num_inference_steps = a.report_steps;
-  o.height = o.width = a.report_size;
-  o.output_type = "latent";
-  const auto lq = q(o).latents.to_f32_vector(), lr = (*ref)(o).latents.to_f32_vector();
+  GenerateParams p;
+  p.prompt = a.report_prompt;
+  p.seed = a.seed;
+  p.num_inference_steps = a.report_steps;
+  p.height = p.width = a.report_size;
+  p.output_latents_only = true;
+  const auto lq = q.generate(p).latents.to_f32_vector(), lr = ref->generate(p).latents.to_f32_vector();
   double num = 0, den = 0;
   for (size_t i = 0; i < lq.size(); ++i) {
     num = std::max(num, std::abs(double(lq[i]) - lr[i]));
@@ -66,12 +64,17 @@ void print_report(const QuantizeArgs& a, FluxPipeline& q, DType dtype) {
   std::fflush(stdout);  // before the stderr summary: whole lines when both go to one pipe
 }
 
+// diffq quantize writes FluxPipeline folders (and FLUX GGUF transformers) so far.
+void check_flux_folder(const QuantizeArgs& a) {
+  const std::string cls = DiffusionPipeline::pipeline_class_of(a.model);
+  check(cls == "FluxPipeline", "quantize", a.model, " is a ", cls, "; diffq quantize writes FluxPipeline folders so far");
+}
+
 // --format gguf: the transformer (the folder's, or --transformer's file) as one BFL-named GGUF file.
 void run_gguf(const QuantizeArgs& a, DType dtype) {
-  check(!a.type.empty(), "quantize", "--format gguf needs --type (", quant::gguf::supported_type_names(), ")");
-  const auto type = quant::gguf::parse_type(a.type);
-  check(type.has_value(), "quantize", "--type '", a.type, "' is not a GGUF type diffq writes (",
-        quant::gguf::supported_type_names(), ")");
+  check(!a.type.empty(), "quantize", "--format gguf needs --type (", gguf_write_types(), ")");
+  check(!gguf_type_name(a.type).empty(), "quantize", "--type '", a.type, "' is not a GGUF type diffq writes (",
+        gguf_write_types(), ")");
   check(a.quant.empty() && a.quant_config.empty() && !a.report, "quantize",
         "--format gguf takes --type, not --quant / --quant-config / --report");
   check(a.quantize.empty() || a.quantize == "transformer", "quantize", "--format gguf writes only the FLUX transformer; '",
@@ -79,18 +82,19 @@ void run_gguf(const QuantizeArgs& a, DType dtype) {
   const std::filesystem::path out(a.output);
   check(out.extension() == ".gguf", "quantize", "--format gguf writes a .gguf file, got -o ", a.output);
   check(!std::filesystem::exists(out), "quantize", a.output, " already exists");
-  FluxPipelineLoadOptions lo;
-  lo.load_text_encoders = false;
-  lo.transformer_file = a.transformer_file;
-  auto pipe = FluxPipeline::from_pretrained(a.model, dtype, lo);
+  check_flux_folder(a);
+  PipelineOptions po;
+  po.dtype = dtype;
+  po.load_text_encoders = false;
+  po.transformer_file = a.transformer_file;
+  auto pipe = DiffusionPipeline::from_pretrained(a.model, po);
   const std::string name = std::filesystem::path(a.transformer_file.empty() ? a.model : a.transformer_file)
                                .filename().replace_extension().string();
-  const auto rep = models::flux::save_flux_gguf(*pipe->transformer, out, *type, name);
+  const auto rep = save_transformer_gguf(*pipe, out, a.type, name);
   std::string types;
   for (const auto& [t, n] : rep.tensors_per_type) types += (types.empty() ? "" : ", ") + std::to_string(n) + " " + t;
-  std::fprintf(stderr, "transformer: gguf %s, %lld tensors (%s), %s\nwrote %s\n",
-               std::string(quant::gguf::find_type(*type)->name()).c_str(), (long long)rep.tensors, types.c_str(),
-               io::format_bytes(rep.file_bytes).c_str(), a.output.c_str());
+  std::fprintf(stderr, "transformer: gguf %s, %lld tensors (%s), %s\nwrote %s\n", rep.type.c_str(),
+               (long long)rep.tensors, types.c_str(), format_bytes(rep.file_bytes).c_str(), a.output.c_str());
 }
 
 void run(const QuantizeArgs& a) {
@@ -101,17 +105,20 @@ void run(const QuantizeArgs& a) {
         a.format, "'");
   if (a.format == "gguf") return run_gguf(a, dtype);
   check(a.type.empty() && a.transformer_file.empty(), "quantize", "--type and --transformer go with --format gguf");
-  FluxPipelineLoadOptions lo;
-  lo.quantization_config = cli_quantization_config(a.quant, a.quant_config, a.quantize, std::string(dtype_name(dtype)));
-  check(lo.quantization_config.has_value(), "quantize", "give --quant <scheme> or --quant-config <file.json>");
-  auto pipe = FluxPipeline::from_pretrained(a.model, dtype, lo);
-  check(!pipe->quant_methods.empty(), "quantize", "the quantization config selects no component of ", a.model);
-  const auto rep = save_quantized_pipeline(*pipe, a.model, a.output);
+  PipelineOptions po;
+  po.dtype = dtype;
+  po.quantization_config_json = cli_quantization_config(a.quant, a.quant_config, a.quantize, dtype);
+  check(!po.quantization_config_json.empty(), "quantize", "give --quant <scheme> or --quant-config <file.json>");
+  check_flux_folder(a);
+  auto pipe = DiffusionPipeline::from_pretrained(a.model, po);
+  const auto quantized = pipe->quantization();
+  check(!quantized.empty(), "quantize", "the quantization config selects no component of ", a.model);
+  const auto rep = save_quantized(*pipe, a.output);
   if (a.report) print_report(a, *pipe, dtype);
-  for (const auto& [c, q] : pipe->quantization) {
+  for (const auto& [c, q] : quantized) {
     const auto it = rep.component_bytes.find(c);
     std::fprintf(stderr, "%s: %s%s\n", c.c_str(), q.c_str(),
-                 it == rep.component_bytes.end() ? "" : (", " + io::format_bytes(it->second)).c_str());
+                 it == rep.component_bytes.end() ? "" : (", " + format_bytes(it->second)).c_str());
   }
   std::fprintf(stderr, "wrote %s\n", a.output.c_str());
 }

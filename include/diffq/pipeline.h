@@ -33,6 +33,9 @@ struct PipelineOptions {
   std::string quantization_config_json;
   std::filesystem::path transformer_file;  // single-file transformer (FLUX: .safetensors / .gguf)
   bool load_text_encoders = true;
+  // Builtin models ("builtin:flux-small", ...): the seed of their random weights (the random prompt
+  // embeddings they are fed use seed + 1).
+  uint64_t builtin_seed = 0;
 };
 
 // What one generation asks for. 0 / nullopt / empty means "the pipeline's default" (see defaults()).
@@ -70,9 +73,17 @@ struct GenerateResult {
 
 class DiffusionPipeline {
  public:
+  // `folder`: a Diffusers pipeline folder, or a builtin model that needs no download, "builtin:<name>":
+  // flux-small | flux-medium | flux-dev-shape | flux-dev-width (FluxPipeline) and wan-small | wan-1.3b-shape |
+  // wan-14b-shape (WanPipeline). A builtin is the named transformer config with random weights
+  // (PipelineOptions::builtin_seed; dtype default float32; the quantization config's "transformer" entry
+  // applies) and the family's scheduler, fed random prompt embeddings: no text encoder, no VAE, so it
+  // generates latents only (GenerateParams::output_latents_only) and ignores the prompts. For timing and
+  // smoke tests of the transformer at real shapes.
   static std::unique_ptr<DiffusionPipeline> from_pretrained(const std::filesystem::path& folder,
                                                             const PipelineOptions& opt = {});
-  // model_index.json's _class_name of a folder (throws naming the file when unreadable).
+  // model_index.json's _class_name of a folder, or a builtin's pipeline class (throws naming the file when
+  // unreadable).
   static std::string pipeline_class_of(const std::filesystem::path& folder);
   virtual ~DiffusionPipeline() = default;
 
@@ -104,6 +115,15 @@ class DiffusionPipeline {
   virtual CompileReport compile_report() const = 0;
   // Each quantized component's backend and scheme, e.g. {"transformer": "bitsandbytes_4bit nf4"}.
   virtual std::map<std::string, std::string> quantization() const = 0;
+
+  // Bytes of a component's parameters by kind: packed quantized weights and dense tensors ({0, 0} when the
+  // pipeline has no such component), e.g. component_bytes("transformer").
+  struct ComponentBytes {
+    int64_t quantized = 0, dense = 0;
+  };
+  virtual ComponentBytes component_bytes(const std::string& component) const { return {}; }
+  // One line saying what was loaded: "folder: ..." or, for a builtin, "builtin: random-weight transformer ...".
+  virtual std::string description() const { return ""; }
 };
 
 // ---- writing results ----

@@ -11,8 +11,11 @@
 #include "offload/offload_spec.h"
 #include "offload/planner.h"
 #include "compile/compiled_module.h"
+#include "modules/quantize_on_load.h"
 #include "pipelines/compile_report.h"
 #include "pipelines/flux_pipeline.h"
+#include "pipelines/public_builtin.h"
+#include "pipelines/public_pipeline_access.h"
 #include "pipelines/wan_pipeline.h"
 
 namespace diffq {
@@ -58,9 +61,24 @@ GenerateResult result_of(const Out& out, const GenerateParams& in) {
 }
 
 // What FLUX and Wan share: offloading (by spec or by memory budget) over the pipeline's components in its
-// model_cpu_offload_seq order, and the compile report over its transformers' compiled modules.
-class AdapterBase : public DiffusionPipeline {
+// model_cpu_offload_seq order, the compile report over its transformers' compiled modules, the components'
+// bytes, and what checkpoint.h's functions reach through detail::PipelineAccess.
+class AdapterBase : public DiffusionPipeline, public detail::PipelineAccess {
  public:
+  AdapterBase(std::filesystem::path source, std::string description)
+      : source_(std::move(source)), description_(std::move(description)) {}
+  ComponentBytes component_bytes(const std::string& component) const override {
+    for (const auto& [name, m] : components())
+      if (name == component && m) {
+        const auto s = summarize_quantization(*m);
+        return {int64_t(s.quantized_bytes), int64_t(s.dense_bytes)};
+      }
+    return {};
+  }
+  std::string description() const override { return description_; }
+  const std::filesystem::path& source_folder() const override { return source_; }
+  bool builtin() const override { return builtin_name(source_).has_value(); }
+
   std::string enable_offload(const std::string& spec, bool drop_page_cache) override {
     auto sp = offload::parse_offload_spec(spec);
     sp.drop_page_cache = drop_page_cache;
@@ -83,11 +101,18 @@ class AdapterBase : public DiffusionPipeline {
   virtual const char* offload_seq() const = 0;
   virtual std::vector<const compile::CompiledModule*> compiled_modules() const = 0;
   bool autotuned_ = false;
+  std::filesystem::path source_;
+  std::string description_;
 };
 
 class FluxAdapter final : public AdapterBase {
  public:
-  explicit FluxAdapter(std::unique_ptr<FluxPipeline> p) : p_(std::move(p)) {}
+  FluxAdapter(std::unique_ptr<FluxPipeline> p, const std::filesystem::path& folder)
+      : AdapterBase(folder, "folder: the whole FluxPipeline from the prompt to the image"), p_(std::move(p)) {}
+  explicit FluxAdapter(BuiltinFlux b, const std::filesystem::path& name)
+      : AdapterBase(name, std::move(b.description)), p_(std::move(b.pipe)),
+        builtin_embeds_(std::move(b.prompt_embeds)), builtin_pooled_(std::move(b.pooled_prompt_embeds)) {}
+  const FluxPipeline* flux_pipeline() const override { return p_.get(); }
   std::string class_name() const override { return "FluxPipeline"; }
   bool generates_video() const override { return false; }
   GenerateParams defaults() const override {
@@ -102,10 +127,16 @@ class FluxAdapter final : public AdapterBase {
   GenerateResult generate(const GenerateParams& in) override {
     const GenerateParams d = defaults();
     FluxCallOptions o;
-    o.prompt = {in.prompt};
-    if (!in.prompt_2.empty()) o.prompt_2 = {in.prompt_2};
-    if (!in.negative_prompt.empty()) o.negative_prompt = {in.negative_prompt};
-    if (!in.negative_prompt_2.empty()) o.negative_prompt_2 = {in.negative_prompt_2};
+    if (builtin_embeds_.defined()) {  // a builtin: random prompt embeddings, latents only
+      check(in.output_latents_only, kCtx, source_.string(), " has no VAE: set output_latents_only");
+      o.prompt_embeds = builtin_embeds_;
+      o.pooled_prompt_embeds = builtin_pooled_;
+    } else {
+      o.prompt = {in.prompt};
+      if (!in.prompt_2.empty()) o.prompt_2 = {in.prompt_2};
+      if (!in.negative_prompt.empty()) o.negative_prompt = {in.negative_prompt};
+      if (!in.negative_prompt_2.empty()) o.negative_prompt_2 = {in.negative_prompt_2};
+    }
     check(in.num_frames == 0 || in.num_frames == 1, kCtx, "FluxPipeline makes images: num_frames must be 0 or 1, got ",
           in.num_frames);
     check(!in.guidance_scale_2, kCtx, "guidance_scale_2 is a Wan2.2 parameter; FluxPipeline has none");
@@ -151,11 +182,18 @@ class FluxAdapter final : public AdapterBase {
 
  private:
   std::unique_ptr<FluxPipeline> p_;
+  Tensor builtin_embeds_, builtin_pooled_;  // builtins only
 };
 
 class WanAdapter final : public AdapterBase {
  public:
-  explicit WanAdapter(std::unique_ptr<WanPipeline> p) : p_(std::move(p)) {}
+  WanAdapter(std::unique_ptr<WanPipeline> p, const std::filesystem::path& folder)
+      : AdapterBase(folder, "folder: the whole WanPipeline from the prompt to the frames"), p_(std::move(p)) {}
+  explicit WanAdapter(BuiltinWan b, const std::filesystem::path& name)
+      : AdapterBase(name, std::move(b.description)), p_(std::move(b.pipe)),
+        builtin_embeds_(std::move(b.prompt_embeds)), builtin_negative_(std::move(b.negative_prompt_embeds)),
+        builtin_size_{b.width, b.height, b.num_frames} {}
+  const WanPipeline* wan_pipeline() const override { return p_.get(); }
   std::string class_name() const override { return "WanPipeline"; }
   bool generates_video() const override { return true; }
   GenerateParams defaults() const override {
@@ -163,6 +201,11 @@ class WanAdapter final : public AdapterBase {
     d.height = 480;
     d.width = 832;
     d.num_frames = 81;
+    if (builtin_embeds_.defined()) {  // a builtin's own grid
+      d.width = builtin_size_[0];
+      d.height = builtin_size_[1];
+      d.num_frames = builtin_size_[2];
+    }
     d.num_inference_steps = 50;
     d.guidance_scale = 5.0;
     d.max_sequence_length = 512;
@@ -175,8 +218,14 @@ class WanAdapter final : public AdapterBase {
     check(!in.true_cfg_scale, kCtx, "true_cfg_scale is a FLUX parameter; Wan's CFG is guidance_scale (on when > 1)");
     check(in.sigmas.empty(), kCtx, "custom sigmas are not supported by WanPipeline");
     WanCallOptions o;
-    o.prompt = {in.prompt};
-    if (!in.negative_prompt.empty()) o.negative_prompt = {in.negative_prompt};
+    if (builtin_embeds_.defined()) {  // a builtin: random prompt embeddings, latents only
+      check(in.output_latents_only, kCtx, source_.string(), " has no VAE: set output_latents_only");
+      o.prompt_embeds = builtin_embeds_;
+      o.negative_prompt_embeds = builtin_negative_;
+    } else {
+      o.prompt = {in.prompt};
+      if (!in.negative_prompt.empty()) o.negative_prompt = {in.negative_prompt};
+    }
     o.num_videos_per_prompt = in.num_outputs;
     o.max_sequence_length = in.max_sequence_length > 0 ? in.max_sequence_length : d.max_sequence_length;
     o.height = in.height > 0 ? in.height : d.height;
@@ -227,10 +276,29 @@ class WanAdapter final : public AdapterBase {
 
  private:
   std::unique_ptr<WanPipeline> p_;
+  Tensor builtin_embeds_, builtin_negative_;  // builtins only
+  int64_t builtin_size_[3] = {0, 0, 0};       // width, height, frames
 };
 }  // namespace
 
+namespace detail {
+const PipelineAccess& access_of(const DiffusionPipeline& p) {
+  const auto* a = dynamic_cast<const PipelineAccess*>(&p);
+  check(a != nullptr, kCtx, "not a pipeline made by DiffusionPipeline::from_pretrained");
+  return *a;
+}
+
+const FluxPipeline& flux_of(const DiffusionPipeline& p, const char* what) {
+  const auto& a = access_of(p);
+  check(a.flux_pipeline() != nullptr, what, a.source_folder().string(), " is a ", p.class_name(),
+        "; only FluxPipeline is supported so far");
+  check(!a.builtin(), what, a.source_folder().string(), " is a builtin model (no folder to write from)");
+  return *a.flux_pipeline();
+}
+}  // namespace detail
+
 std::string DiffusionPipeline::pipeline_class_of(const std::filesystem::path& folder) {
+  if (const auto b = builtin_name(folder)) return builtin_pipeline_class(*b);
   check(std::filesystem::is_regular_file(folder / "model_index.json"), kCtx, folder.string(),
         " is not a Diffusers pipeline folder (no model_index.json)");
   return io::DiffusersFolder::open(folder).pipeline_class();
@@ -239,19 +307,23 @@ std::string DiffusionPipeline::pipeline_class_of(const std::filesystem::path& fo
 std::unique_ptr<DiffusionPipeline> DiffusionPipeline::from_pretrained(const std::filesystem::path& folder,
                                                                       const PipelineOptions& opt) {
   const std::string cls = pipeline_class_of(folder);
+  if (const auto b = builtin_name(folder)) {
+    if (cls == "FluxPipeline") return std::make_unique<FluxAdapter>(make_builtin_flux(*b, opt), folder);
+    return std::make_unique<WanAdapter>(make_builtin_wan(*b, opt), folder);
+  }
   if (cls == "FluxPipeline") {
     FluxPipelineLoadOptions lo;
     lo.load_text_encoders = opt.load_text_encoders;
     lo.transformer_file = opt.transformer_file;
     lo.quantization_config = parse_quant(opt.quantization_config_json);
-    return std::make_unique<FluxAdapter>(FluxPipeline::from_pretrained(folder, opt.dtype, lo));
+    return std::make_unique<FluxAdapter>(FluxPipeline::from_pretrained(folder, opt.dtype, lo), folder);
   }
   if (cls == "WanPipeline") {
     WanPipelineLoadOptions lo;
     lo.transformer_file = opt.transformer_file;
     lo.load_text_encoder = opt.load_text_encoders;
     lo.quantization_config = parse_quant(opt.quantization_config_json);
-    return std::make_unique<WanAdapter>(WanPipeline::from_pretrained(folder, opt.dtype, lo));
+    return std::make_unique<WanAdapter>(WanPipeline::from_pretrained(folder, opt.dtype, lo), folder);
   }
   fail(kCtx, (folder / "model_index.json").string(), ": _class_name \"", cls,
        "\" is not a pipeline diffq runs (FluxPipeline, WanPipeline)");
