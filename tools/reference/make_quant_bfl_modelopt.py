@@ -22,7 +22,8 @@ ModelOpt exports (its NVIDIAModelOptConfig wants quant_type, the restore-state f
 is a torch reference of the format's math on the CPU: `modelopt_reference.safetensors`: `deq.<key>` per
 algorithm (fp8 * scale; int8 * scale[:, None]; int4 unpacked * group scale; nvfp4 via Diffusers'
 dequantize_nvfp4, which is ModelOpt's layout) checked here against ModelOpt's own from_quantized_weight
-(FP8, INT8) and NVFP4QTensor dequantization, and `latents` the pipeline run with every quantized Linear
+(per-tensor FP8, INT8) and NVFP4QTensor dequantization, the int4 unpacking against ModelOpt's packer
+(pack_int4_in_uint8 of the unpacked codes gives the file's bytes), and `latents` the pipeline run with every quantized Linear
 computing F.linear(x * pre_quant_scale, W_deq) (weight-only; input_scale unused, as Diffusers' BFL CPU path).
 """
 from __future__ import annotations
@@ -212,6 +213,19 @@ def make_modelopt(out_dir):
             lib = from_quantized_weight(t[m + ".weight"], t[m + ".weight_scale"].float(),
                                         "fp8" if algo == "FP8" else "int8_sq", torch.float32)
             assert torch.equal(lib, deq), m
+        if algo == "NVFP4":  # ModelOpt's own NVFP4QTensor dequantization of the exported tensors
+            from modelopt.torch.quantization.qtensor.nvfp4_tensor import NVFP4QTensor
+
+            qt = NVFP4QTensor(deq.shape, torch.float32, t[m + ".weight"])
+            lib = qt.dequantize(torch.float32, scale=t[m + ".weight_scale"], double_scale=t[m + ".weight_scale_2"].float(),
+                                block_sizes={-1: 16})
+            assert torch.equal(lib, deq), m
+        if algo == "W4A16_AWQ":  # the unpacking is the inverse of ModelOpt's packer on these codes
+            from modelopt.torch.export.quant_utils import pack_int4_in_uint8
+
+            codes = unpack_int4(t[m + ".weight"], deq.shape[0])
+            assert torch.equal(pack_int4_in_uint8(codes, torch.ones(codes.shape[0], codes.shape[1] // 16), 16),
+                               t[m + ".weight"]), m
         if m + ".pre_quant_scale" in t:
             pqs = t[m + ".pre_quant_scale"].float()
             ref_model.get_submodule(m).register_forward_pre_hook(lambda mod, a, s=pqs: (a[0] * s,))
