@@ -9,6 +9,7 @@
 
 #include "bfl_modelopt_test_util.h"
 #include "io/diffusers_folder.h"
+#include "io/inspect.h"
 #include "io/safetensors.h"
 #include "models/flux/flux_single_file.h"
 #include "modules/quantize_on_load.h"
@@ -93,6 +94,22 @@ TEST(BflSingleFile, MalformedAndMixedFilesAreClearErrors) {
                  "shape.safetensors");
   EXPECT_NE(e.find(kQkv + ".weight"), std::string::npos) << e;
   EXPECT_NE(e.find("weight_scale must be float8_e4m3fn"), std::string::npos) << e;
+}
+
+TEST(BflSingleFile, InspectNamesTheSchemes) {
+  const auto j = io::inspect_json(kFile);
+  ASSERT_TRUE(j.contains("quantization")) << j.dump();
+  EXPECT_GT(j["quantization"]["fp8r_layers"].get<int64_t>(), 0);
+  EXPECT_GT(j["quantization"]["nvfp4_layers"].get<int64_t>(), 0);
+  const std::string text = io::inspect_text(j);
+  EXPECT_NE(text.find("quantization: BFL fp8r ("), std::string::npos) << text;
+  // ModelOpt: the folder's config names the algorithm and, for MIXED_PRECISION, the layers per algorithm.
+  const auto mo = io::inspect_json(kFix / "modelopt-mixed");
+  const std::string mt = io::inspect_text(mo);
+  EXPECT_NE(mt.find("quantization: modelopt MIXED_PRECISION (FP8 x8, FP8_PER_CHANNEL_PER_TOKEN x8, NVFP4 x1, "
+                    "W4A16_AWQ x"),
+            std::string::npos)
+      << mt;
 }
 
 TEST(BflSingleFile, ScalarReferenceDequantization) {
