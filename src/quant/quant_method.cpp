@@ -8,6 +8,8 @@
 #include "quant/bnb/bnb_config.h"
 #include "quant/bnb/bnb_int8.h"
 #include "quant/gguf/gguf_weight.h"
+#include "quant/modelopt/modelopt_config.h"
+#include "quant/modelopt/modelopt_weight.h"
 #include "quant/nunchaku/nunchaku.h"
 #include "quant/quanto/quanto.h"
 #include "quant/torchao/torchao.h"
@@ -194,6 +196,34 @@ class NunchakuMethod final : public QuantMethod {
   nunchaku::NunchakuLiteConfig c_;
 };
 
+// ---- ModelOpt exports (read only: quantize with ModelOpt, export_hf_checkpoint) ----
+class ModelOptMethod final : public QuantMethod {
+ public:
+  explicit ModelOptMethod(ModelOptConfig c, std::string source) : c_(std::move(c)), source_(std::move(source)) {}
+  std::string backend() const override { return "modelopt"; }
+  std::string scheme() const override { return c_.quant_algo; }
+  nlohmann::json quantization_config() const override { return c_.raw; }
+  bool should_quantize(const std::string& module, const Shape& shape) const override {
+    return shape.size() == 2 && c_.algo_for(module).has_value();
+  }
+  std::shared_ptr<QuantizedWeight> quantize(const Tensor&) const override {
+    fail(kCtx, "modelopt checkpoints are read, not made: quantize with NVIDIA ModelOpt and export_hf_checkpoint");
+  }
+  std::shared_ptr<QuantizedWeight> load(const io::StateDict& sd, const std::string& module, const Shape& shape,
+                                        const io::Metadata*, std::vector<std::string>& consumed) const override {
+    const auto algo = c_.algo_for(module);
+    if (!algo) return nullptr;
+    return load_modelopt_weight(sd, module, shape, *algo, source_, consumed);
+  }
+  void save(const QuantizedWeight& w, const std::string& module, io::StateDict&, io::Metadata&) const override {
+    fail(kCtx, "modelopt weights are not written by diffq (", module, ", ", w.scheme(), ")");
+  }
+
+ private:
+  ModelOptConfig c_;
+  std::string source_;
+};
+
 }  // namespace
 
 std::unique_ptr<QuantMethod> make_quant_method(const std::string& backend, const nlohmann::json& kwargs) {
@@ -223,7 +253,8 @@ std::unique_ptr<QuantMethod> quant_method_from_config(const nlohmann::json& qc, 
   if (m == "quanto") return std::make_unique<QuantoMethod>(QuantoConfig::from_kwargs(qc));
   if (m == "gguf") return std::make_unique<GgufMethod>(GGUFQuantizationConfig::from_json(qc));
   if (m == "nunchaku_lite") return std::make_unique<NunchakuMethod>(nunchaku::NunchakuLiteConfig::from_json(qc, source));
-  fail(kCtx, source, ": quant_method '", m, "' is not supported (bitsandbytes, torchao, quanto, gguf, nunchaku_lite)");
+  if (m == "modelopt") return std::make_unique<ModelOptMethod>(ModelOptConfig::from_json(qc, source), source);
+  fail(kCtx, source, ": quant_method '", m, "' is not supported (bitsandbytes, torchao, quanto, gguf, nunchaku_lite, modelopt)");
 }
 
 const std::vector<std::string>& quant_shorthands() {
