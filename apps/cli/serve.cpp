@@ -1,8 +1,8 @@
 // diffq serve: the pipelines kept loaded behind HTTP APIs (apps/serve; docs/serve.md). Without -m it serves
 // the bundled tiny smoke-test model, as `diffq generate` does. SIGINT / SIGTERM: stop accepting, cancel the
 // queued and running jobs (--drain: finish them), then exit.
-#include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <memory>
@@ -20,6 +20,12 @@
 namespace diffq::cli {
 
 namespace {
+
+int g_signal_pipe[2] = {-1, -1};
+extern "C" void on_signal(int signo) {
+  const unsigned char b = static_cast<unsigned char>(signo);
+  [[maybe_unused]] const ssize_t n = ::write(g_signal_pipe[1], &b, 1);
+}
 
 struct ServeArgs {
   std::vector<std::string> models;
@@ -60,29 +66,32 @@ void run(const ServeArgs& a) {
   o.limits = a.limits;
   o.results_dir = a.results_dir;
 
-  // SIGINT / SIGTERM go to one thread (sigwait), blocked everywhere else, including httplib's workers.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-
   serve::Server server(o);
   const int port = server.bind();
   std::fprintf(stderr, "serve: listening on http://%s:%d/ (%zu model(s); results in %s)\n", o.host.c_str(), port,
                o.models.size(), server.results_dir().string().c_str());
-  std::thread sig([&server, set, drain = a.drain] {
-    int signo = 0;
-    sigwait(&set, &signo);
+  // SIGINT / SIGTERM: the handler (any thread may run it) only writes the signal number to a pipe; this
+  // thread reads it and stops the server (stopping is not async-signal-safe work).
+  check(::pipe(g_signal_pipe) == 0, "serve", "pipe() failed");
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  std::thread sig([&server, drain = a.drain] {
+    unsigned char signo = 0;
+    if (::read(g_signal_pipe[0], &signo, 1) != 1 || signo == 0) return;  // 0: the server ended by itself
     std::fprintf(stderr, "serve: %s: no new jobs; %s\n", signo == SIGINT ? "SIGINT" : "SIGTERM",
                  drain ? "finishing the queued and running ones (--drain)" : "cancelling the queued and running ones");
     server.stop(drain);
   });
   server.listen_after_bind();
   server.stop(a.drain);
-  // The signal thread waits in sigwait if listen ended for another reason: wake it.
-  pthread_kill(sig.native_handle(), SIGTERM);
+  const unsigned char zero = 0;
+  if (::write(g_signal_pipe[1], &zero, 1) != 1) std::perror("serve: waking the signal thread");
   sig.join();
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
   std::fprintf(stderr, "serve: stopped\n");
 }
 

@@ -126,6 +126,7 @@ TEST(ServeJobs, CancelRunningStopsWithinOneStepAndFreesMemory) {
   // Wait until it runs a few steps.
   for (int i = 0; i < 6000 && get_job(s, id)["step"].get<int>() < 2; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  EXPECT_GT(diffq::memory_stats(diffq::Device::cpu()).current_bytes, idle);  // the job's buffers are live
   auto d = s.client()->Delete(("/v1/jobs/" + id).c_str());
   ASSERT_TRUE(d);
   ASSERT_EQ(d->status, 200) << d->body;
