@@ -251,3 +251,32 @@ TEST(ServeJobs, LruEvictionUnderMemoryBudget) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(ServeA1111, ProgressAndInterruptOfTheRunningJob) {
+  TestServer s({});
+  const std::string id = submit(s, {{"prompt", "long"}, {"steps", 150}, {"width", 128}, {"height", 128}});
+  for (int i = 0; i < 6000 && get_job(s, id)["step"].get<int>() < 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  const json p = body_json(s.client()->Get("/sdapi/v1/progress"));
+  EXPECT_EQ(p["state"]["job"], id);
+  EXPECT_EQ(p["state"]["sampling_steps"], 150);
+  EXPECT_GE(p["state"]["sampling_step"].get<int>(), 2);
+  EXPECT_GT(p["progress"].get<double>(), 0.0);
+  EXPECT_LT(p["progress"].get<double>(), 1.0);
+  EXPECT_GT(p["eta_relative"].get<double>(), 0.0);
+  ASSERT_TRUE(p["current_image"].is_string()) << p.dump().substr(0, 300);
+  EXPECT_EQ(p["current_image"].get<std::string>().rfind("iVBOR", 0), 0u);  // base64 of a PNG signature
+  const json skipped = body_json(s.client()->Get("/sdapi/v1/progress?skip_current_image=true"));
+  EXPECT_TRUE(skipped["current_image"].is_null());
+  auto i = s.client()->Post("/sdapi/v1/interrupt", "", "application/json");
+  ASSERT_TRUE(i);
+  EXPECT_EQ(i->status, 200);
+  EXPECT_EQ(wait_final(s, id)["status"], "cancelled");
+  const json idle = body_json(s.client()->Get("/sdapi/v1/progress"));
+  EXPECT_EQ(idle["progress"], 0.0);
+  EXPECT_EQ(idle["state"]["job_count"], 0);
+}
+
+}  // namespace
