@@ -1,0 +1,194 @@
+// The web page of `diffq serve` in a real browser: headless Chromium driven through chromedriver's W3C
+// WebDriver API. The test starts `diffq serve` on the tiny FLUX fixture, loads "/" at a phone's window
+// size, fills the form, starts a job, watches the progress bar advance step by step and the image arrive in
+// the gallery, and keeps a screenshot (build/test-artifacts/serve-page.png).
+//
+// It skips, saying what is missing, where chromium / chromedriver (Debian: chromium, chromium-driver) are
+// not installed or the diffq binary has no `serve` command. DIFFQ_TEST_SERVE_URL=http://host:port drives
+// a server that is already running instead of starting one.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "io/png.h"
+#include "serve/child_process.h"
+#include "serve/webdriver.h"
+
+namespace fs = std::filesystem;
+using diffq::testing::ChildProcess;
+using diffq::testing::WebDriver;
+using nlohmann::json;
+
+namespace {
+
+const fs::path kSource = DIFFQ_SOURCE_DIR;
+const fs::path kArtifacts = DIFFQ_TEST_ARTIFACTS_DIR;
+
+// Polls `ok` every 100 ms until it holds or `seconds` pass.
+template <class F>
+bool wait_for(double seconds, F&& ok) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  for (;;) {
+    if (ok()) return true;
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+// Exit status of `diffq serve --help` (0 once the server exists).
+int serve_help_status() {
+  const std::string cmd = "'" DIFFQ_CLI_PATH "' serve --help >/dev/null 2>&1";
+  const int st = std::system(cmd.c_str());
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+class ServePage : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fs::create_directories(kArtifacts);
+    chromedriver_ = diffq::testing::find_program({"chromedriver"});
+    chromium_ = diffq::testing::find_program({"chromium", "chromium-browser", "google-chrome"});
+    std::string missing;
+    if (chromium_.empty()) missing += " chromium (Debian package `chromium`)";
+    if (chromedriver_.empty()) missing += " chromedriver (Debian package `chromium-driver`)";
+    if (!missing.empty()) GTEST_SKIP() << "not installed:" << missing << "; see scripts/debian-packages.txt";
+
+    if (const char* url = std::getenv("DIFFQ_TEST_SERVE_URL"); url && *url) {
+      base_url_ = url;
+    } else {
+      if (serve_help_status() != 0)
+        GTEST_SKIP() << DIFFQ_CLI_PATH << " has no `serve` command (`diffq serve --help` fails): nothing to test";
+      const int port = diffq::testing::free_port();
+      ASSERT_GT(port, 0) << "no free loopback port";
+      base_url_ = "http://127.0.0.1:" + std::to_string(port);
+      ASSERT_TRUE(server_.start({DIFFQ_CLI_PATH, "serve", "-m", (kSource / "tests/fixtures/tiny-flux").string(),
+                                 "--host", "127.0.0.1", "--port", std::to_string(port)},
+                                kSource, kArtifacts / "serve-page-server.log"));
+      httplib::Client c("127.0.0.1", port);
+      c.set_connection_timeout(1, 0);
+      const bool up = wait_for(120, [&] {
+        if (!server_.running()) return true;  // reported below
+        auto r = c.Get("/");
+        return r && r->status == 200;
+      });
+      ASSERT_TRUE(up && server_.running()) << "diffq serve did not answer GET / on port " << port
+                                           << " (exit status " << server_.exit_status() << "):\n"
+                                           << server_.log_text();
+    }
+
+    const int wd_port = diffq::testing::free_port();
+    ASSERT_GT(wd_port, 0);
+    ASSERT_TRUE(driver_proc_.start({chromedriver_, "--port=" + std::to_string(wd_port)}, kArtifacts,
+                                   kArtifacts / "serve-page-chromedriver.log"));
+    wd_ = std::make_unique<WebDriver>(wd_port);
+    ASSERT_TRUE(wait_for(30, [&] { return !driver_proc_.running() || wd_->ready(); }) && driver_proc_.running())
+        << "chromedriver did not start:\n" << driver_proc_.log_text();
+    // A phone's screen (412 x 915 CSS pixels); --no-sandbox: CI containers run as root.
+    wd_->new_session(chromium_, {"--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=412,915",
+                                 "--disable-dev-shm-usage", "--no-first-run", "--no-default-browser-check"});
+  }
+
+  std::string chromedriver_, chromium_, base_url_;
+  ChildProcess server_, driver_proc_;
+  std::unique_ptr<WebDriver> wd_;
+};
+
+TEST_F(ServePage, GeneratesAnImageWithLiveProgress) {
+  wd_->navigate(base_url_ + "/");
+  // The models arrive from GET /v1/models.
+  ASSERT_TRUE(wait_for(30, [&] {
+    return wd_->execute("const s = document.querySelector('#model');"
+                        "return !!s && s.options.length > 0 && s.options[0].value !== '';")
+        .get<bool>();
+  })) << "the model list never filled";
+  EXPECT_TRUE(wd_->execute("return document.querySelector('#frames-row').hidden;").get<bool>())
+      << "the frames field shows for an image model";
+
+  wd_->type_into("#prompt", "a red fox in the snow");
+  wd_->type_into("#width", "64");
+  wd_->type_into("#height", "64");
+  wd_->type_into("#steps", "2");
+  wd_->type_into("#seed", "7");
+
+  // Every value the progress bar takes, however fast the steps come: each attribute change's old value
+  // plus the current one (a MutationObserver on the jobs list).
+  wd_->execute(R"(
+    window.__progress = [];
+    new MutationObserver((records) => {
+      for (const r of records)
+        if (r.target.matches('progress') && r.attributeName === 'value')
+          window.__progress.push(Number(r.oldValue));
+    }).observe(document.querySelector('#jobs'),
+               { subtree: true, attributes: true, attributeOldValue: true, attributeFilter: ['value'] });)");
+  wd_->click(wd_->find("#generate"));
+
+  // Poll the bar while the job runs, until the image is in the gallery and decoded.
+  std::vector<double> polled;
+  const bool done = wait_for(180, [&] {
+    const json v = wd_->execute(R"(
+      const p = document.querySelector('#jobs progress');
+      const img = document.querySelector('#gallery figure img');
+      const err = document.querySelector('#error');
+      return { value: p ? Number(p.getAttribute('value')) : null,
+               loaded: !!img && img.complete && img.naturalWidth > 0,
+               error: err.hidden ? '' : err.textContent,
+               failed: [...document.querySelectorAll('.job.failed .job-text')].map(e => e.textContent).join(' ') };)");
+    if (v["value"].is_number()) polled.push_back(v["value"].get<double>());
+    return v["loaded"].get<bool>() || !v["error"].get<std::string>().empty() || !v["failed"].get<std::string>().empty();
+  });
+  const json state = wd_->execute(R"(
+    const img = document.querySelector('#gallery figure img');
+    const cap = document.querySelector('#gallery figure figcaption');
+    return { w: img ? img.naturalWidth : 0, h: img ? img.naturalHeight : 0,
+             caption: cap ? cap.textContent : '',
+             error: document.querySelector('#error').hidden ? '' : document.querySelector('#error').textContent,
+             failed: [...document.querySelectorAll('.job.failed .job-text')].map(e => e.textContent).join(' '),
+             progress: window.__progress,
+             live: document.querySelectorAll('#jobs .job:not(.failed)').length };)");
+
+  // The screenshot is kept whatever happened (it shows what went wrong).
+  const std::vector<uint8_t> png = wd_->screenshot();
+  const fs::path shot = kArtifacts / "serve-page.png";
+  std::ofstream(shot, std::ios::binary).write(reinterpret_cast<const char*>(png.data()), std::streamsize(png.size()));
+
+  ASSERT_TRUE(done) << "no image in the gallery after 180 s; progress values polled: " << polled.size()
+                    << "; page state: " << state.dump();
+  EXPECT_EQ(state["error"], "") << "the page shows an error";
+  EXPECT_EQ(state["failed"], "") << "the job failed";
+  EXPECT_EQ(state["w"], 64);
+  EXPECT_EQ(state["h"], 64);
+  const std::string caption = state["caption"].get<std::string>();
+  EXPECT_NE(caption.find("a red fox in the snow"), std::string::npos) << caption;
+  EXPECT_NE(caption.find("64\u00d764"), std::string::npos) << caption;
+  EXPECT_NE(caption.find("seed7"), std::string::npos) << caption;  // <dt>seed</dt><dd>7</dd>
+
+  // The bar advanced step by step, 0 -> 1 -> 2, not straight to the end: the observer saw each value it
+  // left, and it ends full when the job completes (its card is then removed from the jobs list).
+  std::vector<int> seen;
+  for (const json& x : state["progress"]) seen.push_back(x.get<int>());
+  std::vector<int> steps_seen;
+  for (int x : seen)
+    if (steps_seen.empty() || steps_seen.back() != x) steps_seen.push_back(x);
+  EXPECT_EQ(steps_seen, (std::vector<int>{0, 1, 2})) << "progress values left: " << json(seen).dump()
+                                                     << "; polled " << json(polled).dump();
+  EXPECT_EQ(state["live"], 0) << "the finished job's card is still in the jobs list";
+
+  // The screenshot is a PNG of the phone-sized viewport.
+  ASSERT_GT(png.size(), 8u);
+  EXPECT_EQ(std::string(png.begin(), png.begin() + 8), std::string("\x89PNG\r\n\x1a\n", 8));
+  const diffq::io::PngImage img = diffq::io::decode_png(png.data(), png.size(), shot.string());
+  EXPECT_GT(img.width, 300);
+  EXPECT_GT(img.height, 500);
+  EXPECT_LT(img.width, img.height) << "not a phone-shaped viewport";
+  std::printf("[ServePage] screenshot %s (%lld x %lld); progress values %s\n", shot.c_str(),
+              static_cast<long long>(img.width), static_cast<long long>(img.height), json(seen).dump().c_str());
+}
+
+}  // namespace
