@@ -59,10 +59,15 @@ class WebDriver {
     return j.is_object() && j.value("value", json::object()).value("ready", false);
   }
 
-  // POST /session with Chrome's options (`binary`: the browser; `args`: its command line).
-  void new_session(const std::string& binary, const std::vector<std::string>& args) {
+  // POST /session with Chrome's options (`binary`: the browser; `args`: its command line; a phone's screen
+  // of `phone_width` x `phone_height` CSS pixels through Chrome's mobile emulation unless 0).
+  void new_session(const std::string& binary, const std::vector<std::string>& args, int phone_width = 0,
+                   int phone_height = 0) {
     json opts = {{"args", args}};
     if (!binary.empty()) opts["binary"] = binary;
+    if (phone_width > 0)
+      opts["mobileEmulation"] = {{"deviceMetrics", {{"width", phone_width}, {"height", phone_height}, {"pixelRatio", 1.0},
+                                                    {"touch", true}, {"mobile", true}}}};
     const json caps = {{"capabilities", {{"alwaysMatch", {{"browserName", "chrome"}, {"goog:chromeOptions", opts}}}}}};
     const json v = call("POST", "/session", caps);
     session_ = v.at("sessionId").get<std::string>();

@@ -404,6 +404,8 @@ async function submit(ev) {
     const view = new JobView(job.id, body);
     if (job.status === 'queued') view.onEvent('queued', { position: job.position ?? 0 });
     view.follow();
+    // one column (a phone): bring the new job's progress into view
+    if (window.matchMedia('(max-width: 899px)').matches) view.li.scrollIntoView({ block: 'nearest', behavior: 'smooth' });
   } catch (e) {
     showError(e);
   } finally {
