@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "commands.h"
 #include "diffq/pipeline.h"
 #include "generate_args.h"
+#include "generate_request.h"
 #include "progress.h"
 #include "compile_report.h"
 #include "diffq/error.h"
@@ -27,17 +29,6 @@ namespace diffq::cli {
 
 namespace {
 
-
-std::filesystem::path default_model() {
-  // build/bin/diffq -> <repo>/tests/fixtures/tiny-flux; else relative to the working directory.
-  std::error_code ec;
-  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    const auto p = exe.parent_path() / ".." / ".." / "tests" / "fixtures" / "tiny-flux";
-    if (std::filesystem::exists(p / "model_index.json")) return std::filesystem::weakly_canonical(p);
-  }
-  return "tests/fixtures/tiny-flux";
-}
 
 // "1, 0.75,0.5" -> {1, 0.75, 0.5}; each item must be a whole number.
 std::vector<double> parse_sigmas(const std::string& text) {
@@ -65,7 +56,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 void run(const GenerateArgs& args) {
   using clock = std::chrono::steady_clock;
   GenerateArgs a = args;
-  const std::filesystem::path model = a.model.empty() ? default_model() : std::filesystem::path(a.model);
+  const std::filesystem::path model = a.model.empty() ? app::default_model_folder() : std::filesystem::path(a.model);
   a.model = model.string();
   if (a.threads > 0) set_num_threads(a.threads);
   const bool tty = isatty(STDERR_FILENO) && !a.json;
@@ -80,9 +71,33 @@ void run(const GenerateArgs& args) {
   // The folder's model_index.json decides the pipeline (Diffusers' DiffusionPipeline.from_pretrained).
   const bool video = DiffusionPipeline::pipeline_class_of(model) == "WanPipeline";
   check_output_args(a, video);
-  const std::vector<double> sigmas = a.sigmas.empty() ? std::vector<double>{} : parse_sigmas(a.sigmas);
-  check(sigmas.empty() || !a.steps_given || int64_t(sigmas.size()) == a.steps, "generate", "--sigmas gives ",
-        sigmas.size(), " steps but --steps says ", a.steps, " (leave --steps out with --sigmas)");
+  // The flags as a request: the mapping (defaults, validation) is the server's too (apps/common).
+  app::GenerateRequest request;
+  request.prompt = a.prompt;
+  request.prompt_2 = a.prompt_2;
+  request.negative_prompt = a.negative;
+  request.negative_prompt_2 = a.negative_2;
+  request.width = a.width;
+  request.height = a.height;
+  request.frames = a.frames;
+  if (a.steps_given) request.steps = a.steps;
+  if (!a.sigmas.empty()) request.sigmas = parse_sigmas(a.sigmas);
+  if (a.guidance_given) request.guidance = a.guidance;
+  if (a.guidance_2_given) request.guidance_2 = a.guidance_2;
+  if (a.true_cfg_given) request.true_cfg = a.true_cfg;
+  if (a.max_seq_given) request.max_sequence_length = a.max_seq;
+  request.n = a.num_images;
+  request.seed = a.seed;
+  // Messages name the flags; checked before loading, so a bad request costs no load.
+  const app::FieldLabel flag = [](const std::string& f) {
+    static const std::map<std::string, std::string> flags = {
+        {"prompt_2", "--prompt-2"}, {"negative_prompt", "--negative"}, {"negative_prompt_2", "--negative-2"},
+        {"true_cfg", "--true-cfg"}, {"guidance_2", "--guidance-2"}, {"n", "--num-images"},
+        {"max_sequence_length", "--max-sequence-length"}};
+    const auto it = flags.find(f);
+    return it != flags.end() ? it->second : "--" + f;
+  };
+  (void)app::to_generate_params(request, video, app::RequestLimits::wide_open(), flag);
 
   nlohmann::json timings;
   auto t0 = clock::now();
@@ -104,22 +119,7 @@ void run(const GenerateArgs& args) {
   if (!a.json)
     for (const auto& [c, q] : pipe->quantization()) std::fprintf(stderr, "quantized %s: %s\n", c.c_str(), q.c_str());
 
-  GenerateParams p;
-  p.prompt = a.prompt;
-  p.prompt_2 = a.prompt_2;
-  p.negative_prompt = a.negative;
-  p.negative_prompt_2 = a.negative_2;
-  p.width = a.width;
-  p.height = a.height;
-  p.num_frames = a.frames;
-  if (a.steps_given) p.num_inference_steps = a.steps;
-  p.sigmas = sigmas;
-  if (a.guidance_given) p.guidance_scale = a.guidance;
-  if (a.guidance_2_given) p.guidance_scale_2 = a.guidance_2;
-  if (a.true_cfg_given) p.true_cfg_scale = a.true_cfg;
-  if (a.max_seq_given) p.max_sequence_length = a.max_seq;
-  p.num_outputs = a.num_images;
-  p.seed = a.seed;
+  GenerateParams p = app::to_generate_params(request, video, app::RequestLimits::wide_open(), flag);
   if (!a.latents_in.empty()) p.latents = load_latents(a.latents_in);
   p.output_latents_only = a.output_type == "latent";
   p.on_step = progress_bar(tty);

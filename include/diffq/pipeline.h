@@ -55,6 +55,12 @@ struct GenerateParams {
   bool output_latents_only = false;        // skip the VAE (Diffusers' output_type="latent")
   // Per step: (step index, total, timestep); return false to interrupt (the output is still produced).
   std::function<bool(int64_t step, int64_t total, float timestep)> on_step;
+  // Cheap previews for progress UIs: after every `preview_every`-th step (0 = never) and after the last,
+  // on_preview gets (step index, rgb_u8 [h, w, 3]) of output 0 (video: its middle latent frame), made from
+  // the latents without the VAE (latent channels 0..2, each min-max scaled to 0..255; 1/8 the output size
+  // for FLUX and Wan). Called before on_step.
+  int64_t preview_every = 0;
+  std::function<void(int64_t step, const Tensor& rgb_u8)> on_preview;
 };
 
 struct GenerateResult {
@@ -122,5 +128,9 @@ Tensor load_latents(const std::filesystem::path& path);
 // One image [H, W, 3] (or [1, H, W, 3]) as PNG with text chunks; atomic.
 void save_image(const std::filesystem::path& path, const Tensor& image_u8,
                 const std::vector<std::pair<std::string, std::string>>& metadata = {});
+// The same image encoded in memory: "png" (with the metadata as text chunks), "jpeg" or "webp" (quality 90,
+// no metadata). Throws naming the format when it is none of these.
+std::vector<uint8_t> encode_image(const Tensor& image_u8, const std::string& format,
+                                  const std::vector<std::pair<std::string, std::string>>& metadata = {});
 
 }  // namespace diffq

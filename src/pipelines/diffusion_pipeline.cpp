@@ -2,10 +2,15 @@
 // family-neutral GenerateParams onto its pipeline's call options and fills the pipeline's own defaults.
 #include "diffq/pipeline.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "compile/compile_options.h"
 #include "diffq/error.h"
 #include "io/diffusers_folder.h"
+#include "io/image_encode.h"
 #include "io/png.h"
+#include "pipelines/flux_latents.h"
 #include "io/safetensors.h"
 #include "io/video_writer.h"
 #include "offload/offload_spec.h"
@@ -55,6 +60,29 @@ GenerateResult result_of(const Out& out, const GenerateParams& in) {
   r.decode_s = out.decode_s;
   r.used = in;
   return r;
+}
+
+// The preview of GenerateParams::on_preview: latents [C, h, w] (any float dtype) -> channels 0..2, each
+// min-max scaled to uint8 [h, w, 3].
+Tensor preview_rgb(const Tensor& chw) {
+  const Tensor x = chw.contiguous();
+  const int64_t C = x.size(0), h = x.size(1), w = x.size(2);
+  const std::vector<float> v = x.to_f32_vector();
+  Tensor out = Tensor::empty({h, w, 3}, DType::u8);
+  uint8_t* o = out.data<uint8_t>();
+  for (int64_t k = 0; k < 3; ++k) {
+    const int64_t c = std::min<int64_t>(k, C - 1);
+    const float* p = v.data() + c * h * w;
+    float lo = p[0], hi = p[0];
+    for (int64_t i = 0; i < h * w; ++i) lo = std::min(lo, p[i]), hi = std::max(hi, p[i]);
+    const float s = hi > lo ? 255.0f / (hi - lo) : 0.0f;
+    for (int64_t i = 0; i < h * w; ++i) o[i * 3 + k] = uint8_t(std::lround((p[i] - lo) * s));
+  }
+  return out;
+}
+
+bool preview_due(const GenerateParams& in, int64_t step, int64_t total) {
+  return in.on_preview && in.preview_every > 0 && ((step + 1) % in.preview_every == 0 || step + 1 == total);
 }
 
 // What FLUX and Wan share: offloading (by spec or by memory budget) over the pipeline's components in its
@@ -121,6 +149,15 @@ class FluxAdapter final : public AdapterBase {
     o.latents = in.latents;
     o.output_type = in.output_latents_only ? "latent" : "image";
     o.callback = in.on_step;
+    if (in.on_preview && in.preview_every > 0) {
+      const int64_t total = in.sigmas.empty() ? o.num_inference_steps : int64_t(in.sigmas.size());
+      const int64_t H = o.height, W = o.width, vsf = p_->vae_scale_factor();
+      o.step_observer = [&in, total, H, W, vsf](const FluxStepTensors& t) {
+        if (!preview_due(in, t.step, total)) return;
+        const Tensor z = flux::unpack_latents(t.latents_out, H, W, vsf);  // [B, C, H/8, W/8]
+        in.on_preview(t.step, preview_rgb(z.select(0, 0)));
+      };
+    }
     FluxOutput out = (*p_)(o);
     GenerateResult r = result_of(out, in);
     r.images_u8 = out.image_u8;
@@ -189,6 +226,14 @@ class WanAdapter final : public AdapterBase {
     o.latents = in.latents;
     o.output_type = in.output_latents_only ? "latent" : "np";
     o.callback = in.on_step;
+    if (in.on_preview && in.preview_every > 0) {
+      const int64_t total = o.num_inference_steps;
+      o.latents_observer = [&in, total](int64_t step, const Tensor& latents) {  // [B, C, T, h, w]
+        if (!preview_due(in, step, total)) return;
+        const Tensor first = latents.select(0, 0);  // [C, T, h, w]
+        in.on_preview(step, preview_rgb(first.select(1, first.size(1) / 2)));
+      };
+    }
     WanOutput out = (*p_)(o);
     GenerateResult r = result_of(out, in);
     r.videos_u8 = out.frames_u8;
@@ -281,6 +326,20 @@ void save_image(const std::filesystem::path& path, const Tensor& image_u8,
                 const std::vector<std::pair<std::string, std::string>>& metadata) {
   io::PngText t(metadata.begin(), metadata.end());
   io::write_png(path, image_u8.dim() == 3 ? image_u8.unsqueeze(0) : image_u8, t);
+}
+
+std::vector<uint8_t> encode_image(const Tensor& image_u8, const std::string& format,
+                                  const std::vector<std::pair<std::string, std::string>>& metadata) {
+  const Tensor img = image_u8.dim() == 4 ? image_u8.select(0, 0) : image_u8;
+  check(img.dtype() == DType::u8 && img.dim() == 3 && img.size(2) == 3, kCtx,
+        "encode_image takes uint8 [H, W, 3] (or [1, H, W, 3]), got ", image_u8.str());
+  const Tensor c = img.contiguous();
+  if (format == "png") {
+    io::PngText t(metadata.begin(), metadata.end());
+    return io::encode_png(c.data<uint8_t>(), c.size(1), c.size(0), t);
+  }
+  check(format == "jpeg" || format == "webp", kCtx, "image format must be png, jpeg or webp, got '", format, "'");
+  return io::encode_still(c.data<uint8_t>(), c.size(1), c.size(0), format);
 }
 
 }  // namespace diffq

@@ -290,6 +290,7 @@ WanOutput WanPipeline::operator()(const WanCallOptions& opt) {
     }
     latents = scheduler->step(v, t, latents);
     ++out.steps_run;
+    if (o.latents_observer) o.latents_observer(i, latents);
     if (o.callback && !o.callback(i, N, float(t))) {
       out.interrupted = true;
       break;

@@ -61,6 +61,7 @@ struct WanCallOptions {
   Tensor latents;                          // optional [B, C, T, h, w]; replaces the noise
   std::string output_type = "np";          // "np" (frames) or "latent"
   StepCallback callback;                   // optional: (step, total, t) -> false interrupts
+  std::function<void(int64_t step, const Tensor& latents)> latents_observer;  // optional, after each step, before `callback`
 };
 
 struct WanOutput {
