@@ -67,28 +67,9 @@ class ServePage : public ::testing::Test {
     if (chromedriver_.empty()) missing += " chromedriver (Debian package `chromium-driver`)";
     if (!missing.empty()) GTEST_SKIP() << "not installed:" << missing << "; see scripts/debian-packages.txt";
 
-    if (const char* url = std::getenv("DIFFQ_TEST_SERVE_URL"); url && *url) {
-      base_url_ = url;
-    } else {
-      if (!has_serve_command())
-        GTEST_SKIP() << DIFFQ_CLI_PATH << " has no `serve` command (`diffq serve --help` does not list --port): nothing to test";
-      const int port = diffq::testing::free_port();
-      ASSERT_GT(port, 0) << "no free loopback port";
-      base_url_ = "http://127.0.0.1:" + std::to_string(port);
-      ASSERT_TRUE(server_.start({DIFFQ_CLI_PATH, "serve", "-m", (kSource / "tests/fixtures/tiny-flux").string(),
-                                 "--host", "127.0.0.1", "--port", std::to_string(port)},
-                                kSource, kArtifacts / "serve-page-server.log"));
-      httplib::Client c("127.0.0.1", port);
-      c.set_connection_timeout(1, 0);
-      const bool up = wait_for(120, [&] {
-        if (!server_.running()) return true;  // reported below
-        auto r = c.Get("/");
-        return r && r->status == 200;
-      });
-      ASSERT_TRUE(up && server_.running()) << "diffq serve did not answer GET / on port " << port
-                                           << " (exit status " << server_.exit_status() << "):\n"
-                                           << server_.log_text();
-    }
+    external_url_ = std::getenv("DIFFQ_TEST_SERVE_URL") ? std::getenv("DIFFQ_TEST_SERVE_URL") : "";
+    if (external_url_.empty() && !has_serve_command())
+      GTEST_SKIP() << DIFFQ_CLI_PATH << " has no `serve` command (`diffq serve --help` does not list --port): nothing to test";
 
     const int wd_port = diffq::testing::free_port();
     ASSERT_GT(wd_port, 0);
@@ -105,19 +86,51 @@ class ServePage : public ::testing::Test {
                      kPhoneWidth, kPhoneHeight);
   }
 
-  std::string chromedriver_, chromium_, base_url_;
+  // `diffq serve` on the tiny FLUX fixture with `extra` options (or the DIFFQ_TEST_SERVE_URL server).
+  void start_server(const std::vector<std::string>& extra = {}) {
+    if (!external_url_.empty()) {
+      if (!extra.empty()) GTEST_SKIP() << "needs its own server (DIFFQ_TEST_SERVE_URL is set)";
+      base_url_ = external_url_;
+      return;
+    }
+    const int port = diffq::testing::free_port();
+    ASSERT_GT(port, 0) << "no free loopback port";
+    base_url_ = "http://127.0.0.1:" + std::to_string(port);
+    std::vector<std::string> argv = {DIFFQ_CLI_PATH, "serve", "-m", (kSource / "tests/fixtures/tiny-flux").string(),
+                                     "--host", "127.0.0.1", "--port", std::to_string(port)};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    ASSERT_TRUE(server_.start(argv, kSource, kArtifacts / "serve-page-server.log"));
+    httplib::Client c("127.0.0.1", port);
+    c.set_connection_timeout(1, 0);
+    const bool up = wait_for(120, [&] {
+      if (!server_.running()) return true;  // reported below
+      auto r = c.Get("/health");
+      return r && r->status == 200;
+    });
+    ASSERT_TRUE(up && server_.running()) << "diffq serve did not answer GET /health on port " << port
+                                         << " (exit status " << server_.exit_status() << "):\n"
+                                         << server_.log_text();
+  }
+
+  // Waits for the model list (GET /v1/models) to fill the select.
+  bool models_loaded(double seconds = 30) {
+    return wait_for(seconds, [&] {
+      return wd_->execute("const s = document.querySelector('#model');"
+                          "return !!s && s.options.length > 0 && s.options[0].value !== '';")
+          .get<bool>();
+    });
+  }
+
+  std::string chromedriver_, chromium_, base_url_, external_url_;
   ChildProcess server_, driver_proc_;
   std::unique_ptr<WebDriver> wd_;
 };
 
 TEST_F(ServePage, GeneratesAnImageWithLiveProgress) {
+  ASSERT_NO_FATAL_FAILURE(start_server());
+  if (IsSkipped()) return;
   wd_->navigate(base_url_ + "/");
-  // The models arrive from GET /v1/models.
-  ASSERT_TRUE(wait_for(30, [&] {
-    return wd_->execute("const s = document.querySelector('#model');"
-                        "return !!s && s.options.length > 0 && s.options[0].value !== '';")
-        .get<bool>();
-  })) << "the model list never filled";
+  ASSERT_TRUE(models_loaded()) << "the model list never filled";
   EXPECT_TRUE(wd_->execute("return document.querySelector('#frames-row').hidden;").get<bool>())
       << "the frames field shows for an image model";
 
@@ -202,6 +215,48 @@ TEST_F(ServePage, GeneratesAnImageWithLiveProgress) {
   EXPECT_LE(wd_->execute("return document.documentElement.scrollWidth;").get<int>(), kPhoneWidth);
   std::printf("[ServePage] screenshot %s (%lld x %lld); progress values %s\n", shot.c_str(),
               static_cast<long long>(img.width), static_cast<long long>(img.height), json(seen).dump().c_str());
+}
+
+// With --api-key the page asks for the key (the APIs answer 401), keeps it, and every later call (the job,
+// its events, its result) carries it.
+TEST_F(ServePage, AsksForTheApiKey) {
+  ASSERT_NO_FATAL_FAILURE(start_server({"--api-key", "s3cret-key"}));
+  if (IsSkipped()) return;
+  wd_->navigate(base_url_ + "/");
+  const auto dialog_open = [&] { return wd_->execute("return document.querySelector('#key-dialog').open;").get<bool>(); };
+  ASSERT_TRUE(wait_for(30, dialog_open)) << "no key dialog after the 401 of GET /v1/models";
+  // A wrong key is refused and asked for again.
+  wd_->type_into("#api-key", "wrong");
+  wd_->click(wd_->find("#key-save"));
+  ASSERT_TRUE(wait_for(30, [&] {
+    return dialog_open() &&
+           wd_->execute("return document.querySelector('#key-message').textContent;").get<std::string>().find("rejected") !=
+               std::string::npos;
+  })) << "a wrong key was not asked for again";
+  wd_->type_into("#api-key", "s3cret-key");
+  wd_->click(wd_->find("#key-save"));
+  ASSERT_TRUE(models_loaded()) << "the model list never filled after the key was given";
+  EXPECT_EQ(wd_->execute("return localStorage.getItem('diffq.apiKey');"), "s3cret-key");
+
+  wd_->type_into("#prompt", "a lighthouse");
+  wd_->type_into("#width", "32");
+  wd_->type_into("#height", "32");
+  wd_->type_into("#steps", "1");
+  wd_->click(wd_->find("#generate"));
+  const bool done = wait_for(180, [&] {
+    return wd_->execute("const i = document.querySelector('#gallery figure img');"
+                        "return (!!i && i.complete && i.naturalWidth > 0) || !document.querySelector('#error').hidden ||"
+                        "  document.querySelector('#key-dialog').open || !!document.querySelector('.job.failed');")
+        .get<bool>();
+  });
+  const json state = wd_->execute(
+      "const i = document.querySelector('#gallery figure img');"
+      "return { w: i ? i.naturalWidth : 0, dialog: document.querySelector('#key-dialog').open,"
+      "         error: document.querySelector('#error').textContent,"
+      "         failed: [...document.querySelectorAll('.job.failed')].map(e => e.textContent).join(' ') };");
+  ASSERT_TRUE(done) << state.dump();
+  EXPECT_EQ(state["w"], 32) << state.dump();
+  EXPECT_FALSE(state["dialog"].get<bool>()) << "asked for the key again";
 }
 
 }  // namespace

@@ -127,7 +127,8 @@ async function readEventStream(res, onEvent) {
 
 const fmtSeconds = (s) => {
   if (s == null || !isFinite(s)) return '';
-  s = Math.max(0, Math.round(s));
+  if (s < 10) return `${Math.max(0, s).toFixed(1)} s`;
+  s = Math.round(s);
   return s < 60 ? `${s} s` : `${Math.floor(s / 60)} min ${s % 60} s`;
 };
 
@@ -165,7 +166,7 @@ class JobView {
     if (this.finished) return;
     switch (name) {
       case 'queued':
-        this.text.textContent = d.position > 0 ? `queued: ${d.position} ahead` : 'queued: next';
+        this.text.textContent = d.position > 1 ? `queued: number ${d.position} in line` : 'queued: next in line';
         break;
       case 'step': {
         this.setSteps(d.step, d.steps);
@@ -260,6 +261,7 @@ async function addResult(id, resultUrl, params) {
   let job = null;
   try { job = await apiJson(`/v1/jobs/${encodeURIComponent(id)}`); } catch { /* keep what we sent */ }
   const p = { ...params, ...((job && job.params) || {}) };
+  if (job && job.model && !p.model) p.model = job.model;
   const url = resultUrl || (job && job.result_url) || `/v1/jobs/${encodeURIComponent(id)}/result`;
   const res = await api(url);  // with the key: <img src> could not send it
   const blob = await res.blob();
@@ -301,7 +303,7 @@ async function addResult(id, resultUrl, params) {
   if (isVideo) add('frames', p.frames);
   const t = job && job.timings;
   if (t) {
-    const total = t.total_s ?? t.total ?? t.run_s;
+    const total = t.running_s ?? t.total_s;
     if (total != null) add('time', fmtSeconds(total));
   }
   cap.append(dl);
