@@ -140,8 +140,8 @@ TEST_F(ServePage, GeneratesAnImageWithLiveProgress) {
   wd_->type_into("#steps", "2");
   wd_->type_into("#seed", "7");
 
-  // Every value the progress bar takes, however fast the steps come: each attribute change's old value
-  // plus the current one (a MutationObserver on the jobs list).
+  // Every value the progress bar leaves, however fast the steps come: each change's old value (a
+  // MutationObserver on the jobs list; several changes in one task still give one record each).
   wd_->execute(R"(
     window.__progress = [];
     new MutationObserver((records) => {
@@ -195,7 +195,7 @@ TEST_F(ServePage, GeneratesAnImageWithLiveProgress) {
   EXPECT_NE(caption.find("seed7"), std::string::npos) << caption;  // <dt>seed</dt><dd>7</dd>
 
   // The bar advanced step by step, 0 -> 1 -> 2, not straight to the end: the observer saw each value it
-  // left, and it ends full when the job completes (its card is then removed from the jobs list).
+  // left (the page sets it once more, to full, when the job completes; the card then goes away).
   std::vector<int> seen;
   for (const json& x : state["progress"]) seen.push_back(x.get<int>());
   std::vector<int> steps_seen;
