@@ -235,7 +235,8 @@ TEST(ServeJobs, LruEvictionUnderMemoryBudget) {
   TestServer s(o);
   auto loaded = [&] {
     std::vector<bool> v;
-    for (const auto& m : body_json(s.client()->Get("/v1/models"))["data"]) v.push_back(m["loaded"].get<bool>());
+    const json models = body_json(s.client()->Get("/v1/models"));
+    for (const auto& m : models["data"]) v.push_back(m["loaded"].get<bool>());
     return v;
   };
   EXPECT_EQ(loaded(), (std::vector<bool>{false, false}));
