@@ -8,6 +8,7 @@
 // a server that is already running instead of starting one.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -257,6 +258,46 @@ TEST_F(ServePage, AsksForTheApiKey) {
   ASSERT_TRUE(done) << state.dump();
   EXPECT_EQ(state["w"], 32) << state.dump();
   EXPECT_FALSE(state["dialog"].get<bool>()) << "asked for the key again";
+}
+
+// A video model (Wan): choosing it shows the frames field, and the result plays in a <video> element.
+TEST_F(ServePage, PlaysAVideoResult) {
+  ASSERT_NO_FATAL_FAILURE(start_server({"-m", "tiny-wan=" + (kSource / "tests/fixtures/tiny-wan").string()}));
+  if (IsSkipped()) return;
+  wd_->navigate(base_url_ + "/");
+  ASSERT_TRUE(models_loaded()) << "the model list never filled";
+  // Two models now: tiny-flux (the first -m, image) and tiny-wan (video).
+  const json ids = wd_->execute("return [...document.querySelectorAll('#model option')].map(o => o.value);");
+  ASSERT_NE(std::find(ids.begin(), ids.end(), json("tiny-wan")), ids.end()) << ids.dump();
+  wd_->execute("const s = document.querySelector('#model'); s.value = 'tiny-wan';"
+               "s.dispatchEvent(new Event('change'));");
+  EXPECT_FALSE(wd_->execute("return document.querySelector('#frames-row').hidden;").get<bool>())
+      << "no frames field for a video model";
+  wd_->type_into("#prompt", "a cat surfing");
+  wd_->type_into("#width", "32");
+  wd_->type_into("#height", "32");
+  wd_->type_into("#steps", "2");
+  wd_->type_into("#frames", "5");
+  wd_->type_into("#seed", "1");
+  wd_->click(wd_->find("#generate"));
+  // Loaded metadata (readyState >= 1) means the browser parsed the mp4 it got.
+  const bool done = wait_for(180, [&] {
+    return wd_->execute("const v = document.querySelector('#gallery figure video');"
+                        "return (!!v && v.readyState >= 1) || !document.querySelector('#error').hidden ||"
+                        "  !!document.querySelector('.job.failed');")
+        .get<bool>();
+  });
+  const json state = wd_->execute(
+      "const v = document.querySelector('#gallery figure video');"
+      "return { w: v ? v.videoWidth : 0, h: v ? v.videoHeight : 0, controls: !!v && v.controls,"
+      "         error: v && v.error ? v.error.message : '', caption: v ? v.parentElement.textContent : '',"
+      "         page_error: document.querySelector('#error').textContent,"
+      "         failed: [...document.querySelectorAll('.job.failed')].map(e => e.textContent).join(' ') };");
+  ASSERT_TRUE(done) << state.dump();
+  EXPECT_EQ(state["w"], 32) << state.dump();
+  EXPECT_EQ(state["h"], 32) << state.dump();
+  EXPECT_TRUE(state["controls"].get<bool>());
+  EXPECT_NE(state["caption"].get<std::string>().find("frames5"), std::string::npos) << state.dump();
 }
 
 }  // namespace
