@@ -1,4 +1,4 @@
-// GET /health, GET /metrics (Prometheus text format 0.0.4), GET /v1/models, and the page at GET /.
+// GET /health, GET /metrics (Prometheus text format 0.0.4), GET /v1/models (the page: page.cpp).
 #include <unistd.h>
 
 #include <cstdio>
@@ -67,7 +67,6 @@ void add_misc_routes(Server::State& s) {
   http.Get("/v1/models", [&s](const httplib::Request&, httplib::Response& res) {
     send_json(res, 200, {{"object", "list"}, {"data", s.models->list()}});
   });
-  http.Get("/", [](const httplib::Request&, httplib::Response& res) { res.set_content(index_html(), "text/html; charset=utf-8"); });
 }
 
 }  // namespace diffq::serve

@@ -1,19 +1,26 @@
-// GET /: the web page. A placeholder until the embedded page (static HTML/CSS/JS, no build step, no CDN)
-// replaces this file's index_html(); the page talks to the jobs API only (docs/serve.md).
+// GET /, /index.html, /app.js, /style.css: the web page (apps/serve/web/), embedded at build time
+// (cmake/embed_web_assets.cmake -> diffq_web_assets). It talks to the jobs API only (docs/serve.md,
+// "The web page"). Open without the API key: the page asks for the key itself when an API answers 401.
+#include <string>
+
 #include "server_state.h"
+#include "web_assets.h"
 
 namespace diffq::serve {
 
-const std::string& index_html() {
-  static const std::string page = R"(<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>diffq serve</title></head>
-<body><h1>diffq serve</h1>
-<p>The web page is not built into this binary yet. The APIs are live: <a href="/v1/models">/v1/models</a>,
-<a href="/v1/jobs">/v1/jobs</a>, <a href="/health">/health</a>, <a href="/metrics">/metrics</a>.</p>
-</body></html>
-)";
-  return page;
+void add_page_routes(Server::State& s) {
+  for (const WebAsset& a : web_assets()) {
+    std::string pattern;  // httplib routes are regular expressions: the path's dots taken literally
+    for (const char c : a.path) {
+      if (c == '.') pattern += '\\';
+      pattern += c;
+    }
+    s.http.Get(pattern, [&a](const httplib::Request&, httplib::Response& res) {
+      res.set_content(a.content.data(), a.content.size(), std::string(a.mime).c_str());
+      // The page changes with the binary: revalidate rather than cache a stale app.js across upgrades.
+      res.set_header("Cache-Control", "no-cache");
+    });
+  }
 }
 
 }  // namespace diffq::serve

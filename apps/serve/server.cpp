@@ -8,6 +8,7 @@
 
 #include "diffq/error.h"
 #include "server_state.h"
+#include "web_assets.h"
 
 namespace diffq::serve {
 
@@ -38,7 +39,7 @@ Server::Server(ServeOptions opt) : s_(std::make_unique<State>()) {
   http.set_pre_routing_handler([&s](const httplib::Request& req, httplib::Response& res) {
     if (s.opt.api_key.empty()) return httplib::Server::HandlerResponse::Unhandled;
     // The page, its health check and CORS preflights are open; every API needs the key.
-    if (req.method == "OPTIONS" || (req.method == "GET" && (req.path == "/" || req.path == "/health")))
+    if (req.method == "OPTIONS" || (req.method == "GET" && (req.path == "/health" || find_web_asset(req.path))))
       return httplib::Server::HandlerResponse::Unhandled;
     const std::string want = "Bearer " + s.opt.api_key;
     if (req.get_header_value("Authorization") == want) return httplib::Server::HandlerResponse::Unhandled;
@@ -67,6 +68,7 @@ Server::Server(ServeOptions opt) : s_(std::make_unique<State>()) {
   add_a1111_routes(s);
   add_jobs_routes(s);
   add_misc_routes(s);
+  add_page_routes(s);
 }
 
 Server::~Server() { stop(false); }

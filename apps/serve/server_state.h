@@ -57,8 +57,7 @@ std::string read_file(const std::filesystem::path& p);
 void add_openai_routes(Server::State& s);  // routes_openai.cpp
 void add_a1111_routes(Server::State& s);   // routes_a1111.cpp
 void add_jobs_routes(Server::State& s);    // routes_jobs.cpp
-void add_misc_routes(Server::State& s);    // metrics.cpp: /health, /metrics, /v1/models, /
-// The page served at GET / (page.cpp; the web UI replaces the placeholder).
-const std::string& index_html();
+void add_misc_routes(Server::State& s);    // metrics.cpp: /health, /metrics, /v1/models
+void add_page_routes(Server::State& s);    // page.cpp: the web page (/, /app.js, /style.css)
 
 }  // namespace diffq::serve
