@@ -60,7 +60,7 @@ TEST(SdnqPipeline, PrequantizedFolderMatchesDiffusers) {
   const GenRun r = generate(diffq::testing::sdnq_ar_root() / pq.at("folder").get<std::string>(), std::nullopt);
   EXPECT_EQ(size_t(r.quantized), pq.at("modules").size());
   EXPECT_NE(r.quantization.find("pre-quantized"), std::string::npos) << r.quantization;
-  const double e = rel_err(r.latents, reference().tensor("prequant_sdnq_uint4"));
+  const double e = rel_err(r.latents, reference().tensor("prequant_sdnq"));
   std::printf("[sdnq pre-quantized] vs Diffusers: %.3g, %lld weights (%s)\n", e, (long long)r.quantized,
               r.quantization.c_str());
   EXPECT_LE(e, kBound);

@@ -9,7 +9,7 @@ Diffusers 0.42 + sdnq 0.2.8 / auto-round 0.16 on the CPU.
     library's dequantized weight (the SDNQDequantizer the forward calls, float32), "stored" = FNV-1a 64 of the
     ";"-joined such descriptions of its weight, scale (and zero_point) tensors; the Linear layers it left
     dense ("dense").
-  "prequant_sdnq": the same for the pre-quantized folder `prequant-sdnq-uint4/` (save_pretrained of the
+  "prequant_sdnq": the same for the pre-quantized folder `prequant-sdnq/` (save_pretrained of the
     quantize-on-load transformer; the other components are symlinks to tiny-flux).
   "autoround": the same for `prequant-autoround/` (AutoRound RTN, iters=0, written by auto-round's exporter
     with the auto_round packing) and the dequantization auto-round's QuantLinear forward computes.
@@ -130,14 +130,14 @@ def main() -> None:
         mods, dense = sdnq_layers(pipe.transformer)
         cases["sdnq"][name] = {"quant_kwargs": kw, "modules": mods, "dense": dense}
         if name == PREQUANT_SDNQ:  # the pre-quantized folder: save_pretrained of this transformer
-            pq = out / "prequant-sdnq-uint4"
+            pq = out / "prequant-sdnq"
             pq.mkdir()
             link_pipeline(pq)
             pipe.transformer.save_pretrained(pq / "transformer")
-    pipe = FluxPipeline.from_pretrained(out / "prequant-sdnq-uint4", dtype=torch.float32)
-    tensors["prequant_sdnq_uint4"] = run(pipe)
+    pipe = FluxPipeline.from_pretrained(out / "prequant-sdnq", dtype=torch.float32)
+    tensors["prequant_sdnq"] = run(pipe)
     mods, dense = sdnq_layers(pipe.transformer)
-    cases["prequant_sdnq"] = {"folder": "prequant-sdnq-uint4", "modules": mods, "dense": dense}
+    cases["prequant_sdnq"] = {"folder": "prequant-sdnq", "modules": mods, "dense": dense}
 
     # ---- AutoRound: RTN (iters=0) of the tiny pipeline by auto-round's model-free path, which writes the
     # transformer as "model.safetensors" (renamed to Diffusers' file name) with packing "auto_round"

@@ -55,7 +55,7 @@ AutoRoundWeight::AutoRoundWeight(const AutoRoundLayout& layout, Tensor qweight, 
     }
 }
 
-void AutoRoundWeight::dequant_rows(int64_t n0, int64_t n1, float* dst) const {
+void AutoRoundWeight::dequant_rows(int64_t n0, int64_t n1, DType out, float* dst) const {
   const int per = 32 / l_.bits;
   const uint32_t mask = (1u << l_.bits) - 1;
   const uint32_t* qw = reinterpret_cast<const uint32_t*>(qweight_.data<int32_t>());
@@ -65,7 +65,9 @@ void AutoRoundWeight::dequant_rows(int64_t n0, int64_t n1, float* dst) const {
       const int32_t q = int32_t((qw[(k / per) * n_ + n] >> ((k % per) * l_.bits)) & mask);
       const size_t gi = size_t(group_of_[size_t(k)]) * size_t(n_) + size_t(n);
       // scales (float16) * (q - zp): the product rounded once to float16 (exact in float32 first)
-      d[k] = round_through(DType::f16, scale_[gi] * float(q - zero_[gi]));
+      // scales (cast to the compute dtype, as Diffusers' loading casts the float16 buffers) * (q - zp), in
+      // that dtype: exact in float32 (11 + 9 bits)
+      d[k] = round_through(out, round_through(out, scale_[gi]) * float(q - zero_[gi]));
     }
   }
 }
@@ -75,7 +77,7 @@ Tensor AutoRoundWeight::dequantize(DType dtype) const {
         dtype_name(dtype), ": not float32, bfloat16 or float16");
   Tensor f = Tensor::empty({n_, k_}, DType::f32);
   float* p = f.data<float>();
-  backend::cpu::parallel_for(n_, 16, [&](int64_t a, int64_t b) { dequant_rows(a, b, p + a * k_); });
+  backend::cpu::parallel_for(n_, 16, [&](int64_t a, int64_t b) { dequant_rows(a, b, dtype, p + a * k_); });
   return dtype == DType::f32 ? f : f.to(dtype);
 }
 
@@ -86,14 +88,9 @@ std::vector<Tensor> AutoRoundWeight::storage_tensors() const {
 }
 
 std::optional<TileLinearPlan> AutoRoundWeight::tile_linear_plan(const Tensor& x, const Tensor& bias) const {
-  // QuantLinear: weights.to(x dtype), x @ weights (+ bias): float16 values are exact in f32; for a bf16 x
-  // they are rounded to bf16 (weights.to(x_dtype)).
+  // QuantLinear in a model loaded with torch_dtype = x's dtype: scales * (q - zp) in that dtype, x @ W
   const DType out = x.dtype();
-  return TileLinearPlan{x, bias, n_, k_, [this, out](int64_t a, int64_t b, float* dst) {
-                          dequant_rows(a, b, dst);
-                          if (out != DType::f32 && out != DType::f16)
-                            for (int64_t i = 0; i < (b - a) * k_; ++i) dst[i] = round_through(out, dst[i]);
-                        }};
+  return TileLinearPlan{x, bias, n_, k_, [this, out](int64_t a, int64_t b, float* dst) { dequant_rows(a, b, out, dst); }};
 }
 
 std::shared_ptr<AutoRoundWeight> AutoRoundWeight::load(const io::StateDict& sd, const std::string& module,

@@ -5,8 +5,9 @@
 //   qzeros  int32 [G, N * bits / 32]: zero points packed the same way along N; the "auto_gptq" packings
 //           store zp - 1 (decoded + 1), "auto_round" the zero point itself;
 //   scales  float16 [G, N]; g_idx int32 [K] (optional): the group of input column k (else k / group_size).
-// Dequantized: W[n, k] = fp16(scale[g, n] * (q - zp)) (one float16 rounding of the product), widened to
-// the compute dtype. Load only: quantizing needs AutoRound's calibration.
+// Dequantized as QuantLinear computes it in a model Diffusers loaded with torch_dtype = the compute dtype
+// (its loader casts the float16 scales to that dtype): W[n, k] = scale[g, n] * (q - zp) in the compute
+// dtype (exact in float32). Load only: quantizing needs AutoRound's calibration.
 #pragma once
 
 #include <memory>
@@ -39,8 +40,8 @@ class AutoRoundWeight final : public QuantizedWeight {
   bool has_tile_linear() const override { return true; }
   std::optional<quant::TileLinearPlan> tile_linear_plan(const Tensor& x, const Tensor& bias) const override;
 
-  // Rows [n0, n1) of W (output features) as QuantLinear computes them (float16 values), widened to f32.
-  void dequant_rows(int64_t n0, int64_t n1, float* dst) const;
+  // Rows [n0, n1) of W (output features) as QuantLinear computes them in dtype `out`, widened to f32.
+  void dequant_rows(int64_t n0, int64_t n1, DType out, float* dst) const;
   const AutoRoundLayout& layout() const { return l_; }
 
  private:

@@ -84,9 +84,11 @@ void SdnqWeight::dequant_rows(int64_t n0, int64_t n1, DType out, float* dst) con
     for (int64_t c = 0; c < k_; ++c) {
       const size_t si = groups_ ? size_t(r * groups_ + c / g) : 0;
       const float q = code(r * k_ + c);  // exact in every scale dtype (|q| <= 255 or a float8 value)
-      // signed: q * scale; unsigned: torch.addcmul(zero_point, q, scale), fused on the CPU (one rounding)
-      const float v = d_.is_unsigned ? std::fmaf(q, s_[si], z_[si]) : q * s_[si];
-      d[c] = round_through(out, round_through(sdt, v));
+      // signed: q * scale; unsigned: torch.addcmul(zero_point, q, scale) as sdnq runs it on the CPU, through
+      // torch.compile (Inductor): the product and the sum rounded separately (eager addcmul would fuse them)
+      float v = round_through(sdt, q * s_[si]);
+      if (d_.is_unsigned) v = round_through(sdt, z_[si] + v);
+      d[c] = round_through(out, v);
     }
   }
 }

@@ -7,8 +7,8 @@
 //   unsigned (uint*):       scale = (amax - amin) / max, zp = amin, q = clamp(round((w - zp) / scale), 0, max)
 // (float8 codes: w / scale with NaN -> 0, clamped to +-max, cast round-to-nearest-even; round is
 // half-to-even; every op one float32 rounding, as torch). Dequantized: q * scale (signed) or
-// zp + q * scale (unsigned: torch.addcmul, fused: one rounding), in the scale's dtype, then rounded to
-// the compute dtype.
+// zp + q * scale (unsigned: torch.addcmul as sdnq's torch.compile'd dequantizer runs it on the CPU, the
+// product and the sum each rounded), in the scale's dtype, then rounded to the compute dtype.
 // Files (save_pretrained of an SDNQ model): "<L>.weight" (int8 / uint8 / float8 [N, K] or [N, G, g];
 // packed dtypes: uint8 [N*K*bits/8]), "<L>.scale" ([N, 1], [N, G, 1] or [1, 1]), "<L>.zero_point"
 // (unsigned dtypes, same shape as scale).
