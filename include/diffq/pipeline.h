@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "diffq/cache.h"
 #include "diffq/dtype.h"
 #include "diffq/tensor.h"
 
@@ -66,6 +67,7 @@ struct GenerateResult {
   int64_t steps_run = 0;
   bool interrupted = false;
   GenerateParams used;  // the parameters as run: defaults filled in, frames rounded
+  CacheReport cache;    // step caching: steps computed vs skipped (empty without enable_cache)
 };
 
 class DiffusionPipeline {
@@ -104,6 +106,13 @@ class DiffusionPipeline {
   virtual CompileReport compile_report() const = 0;
   // Each quantized component's backend and scheme, e.g. {"transformer": "bitsandbytes_4bit nf4"}.
   virtual std::map<std::string, std::string> quantization() const = 0;
+
+  // ---- step caching (include/diffq/cache.h; Diffusers' transformer.enable_cache(config)) ----
+  // On every transformer of the pipeline, each with its own per-context ("cond"/"uncond") state.
+  // With compile("full") the transformers are compiled regionally instead (the cache decides inside the
+  // block loop); the report's note says so.
+  virtual void enable_cache(const CacheOptions& opt) = 0;
+  virtual void disable_cache() = 0;
 };
 
 // ---- writing results ----
