@@ -115,6 +115,7 @@ void run(const GenerateArgs& args) {
     if (!a.json) std::fprintf(stderr, "offload plan: %s\n", offload_plan.c_str());
   }
   if (!a.compile.empty()) pipe->compile(a.compile, a.autotune);  // after offloading, so its hooks are seen
+  if (!a.cache.empty()) pipe->enable_cache(parse_cache_spec(a.cache));
   if (!a.json)
     for (const auto& [c, q] : pipe->quantization()) std::fprintf(stderr, "quantized %s: %s\n", c.c_str(), q.c_str());
 
@@ -152,10 +153,31 @@ void run(const GenerateArgs& args) {
       if (u.guidance_scale_2) j["guidance_2"] = *u.guidance_scale_2;
     }
     if (!a.transformer_file.empty()) j["transformer_file"] = a.transformer_file;
+    if (!a.cache.empty()) {
+      const CacheReport& c = r.cache;
+      nlohmann::json steps = nlohmann::json::array();
+      for (const auto& s : c.steps)
+        steps.push_back({{"model", s.model}, {"context", s.context}, {"index", s.index}, {"computed", s.computed}});
+      j["cache"] = {{"method", c.method}, {"computed", c.computed}, {"skipped", c.skipped},
+                    {"skipped_range", c.skipped_range}, {"always_run", c.always_run}, {"steps", steps}};
+      if (!c.note.empty()) j["cache"]["note"] = c.note;
+      if (!c.calibration_ratios.empty()) j["cache"]["calibration_ratios"] = c.calibration_ratios;
+    }
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     for (const auto& o : outputs) std::fprintf(stderr, "wrote %s\n", o.c_str());
     if (!a.compile.empty()) std::fprintf(stderr, "%s\n", compile_report_line(report).c_str());
+    if (!a.cache.empty()) {
+      std::fprintf(stderr, "cache %s: %lld transformer calls computed, %lld skipped (a skip skips %s)\n",
+                   r.cache.method.c_str(), (long long)r.cache.computed, (long long)r.cache.skipped,
+                   r.cache.skipped_range.c_str());
+      if (!r.cache.note.empty()) std::fprintf(stderr, "cache note: %s\n", r.cache.note.c_str());
+      if (!r.cache.calibration_ratios.empty()) {
+        std::string s;
+        for (double v : r.cache.calibration_ratios) s += (s.empty() ? "" : ", ") + std::to_string(v);
+        std::fprintf(stderr, "magcache calibration (mag_ratios): [%s]\n", s.c_str());
+      }
+    }
   }
   if (a.stats)
     std::fprintf(stderr, "stats: peak allocator (cpu) %.1f MiB, peak RSS %.1f MiB\n",
@@ -210,6 +232,10 @@ void add_generate_command(CLI::App& app) {
                 "as when RAM cannot cache the model)");
   cmd->add_option("--max-memory", a->max_memory, "memory budget (e.g. 2GiB): picks the offload mode that fits");
   cmd->add_option("--max-host-memory", a->max_host_memory, "host RAM budget for offloaded weights (GPU runs)");
+  cmd->add_option("--cache", a->cache,
+                  "step caching: fbc[:THRESHOLD] (FirstBlockCache, 0.05) | taylorseer[:interval=5,order=1,before=3,"
+                  "after=N,dtype=bf16] | magcache[:THRESHOLD][,max_skip=3,retention=0.2,steps=N,calibrate] | "
+                  "teacache[:THRESHOLD] (FLUX, 0.4); see docs/cache.md");
   cmd->add_option("--compile", a->compile,
                   "compile the transformer: full (one graph) or regional (one graph per kind of repeated block)")
       ->check(CLI::IsMember({"full", "regional"}));

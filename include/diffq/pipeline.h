@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "diffq/cache.h"
 #include "diffq/dtype.h"
 #include "diffq/tensor.h"
 
@@ -75,6 +76,7 @@ struct GenerateResult {
   int64_t steps_run = 0;
   bool interrupted = false;
   GenerateParams used;  // the parameters as run: defaults filled in, frames rounded
+  CacheReport cache;    // step caching: steps computed vs skipped (empty without enable_cache)
 };
 
 class DiffusionPipeline {
@@ -130,6 +132,13 @@ class DiffusionPipeline {
   virtual ComponentBytes component_bytes(const std::string& component) const { return {}; }
   // One line saying what was loaded: "folder: ..." or, for a builtin, "builtin: random-weight transformer ...".
   virtual std::string description() const { return ""; }
+
+  // ---- step caching (include/diffq/cache.h; Diffusers' transformer.enable_cache(config)) ----
+  // On every transformer of the pipeline, each with its own per-context ("cond"/"uncond") state.
+  // With compile("full") the transformers are compiled regionally instead (the cache decides inside the
+  // block loop); the report's note says so.
+  virtual void enable_cache(const CacheOptions& opt) = 0;
+  virtual void disable_cache() = 0;
 };
 
 // ---- writing results ----

@@ -123,7 +123,35 @@ class AdapterBase : public DiffusionPipeline, public detail::PipelineAccess {
   }
   CompileReport compile_report() const override { return make_compile_report(compiled_modules(), autotuned_); }
 
+  void compile(const std::string& mode, bool autotune) override {
+    compile_mode_ = mode;
+    autotuned_ = autotune;
+    // A step cache decides inside the block loop: a full graph cannot hold that, so compile regionally
+    // (in Diffusers, the cache hooks' torch.compiler.disable would break a fullgraph compile).
+    apply_compile(cache_.method != CacheOptions::Method::none && mode == "full" ? "regional" : mode, autotune);
+  }
+  void enable_cache(const CacheOptions& opt) override {
+    cache_ = opt;
+    apply_cache(opt);
+    if (opt.method != CacheOptions::Method::none && compile_mode_ == "full") apply_compile("regional", autotuned_);
+  }
+  void disable_cache() override {
+    cache_ = CacheOptions{};
+    apply_cache(cache_);
+    if (compile_mode_ == "full") apply_compile("full", autotuned_);
+  }
+
  protected:
+  virtual void apply_compile(const std::string& mode, bool autotune) = 0;
+  virtual void apply_cache(const CacheOptions& opt) = 0;
+  void finish_report(CacheReport& r) const {
+    if (cache_.method != CacheOptions::Method::none && compile_mode_ == "full")
+      r.note = "compile full was applied as regional: the cache decides inside the block loop";
+    if (cache_.method == CacheOptions::Method::taylorseer && !compile_mode_.empty())
+      r.note = "TaylorSeer replaces attention outputs inside each block: the blocks ran eagerly (not compiled)";
+  }
+  CacheOptions cache_;
+  std::string compile_mode_;
   virtual offload::PipelineOffloader& offloader() = 0;
   virtual offload::NamedModules components() const = 0;
   virtual const char* offload_seq() const = 0;
@@ -191,6 +219,8 @@ class FluxAdapter final : public AdapterBase {
     }
     FluxOutput out = (*p_)(o);
     GenerateResult r = result_of(out, in);
+    r.cache = out.cache;
+    finish_report(r.cache);
     r.images_u8 = out.image_u8;
     r.pixels_f32 = out.image_f32;
     r.used.width = o.width;
@@ -201,12 +231,12 @@ class FluxAdapter final : public AdapterBase {
     r.used.max_sequence_length = o.max_sequence_length;
     return r;
   }
-  void compile(const std::string& mode, bool autotune) override {
+  void apply_compile(const std::string& mode, bool autotune) override {
     const auto o = compile_options(mode, autotune);
     if (mode == "full") p_->transformer->compile(o);
     else p_->transformer->compile_repeated_blocks(o);
-    autotuned_ = autotune;
   }
+  void apply_cache(const CacheOptions& opt) override { p_->transformer->enable_cache(opt, "transformer"); }
   std::map<std::string, std::string> quantization() const override { return p_->quantization; }
 
  protected:
@@ -285,6 +315,8 @@ class WanAdapter final : public AdapterBase {
     }
     WanOutput out = (*p_)(o);
     GenerateResult r = result_of(out, in);
+    r.cache = out.cache;
+    finish_report(r.cache);
     r.videos_u8 = out.frames_u8;
     r.pixels_f32 = out.frames_f32;
     r.used.width = out.width;
@@ -296,14 +328,17 @@ class WanAdapter final : public AdapterBase {
     r.used.max_sequence_length = o.max_sequence_length;
     return r;
   }
-  void compile(const std::string& mode, bool autotune) override {
+  void apply_compile(const std::string& mode, bool autotune) override {
     const auto o = compile_options(mode, autotune);
     for (auto* t : {p_->transformer.get(), p_->transformer_2.get()}) {
       if (!t) continue;
       if (mode == "full") t->compile(o);
       else t->compile_repeated_blocks(o);
     }
-    autotuned_ = autotune;
+  }
+  void apply_cache(const CacheOptions& opt) override {
+    if (p_->transformer) p_->transformer->enable_cache(opt, "transformer");
+    if (p_->transformer_2) p_->transformer_2->enable_cache(opt, "transformer_2");
   }
   std::map<std::string, std::string> quantization() const override { return p_->quantization; }
 
