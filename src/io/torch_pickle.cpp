@@ -94,6 +94,24 @@ const DTypeInfo kDTypes[] = {
     {"uint6", 8, std::nullopt}, {"uint7", 8, std::nullopt},
 };
 
+// Python decodes BINUNICODE strings as strict UTF-8 (surrogates refused); so does diffq.
+bool valid_utf8(const uint8_t* s, uint64_t n) {
+  for (uint64_t i = 0; i < n;) {
+    const uint8_t c = s[i];
+    int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (len == 0 || i + uint64_t(len) > n) return false;
+    uint32_t cp = len == 1 ? c : c & (0x7f >> len);
+    for (int k = 1; k < len; ++k) {
+      if ((s[i + uint64_t(k)] & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (s[i + uint64_t(k)] & 0x3f);
+    }
+    static const uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+    i += uint64_t(len);
+  }
+  return true;
+}
+
 const char* kind_name(Kind k) {
   switch (k) {
     case Kind::None: return "None";
@@ -234,6 +252,7 @@ class Machine {
     return add(std::move(v));
   }
   Ref make_str(Kind k, const uint8_t* q, uint64_t len) {
+    if (k == Kind::Str && !valid_utf8(q, len)) bad("a str that is not valid UTF-8");
     Value v;
     v.kind = k;
     v.s.assign(reinterpret_cast<const char*>(q), size_t(len));

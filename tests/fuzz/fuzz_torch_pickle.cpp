@@ -1,12 +1,15 @@
 // libFuzzer target: the restricted unpickler on arbitrary bytes (as data.pkl), then the state dict
 // built over a fixed 4 KiB buffer standing in for every storage. Either step may throw diffq::Error;
 // nothing may crash, leak or read outside its input, and every tensor built must lie inside the buffer.
+// Inputs that start like a zip ("PK\3\4") go to the zip directory reader instead: every entry it
+// returns must lie inside the input.
 #include <cstdint>
 #include <cstdlib>
 
 #include "diffq/error.h"
 #include "io/torch_checkpoint.h"
 #include "io/torch_pickle.h"
+#include "io/torch_zip.h"
 
 using namespace diffq;
 using namespace diffq::io;
@@ -16,6 +19,15 @@ alignas(64) uint8_t g_storage[4096];
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (looks_like_zip(data, size)) {
+    try {
+      const ZipDirectory z = ZipDirectory::parse(data, size, "fuzz.zip");
+      for (const ZipEntry& e : z.entries())
+        if (e.data_offset > size || e.compressed_size > size - e.data_offset) std::abort();
+    } catch (const Error&) {
+    }
+    return 0;
+  }
   TorchCheckpoint c;
   try {
     const pickle::Unpickled u = pickle::unpickle(data, size, "fuzz.pkl");

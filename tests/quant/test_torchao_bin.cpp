@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -121,6 +123,7 @@ TEST(TorchaoBin, PipelineMatchesDiffusersLoadingTheBinFolder) {
     num = std::max(num, std::abs(double(g[i]) - double(w[i])));
     den = std::max(den, std::abs(double(w[i])));
   }
+  std::printf("[ latents  ] max rel err %.3g vs Diffusers loading the .bin\n", num / den);
   EXPECT_LE(num / den, 1e-4) << "max |d| " << num << ", max |ref| " << den;
   std::error_code ec;
   fs::remove_all(root, ec);
