@@ -11,6 +11,7 @@
 #include "io/gguf.h"
 #include "io/mapped_file.h"
 #include "io/sharded_safetensors.h"
+#include "io/torch_checkpoint.h"
 
 namespace diffq::io {
 
@@ -40,6 +41,24 @@ ojson summarize_files(const std::vector<fs::path>& files, bool table,
   ojson rows = ojson::array();
   ojson metadata = ojson::object();
   for (const fs::path& p : files) {
+    if (is_torch_checkpoint_name(p)) {  // a PyTorch .bin: its tensors (torchao subclasses flattened)
+      const TorchCheckpoint c = load_torch_checkpoint(p);
+      if (files.size() == 1)
+        for (const auto& [k, v] : c.metadata) metadata[k] = v;
+      for (const auto& [name, t] : c.tensors) {
+        const std::string dt(safetensors_dtype_name(t.dtype()));
+        ++count;
+        ++dtypes[dt];
+        params += numel_of(t.shape());
+        bytes += t.nbytes();
+        if (table) {
+          ojson r = {{"name", name}, {"dtype", dt}, {"shape", shape_json(t.shape())}, {"bytes", t.nbytes()}};
+          if (files.size() > 1) r["file"] = p.filename().string();
+          rows.push_back(std::move(r));
+        }
+      }
+      continue;
+    }
     const SafetensorsFile f = SafetensorsFile::open(p);
     if (files.size() == 1)
       for (const auto& [k, v] : f.metadata()) metadata[k] = v;
@@ -249,16 +268,17 @@ ojson inspect_json(const fs::path& path) {
   if (has_gguf_magic(path)) return gguf_json(path);
   const std::string name = path.filename().string();
   if (name.ends_with(".json")) {
-    const ShardedSafetensors idx = ShardedSafetensors::open(path);
+    const ShardedSafetensors idx = ShardedSafetensors::open(path);  // the index format .bin shards share
     std::vector<fs::path> files;
     for (const auto& f : idx.shard_files()) files.push_back(path.parent_path() / f);
-    ojson j = {{"kind", "safetensors_index"}, {"path", path.string()},
+    const bool bin = !files.empty() && is_torch_checkpoint_name(files[0]);
+    ojson j = {{"kind", bin ? "torch_checkpoint_index" : "safetensors_index"}, {"path", path.string()},
                {"index_metadata", ojson::parse(idx.metadata().dump())}};
-    const ojson s = summarize_files(files, true, &idx);
+    const ojson s = summarize_files(files, true, bin ? nullptr : &idx);
     for (const auto& [k, v] : s.items()) j[k] = v;
     return j;
   }
-  ojson j = {{"kind", "safetensors"}, {"path", path.string()}};
+  ojson j = {{"kind", is_torch_checkpoint_name(path) ? "torch_checkpoint" : "safetensors"}, {"path", path.string()}};
   const ojson s = summarize_files({path}, true);
   for (const auto& [k, v] : s.items()) j[k] = v;
   if (ojson q = bfl_quantization(j["tensors"]); !q.is_null()) j["quantization"] = std::move(q);
@@ -313,7 +333,11 @@ std::string inspect_text(const ojson& j) {
     return out;
   }
   // safetensors / safetensors_index
-  out += cat(kind == "safetensors" ? "safetensors " : "sharded safetensors ",
+  const std::map<std::string, std::string> titles = {{"safetensors", "safetensors "},
+                                                     {"safetensors_index", "sharded safetensors "},
+                                                     {"torch_checkpoint", "PyTorch checkpoint "},
+                                                     {"torch_checkpoint_index", "sharded PyTorch checkpoint "}};
+  out += cat(titles.at(kind),
              j["path"].get<std::string>(), "\n");
   out += cat("  ", j["tensor_count"].get<uint64_t>(), " tensors (", dtypes_str(j["dtypes"]), "), ",
              format_count(j["parameters"].get<uint64_t>()), " parameters, ",
