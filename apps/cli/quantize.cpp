@@ -118,8 +118,11 @@ void run(const QuantizeArgs& a) {
   auto pipe = DiffusionPipeline::from_pretrained(a.model, po);
   const auto quantized = pipe->quantization();
   check(!quantized.empty(), "quantize", "the quantization config selects no component of ", a.model);
-  check(a.transformer_file.empty() || quantized.count("transformer"), "quantize", "--transformer ",
-        a.transformer_file, " is written only quantized: the quantization config must select the transformer");
+  // (a pre-quantized single file the config does not select keeps its label "... (pre-quantized, <file>)")
+  check(a.transformer_file.empty() ||
+            (quantized.count("transformer") && quantized.at("transformer").find("(pre-quantized") == std::string::npos),
+        "quantize", "--transformer ", a.transformer_file,
+        " is written only quantized: the quantization config must select the transformer");
   const auto rep = save_quantized(*pipe, a.output);
   if (a.report) print_report(a, *pipe, dtype);
   for (const auto& [c, q] : quantized) {
