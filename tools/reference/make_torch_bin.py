@@ -22,7 +22,7 @@ unpickler (src/io/torch_pickle.*, torch_checkpoint.*).
   (flatten_tensor_state_dict) for those weights.
 
 - `flux-int8dq/transformer/`, `flux-fp8wo/transformer/`: a smaller random FluxTransformer2DModel that fits
-  the tiny pipeline (1 + 1 layers, 2 heads of 4) quantized by Diffusers with TorchAoConfig(
+  the tiny pipeline (1 + 1 layers, 1 head of 6) quantized by Diffusers with TorchAoConfig(
   Int8DynamicActivationInt8WeightConfig()) / TorchAoConfig(Float8WeightOnlyConfig()) in float32, saved with
   safe_serialization=False. `flux_<tag>.safetensors` / `flux_<tag>.json`: as for int8wo (Diffusers' final
   latents with that transformer in the tiny pipeline, torchao's dequantize() and flatten_tensor_state_dict
@@ -137,7 +137,7 @@ def write_sharded(out, torch):
 
     m = FluxTransformer2DModel(patch_size=1, in_channels=4, num_layers=1, num_single_layers=0, attention_head_dim=4,
                                num_attention_heads=1, joint_attention_dim=4, pooled_projection_dim=4,
-                               axes_dims_rope=(0, 2, 2))
+                               axes_dims_rope=(2, 2, 2))
     m.save_pretrained(out / "sharded", safe_serialization=False, max_shard_size="3KB")
     save_tensors(out / "sharded_expected.safetensors", {k: v.detach() for k, v in m.state_dict().items()})
 
@@ -180,9 +180,9 @@ def write_flux_int8wo(out, torch):
     write_json(out / "flux_int8wo.json", expected)
 
 
-SMALL_FLUX = dict(patch_size=1, in_channels=16, num_layers=1, num_single_layers=1, attention_head_dim=4,
-                  num_attention_heads=2, joint_attention_dim=8, pooled_projection_dim=8, guidance_embeds=True,
-                  axes_dims_rope=(0, 2, 2))
+SMALL_FLUX = dict(patch_size=1, in_channels=16, num_layers=1, num_single_layers=1, attention_head_dim=6,
+                  num_attention_heads=1, joint_attention_dim=8, pooled_projection_dim=8, guidance_embeds=True,
+                  axes_dims_rope=(2, 2, 2))
 SMALL_DEQUANTIZED = ["transformer_blocks.0.attn.to_q", "single_transformer_blocks.0.proj_mlp", "proj_out"]
 
 
