@@ -245,7 +245,7 @@ void add_generate_command(CLI::App& app) {
   cmd->add_flag("--stats", a->stats, "print the allocator's peak and the process's peak RSS");
   cmd->add_option("--transformer", a->transformer_file,
                   "single-file transformer replacing the folder's: FLUX .safetensors in BFL/ComfyUI or Diffusers naming, "
-                  "or a BFL-named .gguf; Wan .safetensors in original/ComfyUI or Diffusers naming, or a city96-style .gguf");
+                  "or a BFL-named .gguf, or a PyTorch .bin / .pt / .pth state dict; Wan .safetensors in original/ComfyUI or Diffusers naming, or a city96-style .gguf");
   cmd->add_option("--latents", a->latents_in, "initial packed latents (safetensors, key 'latents')");
   cmd->add_option("--output-latents", a->latents_out, "also write the final packed latents (safetensors)");
   cmd->add_option("--threads", a->threads, "CPU threads (default: DIFFQ_NUM_THREADS, else all)")->check(CLI::Range(1, 1024));
