@@ -8,6 +8,10 @@
 #      bench/compare.sh --rounds 3 -- -m builtin:wan-small --combos "fp32; bf16" --frames 17 --size 256x256 --steps 2 --threads 2
 # (Wan: builtin:wan-* or a WanPipeline folder; the peer is tools/bench/diffusers_wan_bench.py through
 # diffusers_bench.py; --size / --frames default to the model's on both sides.)
+# Step caches (+fbc, +taylorseer, +magcache; +teacache is diffq only) go to the peer as Diffusers' enable_cache
+# configs; --quality has the peer save each output too, and the table adds calls skipped, speed-up over the
+# reference combination and PSNR / SSIM against it, per engine, e.g.
+#      bench/compare.sh -- -m builtin:flux-small --combos "bf16; bf16+fbc:0.1; bf16+magcache" --size 256x256 --steps 8 --quality
 # The peer needs tools/.venv (tools/reference/setup_venv.sh). --peer-repeat lowers the peer's repeat count
 # (torch's CPU bf16 is slow); its warm-up stays.
 # --rounds N (default 1) runs the whole diffq-then-peer sequence N times, alternating, and reports every
@@ -35,7 +39,7 @@ diffq="$build/bin/diffq"
 [[ -x "$diffq" ]] || { echo "compare.sh: $diffq missing: build first (./scripts/setup.sh)" >&2; exit 2; }
 
 # Pull the shared options out of the diffq arguments for the peer.
-model="builtin:flux-small" combos="fp32; bf16" size="" frames="" steps=4 repeat=3 warmup=1 threads=0
+model="builtin:flux-small" combos="fp32; bf16" size="" frames="" steps=4 repeat=3 warmup=1 threads=0 quality=""
 args=("$@")
 for ((i = 0; i < ${#args[@]}; i++)); do
   case "${args[$i]}" in
@@ -47,6 +51,7 @@ for ((i = 0; i < ${#args[@]}; i++)); do
     --repeat) repeat="${args[$((i + 1))]}" ;;
     --warmup) warmup="${args[$((i + 1))]}" ;;
     --threads) threads="${args[$((i + 1))]}" ;;
+    --quality) quality=1 ;;
   esac
 done
 tmp="$(mktemp -d)"
@@ -69,12 +74,15 @@ for ((r = 1; r <= rounds; r++)); do
   echo "[compare] round $r/$rounds (FMA peak $fma GFLOP/s): diffq bench $*" >&2
   "$diffq" bench "$@" --json > "$tmp/diffq$r.json"
   : > "$tmp/peer$r.jsonl"
+  n=0
   for c in "${list[@]}"; do
     c="$(echo "$c" | xargs)"
     [[ -z "$c" ]] && continue
+    n=$((n + 1))
     echo "[compare] round $r/$rounds: diffusers peer: $c" >&2
     "$py" "$root/tools/bench/diffusers_bench.py" -m "$model" --combo "$c" ${size:+--size "$size"} ${frames:+--frames "$frames"} --steps "$steps" \
-      --repeat "${peer_repeat:-$repeat}" --warmup "$warmup" --threads "$threads" 2>/dev/null | tail -n 1 >> "$tmp/peer$r.jsonl"
+      --repeat "${peer_repeat:-$repeat}" --warmup "$warmup" --threads "$threads" \
+      ${quality:+--save-output "$tmp/peer$r-$n.npy"} 2>/dev/null | tail -n 1 >> "$tmp/peer$r.jsonl"
   done
   table_args+=(--round "$tmp/diffq$r.json" "$tmp/peer$r.jsonl" "$fma")
 done

@@ -36,12 +36,17 @@ nlohmann::json run_flux_worker(BenchArgs a) {
   p.height = height;
   p.guidance_scale = 3.5;
   p.seed = 0;
+  GenerateResult last;  // the final timed generation's: its cache report, its output for --quality
+  int64_t calls = 0;
   const BenchTimings t = time_generations(a, [&](int64_t steps, const StepCallback& cb) {
     p.num_inference_steps = steps;
     p.on_step = cb;
-    pipe->generate(p);
+    GenerateResult r = pipe->generate(p);
+    if (++calls == a.warmup + a.repeat) last = std::move(r);
   });
-  return worker_row(a, combo, load_s, t, *pipe);
+  nlohmann::json row = worker_row(a, combo, load_s, t, *pipe);
+  row.update(last_run_fields(a, combo, last, /*video=*/false));  // after the row read the memory peaks
+  return row;
 }
 
 void run(const BenchArgs& a) {
@@ -62,7 +67,9 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("-m,--model", a->model,
                   "builtin:flux-small | builtin:flux-medium | builtin:flux-dev-shape | builtin:flux-dev-width | "
                   "builtin:wan-small | builtin:wan-1.3b-shape | builtin:wan-14b-shape | a FluxPipeline or WanPipeline folder");
-  cmd->add_option("--combos", a->combos, "combinations separated by ';' (e.g. \"fp32; bf16\")");
+  cmd->add_option("--combos", a->combos,
+                  "combinations separated by ';' (e.g. \"fp32; bf16; bf16+nf4+compile; bf16+fbc:0.1\"); a step cache "
+                  "is +fbc[:T], +taylorseer[:...], +magcache[:...] or +teacache[:T], as generate --cache");
   cmd->add_option("--steps", a->steps, "denoising steps per generation (default 4)");
   cmd->add_option("--size", a->size,
                   "WIDTHxHEIGHT (default: FLUX 512x512; Wan builtins their own grid, wan-small 256x256; Wan folders 832x480)");
@@ -74,8 +81,13 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--device", a->device, "cpu");
   cmd->add_option("--threads", a->threads, "CPU threads (default: all)")->check(CLI::Range(1, 1024));
   cmd->add_flag("--json", a->json, "print JSON instead of the table");
+  cmd->add_flag("--quality", a->quality,
+                "compare each combination's output (same seed) with the unquantized, uncached one (the first fp32 "
+                "combination without quantization or cache, else the first without): PSNR and SSIM, on the pixels "
+                "(folders) or the latents (builtins: no VAE); LPIPS is not computed (it needs a trained network)");
   cmd->add_flag("--worker", a->worker)->group("");  // internal: run one combination in this process
   cmd->add_option("--combo", a->combo)->group("");
+  cmd->add_option("--quality-out", a->quality_out)->group("");  // internal: the worker's output for --quality
   cmd->callback([a] { run(*a); });
 }
 

@@ -1,6 +1,7 @@
 #include "bench_common.h"
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -8,6 +9,8 @@
 #include <filesystem>
 #include <sstream>
 
+#include "bench_cache.h"
+#include "bench_quality.h"
 #include "compile_report.h"
 #include "diffq/error.h"
 #include "diffq/memory.h"
@@ -47,7 +50,7 @@ std::string shell_quote(const std::string& s) {
   return q + "'";
 }
 
-nlohmann::json spawn_worker(const BenchArgs& a, const std::string& combo) {
+nlohmann::json spawn_worker(const BenchArgs& a, const std::string& combo, const std::string& quality_out) {
   std::error_code ec;
   const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   check(!ec, "bench", "cannot find this executable: ", ec.message());
@@ -58,6 +61,7 @@ nlohmann::json spawn_worker(const BenchArgs& a, const std::string& combo) {
                     " --threads " + std::to_string(num_threads());
   if (!a.size.empty()) cmd += " --size " + shell_quote(a.size);
   if (a.frames > 0) cmd += " --frames " + std::to_string(a.frames);
+  if (!quality_out.empty()) cmd += " --quality-out " + shell_quote(quality_out);
   FILE* p = popen(cmd.c_str(), "r");
   check(p != nullptr, "bench", "cannot start a worker for '", combo, "'");
   std::string out;
@@ -96,16 +100,28 @@ void print_table(const std::vector<nlohmann::json>& rows) {
                 (long long)r.at("threads").get<int64_t>());
     if (r.contains("note")) std::printf("%s\n", r.at("note").get<std::string>().c_str());
   }
+  // Optional columns: the step cache's transformer calls, the quality readout.
+  const bool cached = std::any_of(rows.begin(), rows.end(), [](const auto& r) { return r.contains("cache"); });
+  const bool quality = std::any_of(rows.begin(), rows.end(), [](const auto& r) { return r.contains("quality"); });
+  if (quality) std::printf("%s\n", quality_note(rows).c_str());
   std::printf("\n| combination | load s | latency s (median, min-max) | s/step (median) | peak RSS GiB | "
-              "generation peak RSS GiB | peak alloc GiB |\n");
-  std::printf("|---|---|---|---|---|---|---|\n");
+              "generation peak RSS GiB | peak alloc GiB |%s%s\n",
+              cached ? " transformer calls computed / skipped |" : "", quality ? " PSNR dB | SSIM |" : "");
+  std::printf("|---|---|---|---|---|---|---|%s%s\n", cached ? "---|" : "", quality ? "---|---|" : "");
   for (const auto& r : rows) {
     const auto& l = r.at("latency_s");
-    std::printf("| %s | %.2f | %.3f (%.3f-%.3f) | %.3f | %s | %s | %s |\n", r.at("combo").get<std::string>().c_str(),
+    std::printf("| %s | %.2f | %.3f (%.3f-%.3f) | %.3f | %s | %s | %s |", r.at("combo").get<std::string>().c_str(),
                 r.at("load_s").get<double>(), l.at("median").get<double>(), l.at("min").get<double>(),
                 l.at("max").get<double>(), r.at("step_s").at("median").get<double>(),
                 gib(r.at("peak_rss_bytes")).c_str(), gib(r.at("generate_peak_rss_bytes")).c_str(),
                 gib(r.at("peak_alloc_bytes")).c_str());
+    if (cached) std::printf(" %s |", cache_cell(r).c_str());
+    if (quality) std::printf(" %s | %s |", psnr_cell(r).c_str(), ssim_cell(r).c_str());
+    std::printf("\n");
+  }
+  if (cached) {
+    std::printf("\nstep cache (last timed generation; a call is one transformer forward):\n");
+    for (const auto& n : cache_notes(rows)) std::printf("%s\n", n.c_str());
   }
 }
 
@@ -137,6 +153,9 @@ Combo parse_combo(const std::string& text) {
     } else if (tok == "autotune") {
       check(!c.autotune, "bench", "combination '", text, "' has autotune twice");
       c.autotune = true;
+    } else if (auto cache = cache_token(text, tok)) {
+      check(!c.cache, "bench", "combination '", text, "' has two step caches");
+      c.cache = *cache;
     } else if (const std::string off = offload_token(tok); !off.empty()) {
       check(c.offload.empty(), "bench", "combination '", text, "' has two offload modes");
       check(off.rfind("disk:", 0) != 0, "bench", "combination '", text,
@@ -146,14 +165,16 @@ Combo parse_combo(const std::string& text) {
     } else {
       fail("bench", "combination '", text, "': '", tok,
            "' is not available in diffq bench yet (available: fp32, bf16, fp16, the --quant schemes, "
-           "compile (regional), compile-full, autotune (with a compile), and model-offload, sequential-offload, group-offload[:N], "
-           "leaf-offload, disk-offload)");
+           "compile (regional), compile-full, autotune (with a compile), model-offload, sequential-offload, group-offload[:N], "
+           "leaf-offload, disk-offload, and the step caches fbc[:T], taylorseer[:...], magcache[:...], teacache[:T])");
     }
   }
   check(!c.autotune || !c.compile.empty(), "bench", "combination '", text,
         "': autotune tunes a compiled transformer (add compile or compile-full)");
   return c;
 }
+
+bool unmodified_model(const Combo& c) { return c.quant.empty() && !c.cache; }
 
 std::pair<int64_t, int64_t> parse_size(const std::string& s) {
   const auto x = s.find('x');
@@ -177,6 +198,7 @@ std::unique_ptr<DiffusionPipeline> load_for_combo(const BenchArgs& a, const Comb
   auto pipe = DiffusionPipeline::from_pretrained(a.model, po);
   if (!c.offload.empty()) pipe->enable_offload(c.offload);
   if (!c.compile.empty()) pipe->compile(c.compile, c.autotune);  // after offloading, so its hooks are seen by the capture
+  if (c.cache) pipe->enable_cache(*c.cache);                     // as generate --cache: after compile
   load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return pipe;
 }
@@ -239,16 +261,43 @@ nlohmann::json worker_row(const BenchArgs& a, const Combo& c, double load_s, con
   return row;
 }
 
+nlohmann::json last_run_fields(const BenchArgs& a, const Combo& c, const GenerateResult& last, bool video) {
+  nlohmann::json j = nlohmann::json::object();
+  if (c.cache) j["cache"] = cache_json(last.cache);
+  if (!a.quality_out.empty()) {
+    const QualityOn on = a.model.rfind("builtin:", 0) == 0 ? QualityOn::latents : QualityOn::pixels;
+    j["quality_output"] = save_quality_output(a.quality_out, quality_planes(last, video, on), on);
+  }
+  return j;
+}
+
 void run_bench_parent(const BenchArgs& a) {
   const auto combos = split(a.combos, ';');
   check(!combos.empty(), "bench", "--combos is empty");
   for (const auto& c : combos) parse_combo(c);  // every combination is checked before any runs
   if (!a.size.empty()) parse_size(a.size);
-  std::vector<nlohmann::json> rows;
-  for (const auto& c : combos) {
-    if (!a.json) std::fprintf(stderr, "bench: %s ...\n", c.c_str());
-    rows.push_back(spawn_worker(a, c));
+  const size_t ref = a.quality ? quality_reference(combos) : 0;
+  // --quality: each worker's output goes to a file of its own in a fresh folder, removed at the end.
+  std::filesystem::path qdir;
+  std::vector<std::string> qfiles;
+  if (a.quality) {
+    qdir = std::filesystem::temp_directory_path() / ("diffq-bench-quality-" + std::to_string(getpid()));
+    std::filesystem::remove_all(qdir);
+    std::filesystem::create_directories(qdir);
+    for (size_t i = 0; i < combos.size(); ++i) qfiles.push_back((qdir / (std::to_string(i) + ".safetensors")).string());
   }
+  std::vector<nlohmann::json> rows;
+  try {
+    for (size_t i = 0; i < combos.size(); ++i) {
+      if (!a.json) std::fprintf(stderr, "bench: %s ...\n", combos[i].c_str());
+      rows.push_back(spawn_worker(a, combos[i], a.quality ? qfiles[i] : ""));
+    }
+    if (a.quality) add_quality(rows, qfiles, ref);
+  } catch (...) {
+    if (!qdir.empty()) std::filesystem::remove_all(qdir);
+    throw;
+  }
+  if (!qdir.empty()) std::filesystem::remove_all(qdir);
   if (a.json)
     std::printf("%s\n", nlohmann::json(rows).dump(2).c_str());
   else

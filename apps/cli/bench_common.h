@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "diffq/cache.h"
 #include "diffq/dtype.h"
 #include "diffq/pipeline.h"
 
@@ -27,6 +28,8 @@ struct BenchArgs {
   int64_t frames = 0;  // Wan only; 0: the model's default
   int threads = 0;
   bool json = false, worker = false;
+  bool quality = false;     // --quality: PSNR / SSIM against the reference combination (bench_quality.h)
+  std::string quality_out;  // the worker's: where to save its output for the parent's comparison
 };
 
 struct Combo {
@@ -35,7 +38,11 @@ struct Combo {
   std::string offload;  // an --offload value (model, sequential, group[:N], leaf, disk), empty: none
   std::string compile;  // "" | regional ("compile": Diffusers' compile_repeated_blocks) | full
   bool autotune = false;  // "autotune": the compile's mode is max-autotune
+  std::optional<CacheOptions> cache;  // "+fbc[:T]", "+taylorseer[:...]", "+magcache[:...]", "+teacache[:T]" (bench_cache.h)
 };
+
+// The model as its checkpoint computes it (no quantization, no step cache): what --quality compares with.
+bool unmodified_model(const Combo& c);
 
 std::vector<std::string> split(const std::string& s, char sep);  // trimmed, empty items dropped
 Combo parse_combo(const std::string& text);                       // checks every token
@@ -62,6 +69,10 @@ BenchTimings time_generations(const BenchArgs& a, const GenerateFn& generate);
 // merged in (pipeline-specific fields). The transformer's bytes and compile report come from `pipe`.
 nlohmann::json worker_row(const BenchArgs& a, const Combo& c, double load_s, const BenchTimings& t,
                           const DiffusionPipeline& pipe, const nlohmann::json& extra = {});
+
+// What the final timed generation `last` leaves in the worker's row: its step cache's report ("cache", see
+// bench_cache.h) and, with --quality, its output saved to a.quality_out ("quality_output"). `video`: Wan.
+nlohmann::json last_run_fields(const BenchArgs& a, const Combo& c, const GenerateResult& last, bool video);
 
 // The parent: every combination checked, then run in its own worker process (this binary, `bench
 // --worker`, so that each peak RSS is its own); prints the markdown table or --json.

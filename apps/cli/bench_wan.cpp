@@ -42,11 +42,14 @@ nlohmann::json run_wan_worker(BenchArgs a) {
   p.num_frames = a.frames;
   p.guidance_scale = kGuidance;
   p.seed = 0;
-  int64_t frames_run = 0;
+  int64_t frames_run = 0, calls = 0;
+  GenerateResult last;  // the final timed generation's: its cache report, its output for --quality
   const BenchTimings t = time_generations(a, [&](int64_t steps, const StepCallback& cb) {
     p.num_inference_steps = steps;
     p.on_step = cb;
-    frames_run = pipe->generate(p).used.num_frames;
+    GenerateResult r = pipe->generate(p);
+    frames_run = r.used.num_frames;
+    if (++calls == a.warmup + a.repeat) last = std::move(r);
   });
   const nlohmann::json extra = {
       {"frames", frames_run},
@@ -54,7 +57,9 @@ nlohmann::json run_wan_worker(BenchArgs a) {
       {"transformer_passes_per_step", 2},
       {"note", "Wan: CFG on (guidance_scale 5.0): two transformer passes per step (prompt + negative prompt), "
                "as Diffusers' WanPipeline by default; " + pipe->description()}};
-  return worker_row(a, combo, load_s, t, *pipe, extra);
+  nlohmann::json row = worker_row(a, combo, load_s, t, *pipe, extra);
+  row.update(last_run_fields(a, combo, last, /*video=*/true));  // after the row read the memory peaks
+  return row;
 }
 
 }  // namespace diffq::cli

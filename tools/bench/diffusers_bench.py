@@ -20,11 +20,21 @@ mode, as diffq bench spells them:
 - compile: transformer.compile_repeated_blocks() (regional torch.compile, as the seeds recommend);
   compile-full: transformer.compile() (torch.compile of the whole transformer). The warm-up generation
   absorbs the compile time.
+- step caches, diffq's --cache spec (_peer_cache.py): fbc[:T] -> transformer.enable_cache(FirstBlockCacheConfig(
+  threshold=T)), taylorseer[:interval=,order=,before=,after=,dtype=] -> TaylorSeerCacheConfig, magcache[:T][,max_skip=,
+  retention=,steps=,calibrate] -> MagCacheConfig(mag_ratios=FLUX_MAG_RATIOS, num_inference_steps=the run's steps
+  unless steps= is given, as diffq); teacache has no Diffusers implementation (an error row: diffq only). The
+  JSON line then has "cache": {"method", "computed", "skipped"} of the last timed generation (transformer calls
+  whose last block's attention ran vs did not, counted with forward hooks).
+--save-output FILE (bench/compare.sh --quality): the last timed generation's output as planes [..., H, W] in a
+.npy (latents for builtins, FLUX's unpacked to [B, C, H/8, W/8]; pixels in [0, 1] for folders), which
+tools/bench/bench_table.py compares with the peer's own reference combination (PSNR, SSIM).
 A combination the peer cannot run prints {"combo", "engine", "error"} instead of timings.
 Run with tools/.venv/bin/python (bench/compare.sh does).
 """
 from __future__ import annotations
 
+from _peer_cache import parse_cache_token
 from _peer_timing import prepare_and_time
 
 import argparse
@@ -61,9 +71,11 @@ class Unsupported(Exception):
 def parse_combo(text: str):
     import torch
 
-    dtype, quant, offload, compile_mode = torch.float32, None, None, None
+    dtype, quant, offload, compile_mode, cache = torch.float32, None, None, None, None
     for tok in [t.strip() for t in text.split("+") if t.strip()]:
-        if tok in ("fp32", "f32", "float32"):
+        if parse_cache_token(tok) is not None:
+            cache = tok
+        elif tok in ("fp32", "f32", "float32"):
             dtype = torch.float32
         elif tok in ("bf16", "bfloat16"):
             dtype = torch.bfloat16
@@ -76,7 +88,7 @@ def parse_combo(text: str):
             offload = (mode, int(n[1:]) if n.startswith(":") else 1)
         else:
             quant = tok
-    return dtype, quant, offload, compile_mode
+    return dtype, quant, offload, compile_mode, cache
 
 
 def quantize_transformer(transformer, quant: str, dtype, filter_fn=None):
@@ -110,6 +122,21 @@ def apply_offload(pipe, offload, tmpdir: str):
             num_blocks_per_group=None if mode == "leaf" else n, use_stream=False, offload_to_disk_path=tmpdir)
 
 
+def flux_planes(out, latents: bool, width: int, height: int):
+    """FluxPipeline's output as planes [..., H, W]: packed latents [B, S, 4C] -> [B, C, H/8, W/8] (as
+    FluxPipeline._unpack_latents); images (output_type "np", [N, H, W, 3]) -> [N, 3, H, W]."""
+    import numpy as np
+    import torch
+
+    if latents:
+        b, _, c4 = out.shape
+        h2, w2 = height // 16, width // 16
+        x = out.float().view(b, h2, w2, c4 // 4, 2, 2).permute(0, 3, 1, 4, 2, 5)
+        return x.reshape(b, c4 // 4, 2 * h2, 2 * w2).numpy()
+    out = out.float().numpy() if isinstance(out, torch.Tensor) else np.asarray(out, dtype=np.float32)
+    return out.transpose(0, 3, 1, 2)
+
+
 def stats(v):
     v = sorted(v)
     return {"median": statistics.median(v), "min": v[0], "max": v[-1], "n": len(v)} if v else None
@@ -126,6 +153,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--prompt", default="a photo of a cat")
+    ap.add_argument("--save-output", default=None, help="the last timed output as planes [..., H, W] (.npy)")
     a = ap.parse_args()
 
     import torch
@@ -134,7 +162,7 @@ def main() -> None:
     dlog.set_verbosity_error()
     if a.threads > 0:
         torch.set_num_threads(a.threads)
-    dtype, quant, offload, compile_mode = parse_combo(a.combo)
+    dtype, quant, offload, compile_mode, a.cache = parse_combo(a.combo)
     import diffusers_wan_bench as wan
 
     wan_model = wan.is_wan(a.model)
@@ -154,13 +182,15 @@ def main() -> None:
                       "peak_alloc_bytes": None, "peak_device_bytes": None, "frames": r["frames"],
                       "guidance_scale": r["guidance_scale"],
                       "transformer_passes_per_step": r["transformer_passes_per_step"]}
+            extra = r["extra"]
         else:
             result = run(a, dtype=dtype, quant=quant, offload=offload, compile_mode=compile_mode, width=width,
                          height=height)
+            extra = result.pop("extra")
     except Exception as e:  # noqa: BLE001 - any failure of the peer is reported, not fatal to compare.sh
         print(json.dumps({"combo": a.combo, "engine": engine, "error": f"{type(e).__name__}: {e}"[:300]}))
         return
-    result.update(combo=a.combo, engine=engine)
+    result.update(combo=a.combo, engine=engine, **extra)
     print(json.dumps(result))
 
 
@@ -190,12 +220,14 @@ def run(a, dtype, quant, offload, compile_mode, width, height):
         pipe = FluxPipeline.from_pretrained(a.model, torch_dtype=dtype)
         if quant:
             quantize_transformer(pipe.transformer, quant, dtype)
-        kwargs.update(prompt=a.prompt)
-    load_s, latencies, steps = prepare_and_time(
+        kwargs.update(prompt=a.prompt, output_type="np")
+    load_s, latencies, steps, extra = prepare_and_time(
         pipe, a, offload, compile_mode, apply_offload, t0,
         lambda n, cb: pipe(**kwargs, height=height, width=width, num_inference_steps=n, guidance_scale=3.5,
-                           generator=torch.Generator("cpu").manual_seed(0), callback_on_step_end=cb))
-    return {"model": a.model, "dtype": str(dtype).replace("torch.", ""), "size": a.size, "steps": a.steps,
+                           generator=torch.Generator("cpu").manual_seed(0), callback_on_step_end=cb).images,
+        last_block_attn=lambda t: t.single_transformer_blocks[-1].attn.to_q,
+        planes=lambda out: flux_planes(out, a.model.startswith("builtin:"), width, height))
+    return {"extra": extra, "model": a.model, "dtype": str(dtype).replace("torch.", ""), "size": a.size, "steps": a.steps,
             "threads": torch.get_num_threads(), "load_s": load_s, "latency_s": stats(latencies),
             "step_s": stats(steps), "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             "peak_alloc_bytes": None, "peak_device_bytes": None}

@@ -114,9 +114,23 @@ def run_wan(a, dtype, quant, offload, compile_mode, width, height, quantize_tran
         if quant:
             quantize_transformer(pipe.transformer, quant, dtype)
         kwargs.update(prompt=a.prompt, output_type="np")
-    load_s, latencies, steps = prepare_and_time(
+    load_s, latencies, steps, extra = prepare_and_time(
         pipe, a, offload, compile_mode, apply_offload, t0,
         lambda n, cb: pipe(**kwargs, height=height, width=width, num_frames=a.frames, num_inference_steps=n, guidance_scale=GUIDANCE,
-                           generator=torch.Generator("cpu").manual_seed(0), callback_on_step_end=cb))
+                           generator=torch.Generator("cpu").manual_seed(0), callback_on_step_end=cb).frames,
+        last_block_attn=lambda t: t.blocks[-1].attn1.to_q,
+        planes=lambda out: wan_planes(out, a.model.startswith("builtin:")))
     return {"latencies": latencies, "steps": steps, "load_s": load_s, "frames": a.frames,
-            "guidance_scale": GUIDANCE, "transformer_passes_per_step": 2}
+            "guidance_scale": GUIDANCE, "transformer_passes_per_step": 2, "extra": extra}
+
+
+def wan_planes(out, latents: bool):
+    """WanPipeline's output as planes [..., H, W]: latents [B, C, F, h, w] as they are; frames (output_type
+    "np", [N, F, H, W, 3]) -> [N, F, 3, H, W]."""
+    import numpy as np
+    import torch
+
+    if latents:
+        return out.float().numpy()
+    out = out.float().numpy() if isinstance(out, torch.Tensor) else np.asarray(out, dtype=np.float32)
+    return out.transpose(0, 1, 4, 2, 3)
