@@ -27,6 +27,7 @@ struct BenchArgs {
   int64_t frames = 0;  // Wan only; 0: the model's default
   int threads = 0;
   bool json = false, worker = false;
+  std::vector<std::string> loras;  // --lora FILE[:scale], applied by combinations with "+lora"
 };
 
 struct Combo {
@@ -35,6 +36,7 @@ struct Combo {
   std::string offload;  // an --offload value (model, sequential, group[:N], leaf, disk), empty: none
   std::string compile;  // "" | regional ("compile": Diffusers' compile_repeated_blocks) | full
   bool autotune = false;  // "autotune": the compile's mode is max-autotune
+  bool lora = false;      // "lora": the --lora adapters loaded (before offloading and compiling), unfused
 };
 
 std::vector<std::string> split(const std::string& s, char sep);  // trimmed, empty items dropped
@@ -42,7 +44,7 @@ Combo parse_combo(const std::string& text);                       // checks ever
 std::pair<int64_t, int64_t> parse_size(const std::string& s);     // "WxH" -> {W, H}
 
 // `a.model` (a folder or builtin:<name>) loaded with the combination: its dtype, its quantization scheme on
-// the transformer only, its offload mode, then its compile (after offloading, so the hooks are captured).
+// the transformer only, its LoRAs (a.loras), its offload mode, then its compile (after offloading, so the hooks are captured).
 // `load_s`: the wall time of all that.
 std::unique_ptr<DiffusionPipeline> load_for_combo(const BenchArgs& a, const Combo& c, double& load_s);
 

@@ -1,5 +1,6 @@
 #include "lora/lora_adapter.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "diffq/error.h"
@@ -65,7 +66,7 @@ std::vector<AdapterTarget> build_adapter(const LoraStateDict& sd, const std::map
       // Diffusers' kohya conversion leaves targets outside the blocks without "transformer." (and then drops them).
       if ((sd.format == LoraFormat::kohya || sd.format == LoraFormat::comfyui) && components.count("transformer") &&
           components.at("transformer") && components.at("transformer")->find_module(path)) {
-        unprefixed.push_back(path);
+        if (std::find(unprefixed.begin(), unprefixed.end(), path) == unprefixed.end()) unprefixed.push_back(path);
         comp = "transformer";
         mod = path;
       } else {
