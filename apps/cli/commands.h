@@ -10,5 +10,6 @@ void add_generate_command(CLI::App& app);  // generate.cpp
 void add_bench_command(CLI::App& app);     // bench.cpp
 void add_quantize_command(CLI::App& app);  // quantize.cpp
 void add_info_command(CLI::App& app);      // info.cpp
+void add_serve_command(CLI::App& app);     // serve.cpp (the server itself: apps/serve)
 
 }  // namespace diffq::cli

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "diffq/pipeline.h"
 #include "generate_args.h"
 #include "lora_options.h"
+#include "generate_request.h"
 #include "progress.h"
 #include "compile_report.h"
 #include "diffq/error.h"
@@ -28,17 +30,6 @@ namespace diffq::cli {
 
 namespace {
 
-
-std::filesystem::path default_model() {
-  // build/bin/diffq -> <repo>/tests/fixtures/tiny-flux; else relative to the working directory.
-  std::error_code ec;
-  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    const auto p = exe.parent_path() / ".." / ".." / "tests" / "fixtures" / "tiny-flux";
-    if (std::filesystem::exists(p / "model_index.json")) return std::filesystem::weakly_canonical(p);
-  }
-  return "tests/fixtures/tiny-flux";
-}
 
 // "1, 0.75,0.5" -> {1, 0.75, 0.5}; each item must be a whole number.
 std::vector<double> parse_sigmas(const std::string& text) {
@@ -66,7 +57,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 void run(const GenerateArgs& args) {
   using clock = std::chrono::steady_clock;
   GenerateArgs a = args;
-  const std::filesystem::path model = a.model.empty() ? default_model() : std::filesystem::path(a.model);
+  const std::filesystem::path model = a.model.empty() ? app::default_model_folder() : std::filesystem::path(a.model);
   a.model = model.string();
   if (a.threads > 0) set_num_threads(a.threads);
   const bool tty = isatty(STDERR_FILENO) && !a.json;
@@ -81,9 +72,37 @@ void run(const GenerateArgs& args) {
   // The folder's model_index.json decides the pipeline (Diffusers' DiffusionPipeline.from_pretrained).
   const bool video = DiffusionPipeline::pipeline_class_of(model) == "WanPipeline";
   check_output_args(a, video);
-  const std::vector<double> sigmas = a.sigmas.empty() ? std::vector<double>{} : parse_sigmas(a.sigmas);
-  check(sigmas.empty() || !a.steps_given || int64_t(sigmas.size()) == a.steps, "generate", "--sigmas gives ",
-        sigmas.size(), " steps but --steps says ", a.steps, " (leave --steps out with --sigmas)");
+  // The flags as a request: the mapping (defaults, validation) is the server's too (apps/common).
+  app::GenerateRequest request;
+  request.prompt = a.prompt;
+  request.prompt_2 = a.prompt_2;
+  request.negative_prompt = a.negative;
+  request.negative_prompt_2 = a.negative_2;
+  request.width = a.width;
+  request.height = a.height;
+  request.frames = a.frames;
+  if (a.steps_given) request.steps = a.steps;
+  if (!a.sigmas.empty()) request.sigmas = parse_sigmas(a.sigmas);
+  if (a.guidance_given) request.guidance = a.guidance;
+  if (a.guidance_2_given) request.guidance_2 = a.guidance_2;
+  if (a.true_cfg_given) request.true_cfg = a.true_cfg;
+  if (a.max_seq_given) request.max_sequence_length = a.max_seq;
+  request.n = a.num_images;
+  request.seed = a.seed;
+  // Messages name the flags; checked before loading, so a bad request costs no load.
+  const app::FieldLabel flag = [](const std::string& f) {
+    static const std::map<std::string, std::string> flags = {
+        {"prompt_2", "--prompt-2"}, {"negative_prompt", "--negative"}, {"negative_prompt_2", "--negative-2"},
+        {"true_cfg", "--true-cfg"}, {"guidance_2", "--guidance-2"}, {"n", "--num-images"},
+        {"max_sequence_length", "--max-sequence-length"}};
+    const auto it = flags.find(f);
+    return it != flags.end() ? it->second : "--" + f;
+  };
+  (void)app::to_generate_params(request, video, app::RequestLimits::wide_open(), flag);
+  check(!a.lora_lenient || !(a.loras.empty() && a.loras_2.empty()), "generate", "--lora-lenient needs --lora FILE");
+  check(!a.fuse_lora || !(a.loras.empty() && a.loras_2.empty()), "generate", "--fuse-lora needs --lora FILE");
+  for (const auto& l : a.loras) parse_lora_arg(l);  // a missing file costs no load
+  for (const auto& l : a.loras_2) parse_lora_arg(l);
 
   nlohmann::json timings;
   auto t0 = clock::now();
@@ -93,8 +112,6 @@ void run(const GenerateArgs& args) {
   po.quantization_config_json = cli_quantization_config(a.quant, a.quant_config, a.quantize, dtype);
   auto pipe = DiffusionPipeline::from_pretrained(model, po);
   // LoRAs before offloading (fuse refuses offloaded weights) and before compiling (the graph reads them).
-  check(!a.lora_lenient || !(a.loras.empty() && a.loras_2.empty()), "generate", "--lora-lenient needs --lora FILE");
-  check(!a.fuse_lora || !(a.loras.empty() && a.loras_2.empty()), "generate", "--fuse-lora needs --lora FILE");
   const nlohmann::json loras = apply_loras(*pipe, a.loras, a.loras_2, a.lora_lenient, a.fuse_lora, a.json);
   timings["load_s"] = seconds_since(t0);
   std::string offload_plan;
@@ -105,25 +122,11 @@ void run(const GenerateArgs& args) {
     if (!a.json) std::fprintf(stderr, "offload plan: %s\n", offload_plan.c_str());
   }
   if (!a.compile.empty()) pipe->compile(a.compile, a.autotune);  // after offloading, so its hooks are seen
+  if (!a.cache.empty()) pipe->enable_cache(parse_cache_spec(a.cache));
   if (!a.json)
     for (const auto& [c, q] : pipe->quantization()) std::fprintf(stderr, "quantized %s: %s\n", c.c_str(), q.c_str());
 
-  GenerateParams p;
-  p.prompt = a.prompt;
-  p.prompt_2 = a.prompt_2;
-  p.negative_prompt = a.negative;
-  p.negative_prompt_2 = a.negative_2;
-  p.width = a.width;
-  p.height = a.height;
-  p.num_frames = a.frames;
-  if (a.steps_given) p.num_inference_steps = a.steps;
-  p.sigmas = sigmas;
-  if (a.guidance_given) p.guidance_scale = a.guidance;
-  if (a.guidance_2_given) p.guidance_scale_2 = a.guidance_2;
-  if (a.true_cfg_given) p.true_cfg_scale = a.true_cfg;
-  if (a.max_seq_given) p.max_sequence_length = a.max_seq;
-  p.num_outputs = a.num_images;
-  p.seed = a.seed;
+  GenerateParams p = app::to_generate_params(request, video, app::RequestLimits::wide_open(), flag);
   if (!a.latents_in.empty()) p.latents = load_latents(a.latents_in);
   p.output_latents_only = a.output_type == "latent";
   p.on_step = progress_bar(tty);
@@ -157,11 +160,32 @@ void run(const GenerateArgs& args) {
       if (u.guidance_scale_2) j["guidance_2"] = *u.guidance_scale_2;
     }
     if (!a.transformer_file.empty()) j["transformer_file"] = a.transformer_file;
+    if (!a.cache.empty()) {
+      const CacheReport& c = r.cache;
+      nlohmann::json steps = nlohmann::json::array();
+      for (const auto& s : c.steps)
+        steps.push_back({{"model", s.model}, {"context", s.context}, {"index", s.index}, {"computed", s.computed}});
+      j["cache"] = {{"method", c.method}, {"computed", c.computed}, {"skipped", c.skipped},
+                    {"skipped_range", c.skipped_range}, {"always_run", c.always_run}, {"steps", steps}};
+      if (!c.note.empty()) j["cache"]["note"] = c.note;
+      if (!c.calibration_ratios.empty()) j["cache"]["calibration_ratios"] = c.calibration_ratios;
+    }
     if (!loras.is_null()) j["lora"] = loras;
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     for (const auto& o : outputs) std::fprintf(stderr, "wrote %s\n", o.c_str());
     if (!a.compile.empty()) std::fprintf(stderr, "%s\n", compile_report_line(report).c_str());
+    if (!a.cache.empty()) {
+      std::fprintf(stderr, "cache %s: %lld transformer calls computed, %lld skipped (a skip skips %s)\n",
+                   r.cache.method.c_str(), (long long)r.cache.computed, (long long)r.cache.skipped,
+                   r.cache.skipped_range.c_str());
+      if (!r.cache.note.empty()) std::fprintf(stderr, "cache note: %s\n", r.cache.note.c_str());
+      if (!r.cache.calibration_ratios.empty()) {
+        std::string s;
+        for (double v : r.cache.calibration_ratios) s += (s.empty() ? "" : ", ") + std::to_string(v);
+        std::fprintf(stderr, "magcache calibration (mag_ratios): [%s]\n", s.c_str());
+      }
+    }
   }
   if (a.stats)
     std::fprintf(stderr, "stats: peak allocator (cpu) %.1f MiB, peak RSS %.1f MiB\n",
@@ -216,6 +240,10 @@ void add_generate_command(CLI::App& app) {
                 "as when RAM cannot cache the model)");
   cmd->add_option("--max-memory", a->max_memory, "memory budget (e.g. 2GiB): picks the offload mode that fits");
   cmd->add_option("--max-host-memory", a->max_host_memory, "host RAM budget for offloaded weights (GPU runs)");
+  cmd->add_option("--cache", a->cache,
+                  "step caching: fbc[:THRESHOLD] (FirstBlockCache, 0.05) | taylorseer[:interval=5,order=1,before=3,"
+                  "after=N,dtype=bf16] | magcache[:THRESHOLD][,max_skip=3,retention=0.2,steps=N,calibrate] | "
+                  "teacache[:THRESHOLD] (FLUX, 0.4); see docs/cache.md");
   cmd->add_option("--compile", a->compile,
                   "compile the transformer: full (one graph) or regional (one graph per kind of repeated block)")
       ->check(CLI::IsMember({"full", "regional"}));

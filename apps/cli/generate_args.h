@@ -15,6 +15,7 @@ struct GenerateArgs {
   std::string quant, quant_config, quantize;  // --quant shorthand | --quant-config file; --quantize components
   std::string offload, max_memory, max_host_memory;
   bool offload_drop_cache = false;
+  std::string cache;      // --cache fbc:0.08 | taylorseer:... | magcache[:T] | teacache:0.4 (include/diffq/cache.h)
   std::string compile;    // "" | full | regional
   bool autotune = false;  // with compile: max-autotune
   bool stats = false;

@@ -42,15 +42,11 @@ void check_output_args(GenerateArgs& a, bool video) {
     check(ext == ".mp4" || ext == ".webp", kCtx, "a video pipeline writes .mp4 or .webp: '", a.output,
           "' has neither extension (--output-frames DIR also writes the frames as PNG)");
   }
+  // The generation parameters' own checks (FLUX-only / video-only options) are in apps/common/generate_request.
   if (video) {
-    check(a.sigmas.empty(), kCtx, "--sigmas is a FLUX option; WanPipeline has no custom sigmas");
-    check(a.prompt_2.empty() && a.negative_2.empty(), kCtx,
-          "--prompt-2 / --negative-2 are FLUX options (Wan has one text encoder)");
-    check(!a.true_cfg_given, kCtx, "--true-cfg is a FLUX option; Wan's CFG is --guidance (on when > 1)");
     check(a.fps > 0 && a.fps <= 240, kCtx, "--fps must be in (0, 240], got ", a.fps);
   } else {
-    check(a.frames == 0 && a.output_frames.empty() && !a.guidance_2_given, kCtx,
-          "--frames / --output-frames / --guidance-2 are for video pipelines; ", a.model, " is an image pipeline");
+    check(a.output_frames.empty(), kCtx, "--output-frames is for video pipelines; ", a.model, " is an image pipeline");
   }
 }
 

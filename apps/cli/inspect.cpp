@@ -11,7 +11,7 @@ namespace diffq::cli {
 
 void add_inspect_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
-      "inspect", "List the components/tensors of a Diffusers folder, safetensors or GGUF file");
+      "inspect", "List the components/tensors of a Diffusers folder, safetensors, PyTorch .bin or GGUF file");
   struct Opts {
     std::string path;
     bool json = false;

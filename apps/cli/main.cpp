@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   diffq::cli::add_bench_command(app);
   diffq::cli::add_quantize_command(app);
   diffq::cli::add_info_command(app);
+  diffq::cli::add_serve_command(app);
   try {
     app.parse(argc, argv);
     if (app.get_subcommands().empty()) {

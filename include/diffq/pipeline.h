@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "diffq/cache.h"
 #include "diffq/dtype.h"
 #include "diffq/tensor.h"
 
@@ -58,6 +59,12 @@ struct GenerateParams {
   bool output_latents_only = false;        // skip the VAE (Diffusers' output_type="latent")
   // Per step: (step index, total, timestep); return false to interrupt (the output is still produced).
   std::function<bool(int64_t step, int64_t total, float timestep)> on_step;
+  // Cheap previews for progress UIs: after every `preview_every`-th step (0 = never) and after the last,
+  // on_preview gets (step index, rgb_u8 [h, w, 3]) of output 0 (video: its middle latent frame), made from
+  // the latents without the VAE (latent channels 0..2, each min-max scaled to 0..255; 1/8 the output size
+  // for FLUX and Wan). Called before on_step.
+  int64_t preview_every = 0;
+  std::function<void(int64_t step, const Tensor& rgb_u8)> on_preview;
 };
 
 struct GenerateResult {
@@ -69,6 +76,7 @@ struct GenerateResult {
   int64_t steps_run = 0;
   bool interrupted = false;
   GenerateParams used;  // the parameters as run: defaults filled in, frames rounded
+  CacheReport cache;    // step caching: steps computed vs skipped (empty without enable_cache)
 };
 
 class DiffusionPipeline {
@@ -125,6 +133,13 @@ class DiffusionPipeline {
   // One line saying what was loaded: "folder: ..." or, for a builtin, "builtin: random-weight transformer ...".
   virtual std::string description() const { return ""; }
 
+  // ---- step caching (include/diffq/cache.h; Diffusers' transformer.enable_cache(config)) ----
+  // On every transformer of the pipeline, each with its own per-context ("cond"/"uncond") state.
+  // With compile("full") the transformers are compiled regionally instead (the cache decides inside the
+  // block loop); the report's note says so.
+  virtual void enable_cache(const CacheOptions& opt) = 0;
+  virtual void disable_cache() = 0;
+
   // ---- LoRA adapters (docs/lora.md), as Diffusers' load_lora_weights / set_adapters / fuse_lora ----
   // FLUX: into the transformer and the CLIP text encoder; Wan: into `transformer`, or with
   // load_into_transformer_2 into a Wan2.2 folder's low-noise expert `transformer_2` (Diffusers'
@@ -170,5 +185,9 @@ Tensor load_latents(const std::filesystem::path& path);
 // One image [H, W, 3] (or [1, H, W, 3]) as PNG with text chunks; atomic.
 void save_image(const std::filesystem::path& path, const Tensor& image_u8,
                 const std::vector<std::pair<std::string, std::string>>& metadata = {});
+// The same image encoded in memory: "png" (with the metadata as text chunks), "jpeg" or "webp" (quality 90,
+// no metadata). Throws naming the format when it is none of these.
+std::vector<uint8_t> encode_image(const Tensor& image_u8, const std::string& format,
+                                  const std::vector<std::pair<std::string, std::string>>& metadata = {});
 
 }  // namespace diffq

@@ -7,6 +7,7 @@
 
 #include "diffq/error.h"
 #include "io/sharded_safetensors.h"
+#include "io/torch_checkpoint.h"
 
 namespace diffq::io {
 
@@ -14,8 +15,14 @@ namespace fs = std::filesystem;
 
 namespace {
 constexpr const char* kCtx = "diffusers";
-// Weight file stems: diffusers models, then transformers models.
-constexpr const char* kStems[] = {"diffusion_pytorch_model", "model"};
+// Weight file stems per format, in Diffusers' order of preference: safetensors (diffusers models, then
+// transformers models), then PyTorch pickles (torch.save zip checkpoints).
+struct Format {
+  const char* ext;
+  std::vector<const char*> stems;
+};
+const Format kFormats[] = {{".safetensors", {"diffusion_pytorch_model", "model"}},
+                           {".bin", {"diffusion_pytorch_model", "pytorch_model"}}};
 
 std::string variant_label(std::string_view v) { return v.empty() ? "default" : std::string(v); }
 
@@ -30,35 +37,65 @@ struct Found {
   std::optional<fs::path> single, index;
 };
 
-// Scans `dir` once: for each variant, the single file and/or index of the first stem that has one.
+// Scans `dir` once: for each variant, the single file and/or index of the first format and stem that
+// has one.
 std::map<std::string, Found> scan(const fs::path& dir) {
   std::map<std::string, Found> out;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return out;
   static const std::regex shard(R"(.*-\d{5}-of-\d{5})");
-  for (const char* stem : kStems) {
-    std::map<std::string, Found> mine;
-    const std::string b = stem;
-    for (const auto& de : fs::directory_iterator(dir, ec)) {
-      if (!de.is_regular_file(ec)) continue;
-      const std::string f = de.path().filename().string();
-      if (f == b + ".safetensors") {
-        mine[""].single = de.path();
-      } else if (f == b + ".safetensors.index.json") {
-        mine[""].index = de.path();
-      } else if (f.starts_with(b + ".safetensors.index.") && f.ends_with(".json")) {
-        const std::string v = f.substr(b.size() + 19, f.size() - b.size() - 19 - 5);
-        if (!v.empty() && v.find('.') == std::string::npos) mine[v].index = de.path();
-      } else if (f.starts_with(b + ".") && f.ends_with(".safetensors")) {
-        const std::string v = f.substr(b.size() + 1, f.size() - b.size() - 1 - 12);
-        if (!v.empty() && v.find('.') == std::string::npos && !std::regex_match(v, shard))
-          mine[v].single = de.path();
+  for (const Format& fmt : kFormats) {
+    const std::string ext = fmt.ext, idx = ext + ".index.";
+    for (const char* stem : fmt.stems) {
+      std::map<std::string, Found> mine;
+      const std::string b = stem;
+      for (const auto& de : fs::directory_iterator(dir, ec)) {
+        if (!de.is_regular_file(ec)) continue;
+        const std::string f = de.path().filename().string();
+        if (f == b + ext) {
+          mine[""].single = de.path();
+        } else if (f == b + idx + "json") {
+          mine[""].index = de.path();
+        } else if (f.starts_with(b + idx) && f.ends_with(".json")) {
+          const std::string v = f.substr(b.size() + idx.size(), f.size() - b.size() - idx.size() - 5);
+          if (!v.empty() && v.find('.') == std::string::npos) mine[v].index = de.path();
+        } else if (f.starts_with(b + ".") && f.ends_with(ext)) {
+          const std::string v = f.substr(b.size() + 1, f.size() - b.size() - 1 - ext.size());
+          if (!v.empty() && v.find('.') == std::string::npos && !std::regex_match(v, shard))
+            mine[v].single = de.path();
+        }
       }
+      for (auto& [v, found] : mine)
+        if (!out.count(v)) out[v] = found;
     }
-    for (auto& [v, found] : mine)
-      if (!out.count(v)) out[v] = found;
   }
   return out;
+}
+
+bool is_bin(const fs::path& p) { return is_torch_checkpoint_name(p); }
+
+// A sharded PyTorch checkpoint: every shard's tensors, each key of the weight map found in its shard.
+TorchCheckpoint load_sharded_bin(const fs::path& index) {
+  const ShardedSafetensors map = ShardedSafetensors::open(index);  // the index format is shared
+  TorchCheckpoint all;
+  for (const std::string& f : map.shard_files()) {
+    TorchCheckpoint c = load_torch_checkpoint(index.parent_path() / f);
+    for (const std::string& k : c.keys)
+      check(map.weight_map().count(k) && map.shard_of(k) == f, kCtx, index.filename().string(), ": shard ", f,
+            " holds '", k, "', which the weight_map does not assign to it");
+    for (auto& [k, t] : c.tensors) all.tensors[k] = std::move(t);
+    for (auto& [k, v] : c.metadata) all.metadata[k] = std::move(v);
+    all.keys.insert(all.keys.end(), c.keys.begin(), c.keys.end());
+  }
+  check(all.keys.size() == map.weight_map().size(), kCtx, index.filename().string(), " maps ",
+        map.weight_map().size(), " tensors but its shards hold ", all.keys.size());
+  return all;
+}
+
+TorchCheckpoint load_bin_files(const WeightFiles& files) {
+  if (files.index) return load_sharded_bin(*files.index);
+  check(files.files.size() == 1, kCtx, "expected one weight file, got ", files.files.size());
+  return load_torch_checkpoint(files.files[0]);
 }
 }  // namespace
 
@@ -81,13 +118,8 @@ WeightFiles find_weight_files(const fs::path& dir, std::string_view variant) {
   if (it == found.end()) {
     std::vector<std::string> vs;
     for (const auto& [v, f] : found) vs.push_back(v);
-    std::string hint;
-    std::error_code ec;
-    if (vs.empty() && (fs::exists(dir / "diffusion_pytorch_model.bin", ec) ||
-                       fs::exists(dir / "pytorch_model.bin", ec)))
-      hint = " (only pickle .bin weights, which diffq does not load: convert them to safetensors)";
-    fail(kCtx, "no safetensors weights for variant '", variant_label(variant), "' in ",
-         dir.string(), "; variants present: ", list_variants(vs), hint);
+    fail(kCtx, "no weights (safetensors or .bin) for variant '", variant_label(variant), "' in ",
+         dir.string(), "; variants present: ", list_variants(vs));
   }
   WeightFiles w;
   w.variant = std::string(variant);
@@ -103,9 +135,20 @@ WeightFiles find_weight_files(const fs::path& dir, std::string_view variant) {
 }
 
 StateDict load_weight_files(const WeightFiles& files) {
+  if (!files.files.empty() && is_bin(files.files[0])) return load_bin_files(files).tensors;
   if (files.index) return ShardedSafetensors::open(*files.index).tensors();
   check(files.files.size() == 1, kCtx, "expected one weight file, got ", files.files.size());
   return SafetensorsFile::open(files.files[0]).tensors();
+}
+
+Metadata load_weight_metadata(const WeightFiles& files) {
+  if (!files.files.empty() && is_bin(files.files[0])) return load_bin_files(files).metadata;
+  Metadata md;
+  for (const auto& file : files.files) {
+    const SafetensorsFile st = SafetensorsFile::open(file);
+    for (const auto& [k, v] : st.metadata()) md[k] = v;
+  }
+  return md;
 }
 
 DiffusersFolder DiffusersFolder::open(const fs::path& root) {

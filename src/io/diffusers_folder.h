@@ -1,7 +1,8 @@
 // A Diffusers pipeline folder (what DiffusionPipeline.save_pretrained writes / the Hub serves):
 // model_index.json naming the pipeline class and its components, one subfolder per component with its
 // config and weights (diffusers models: diffusion_pytorch_model*.safetensors; transformers models:
-// model*.safetensors; schedulers: scheduler_config.json; tokenizers: their own files, no weights).
+// model*.safetensors; either may instead be a PyTorch checkpoint, diffusion_pytorch_model*.bin /
+// pytorch_model*.bin, used only when no safetensors file of that variant exists; schedulers: scheduler_config.json; tokenizers: their own files, no weights).
 #pragma once
 
 #include <filesystem>
@@ -19,7 +20,7 @@ namespace diffq::io {
 // The files holding one variant of a component's weights.
 struct WeightFiles {
   std::string variant;                         // "" = the default (no variant)
-  std::optional<std::filesystem::path> index;  // *.safetensors.index[.<variant>].json when sharded
+  std::optional<std::filesystem::path> index;  // *.{safetensors,bin}.index[.<variant>].json when sharded
   std::vector<std::filesystem::path> files;    // the shards (sorted), or the single file
 };
 
@@ -39,7 +40,12 @@ struct Component {
 std::vector<std::string> find_weight_variants(const std::filesystem::path& dir);
 // Throws naming the folder and the variants present when `variant` is not there.
 WeightFiles find_weight_files(const std::filesystem::path& dir, std::string_view variant = "");
+// name -> tensor (zero-copy) from safetensors files or PyTorch .bin checkpoints (torchao subclasses
+// flattened as torch_checkpoint.h describes).
 StateDict load_weight_files(const WeightFiles& files);
+// The files' metadata: the safetensors headers' __metadata__ (merged), or for .bin checkpoints the
+// torchao metadata of their flattened tensor subclasses.
+Metadata load_weight_metadata(const WeightFiles& files);
 
 class DiffusersFolder {
  public:

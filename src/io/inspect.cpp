@@ -11,6 +11,7 @@
 #include "io/gguf.h"
 #include "io/mapped_file.h"
 #include "io/sharded_safetensors.h"
+#include "io/torch_checkpoint.h"
 
 namespace diffq::io {
 
@@ -40,6 +41,24 @@ ojson summarize_files(const std::vector<fs::path>& files, bool table,
   ojson rows = ojson::array();
   ojson metadata = ojson::object();
   for (const fs::path& p : files) {
+    if (is_torch_checkpoint_name(p)) {  // a PyTorch .bin: its tensors (torchao subclasses flattened)
+      const TorchCheckpoint c = load_torch_checkpoint(p);
+      if (files.size() == 1)
+        for (const auto& [k, v] : c.metadata) metadata[k] = v;
+      for (const auto& [name, t] : c.tensors) {
+        const std::string dt(safetensors_dtype_name(t.dtype()));
+        ++count;
+        ++dtypes[dt];
+        params += numel_of(t.shape());
+        bytes += t.nbytes();
+        if (table) {
+          ojson r = {{"name", name}, {"dtype", dt}, {"shape", shape_json(t.shape())}, {"bytes", t.nbytes()}};
+          if (files.size() > 1) r["file"] = p.filename().string();
+          rows.push_back(std::move(r));
+        }
+      }
+      continue;
+    }
     const SafetensorsFile f = SafetensorsFile::open(p);
     if (files.size() == 1)
       for (const auto& [k, v] : f.metadata()) metadata[k] = v;
@@ -80,6 +99,38 @@ ojson weights_json(const WeightFiles& w, bool table) {
   return out;
 }
 
+// BFL fp8r / nvfp4 single files (detected from the tensors as Diffusers' BFLQuantizer does): a layer is
+// nvfp4 when it has .weight_scale and .weight_scale_2, fp8r when it has .weight_scale and a float8 weight.
+ojson bfl_quantization(const ojson& rows) {
+  std::map<std::string, std::string> dtype;
+  for (const auto& r : rows) dtype[r["name"].get<std::string>()] = r["dtype"].get<std::string>();
+  uint64_t fp8r = 0, nvfp4 = 0;
+  const std::string suffix = ".weight_scale";
+  for (const auto& [k, d] : dtype) {
+    if (!k.ends_with(suffix)) continue;
+    const std::string p = k.substr(0, k.size() - suffix.size());
+    if (dtype.count(p + ".weight_scale_2")) ++nvfp4;
+    else if (dtype.count(p + ".weight") && dtype[p + ".weight"] == "F8_E4M3") ++fp8r;
+  }
+  if (fp8r + nvfp4 == 0) return nullptr;
+  return {{"format", "bfl"}, {"fp8r_layers", fp8r}, {"nvfp4_layers", nvfp4}};
+}
+
+// A short name of a saved quantization_config's scheme where the config alone names it (ModelOpt exports:
+// quant_algo, and per algorithm the layer counts of MIXED_PRECISION); empty otherwise.
+std::string quantization_label(const nlohmann::json& qc) {
+  if (!qc.is_object() || qc.value("quant_method", "") != "modelopt" || !qc.contains("quant_algo")) return "";
+  std::string out = "modelopt " + qc["quant_algo"].get<std::string>();
+  if (qc.contains("quantized_layers") && qc["quantized_layers"].is_object()) {
+    std::map<std::string, int> n;
+    for (const auto& [m, v] : qc["quantized_layers"].items()) ++n[v.value("quant_algo", "?")];
+    std::string per;
+    for (const auto& [a, c] : n) per += (per.empty() ? "" : ", ") + a + " x" + std::to_string(c);
+    out += " (" + per + ")";
+  }
+  return out;
+}
+
 ojson pipeline_json(const fs::path& root) {
   const DiffusersFolder d = DiffusersFolder::open(root);
   ojson j = {{"kind", "diffusers_pipeline"}, {"path", root.string()},
@@ -91,7 +142,10 @@ ojson pipeline_json(const fs::path& root) {
                 {"config", c.config_path.empty() ? "" : c.config_path.filename().string()},
                 {"variants", c.variants}, {"weights", ojson::array()}};
     for (const auto& v : c.variants) cj["weights"].push_back(weights_json(find_weight_files(c.dir, v), false));
-    if (const nlohmann::json* q = c.quantization_config()) cj["quantization_config"] = ojson::parse(q->dump());
+    if (const nlohmann::json* q = c.quantization_config()) {
+      cj["quantization_config"] = ojson::parse(q->dump());
+      if (const std::string l = quantization_label(*q); !l.empty()) cj["quantization"] = l;
+    }
     j["components"].push_back(std::move(cj));
   }
   return j;
@@ -104,7 +158,10 @@ ojson model_folder_json(const fs::path& dir) {
     if (cfg.is_object()) {
       if (cfg.contains("_class_name")) j["class_name"] = cfg["_class_name"];
       else if (cfg.contains("architectures")) j["class_name"] = cfg["architectures"];
-      if (cfg.contains("quantization_config")) j["quantization_config"] = ojson::parse(cfg["quantization_config"].dump());
+      if (cfg.contains("quantization_config")) {
+        j["quantization_config"] = ojson::parse(cfg["quantization_config"].dump());
+        if (const std::string l = quantization_label(cfg["quantization_config"]); !l.empty()) j["quantization"] = l;
+      }
     }
   }
   for (const auto& v : find_weight_variants(dir)) j["weights"].push_back(weights_json(find_weight_files(dir, v), true));
@@ -211,18 +268,20 @@ ojson inspect_json(const fs::path& path) {
   if (has_gguf_magic(path)) return gguf_json(path);
   const std::string name = path.filename().string();
   if (name.ends_with(".json")) {
-    const ShardedSafetensors idx = ShardedSafetensors::open(path);
+    const ShardedSafetensors idx = ShardedSafetensors::open(path);  // the index format .bin shards share
     std::vector<fs::path> files;
     for (const auto& f : idx.shard_files()) files.push_back(path.parent_path() / f);
-    ojson j = {{"kind", "safetensors_index"}, {"path", path.string()},
+    const bool bin = !files.empty() && is_torch_checkpoint_name(files[0]);
+    ojson j = {{"kind", bin ? "torch_checkpoint_index" : "safetensors_index"}, {"path", path.string()},
                {"index_metadata", ojson::parse(idx.metadata().dump())}};
-    const ojson s = summarize_files(files, true, &idx);
+    const ojson s = summarize_files(files, true, bin ? nullptr : &idx);
     for (const auto& [k, v] : s.items()) j[k] = v;
     return j;
   }
-  ojson j = {{"kind", "safetensors"}, {"path", path.string()}};
+  ojson j = {{"kind", is_torch_checkpoint_name(path) ? "torch_checkpoint" : "safetensors"}, {"path", path.string()}};
   const ojson s = summarize_files({path}, true);
   for (const auto& [k, v] : s.items()) j[k] = v;
+  if (ojson q = bfl_quantization(j["tensors"]); !q.is_null()) j["quantization"] = std::move(q);
   return j;
 }
 
@@ -237,6 +296,8 @@ std::string inspect_text(const ojson& j) {
       out += cat("  ", c["name"].get<std::string>(), ": ", c["library"].get<std::string>(), ".",
                  c["class_name"].get<std::string>(), c["weights"].empty() ? "  (no weights)" : "", "\n");
       for (const auto& w : c["weights"]) weights_text(out, w, "      ");
+      if (c.contains("quantization"))
+        out += cat("      quantization: ", c["quantization"].get<std::string>(), "\n");
       if (c.contains("quantization_config"))
         out += cat("      quantization_config: ", c["quantization_config"].dump(), "\n");
     }
@@ -250,6 +311,7 @@ std::string inspect_text(const ojson& j) {
   if (kind == "model_folder") {
     out += cat("model folder ", j["path"].get<std::string>(),
                j.contains("class_name") ? cat("  (", j["class_name"].dump(), ")") : "", "\n");
+    if (j.contains("quantization")) out += cat("  quantization: ", j["quantization"].get<std::string>(), "\n");
     if (j.contains("quantization_config"))
       out += cat("  quantization_config: ", j["quantization_config"].dump(), "\n");
     for (const auto& w : j["weights"]) weights_text(out, w, "  ");
@@ -271,12 +333,19 @@ std::string inspect_text(const ojson& j) {
     return out;
   }
   // safetensors / safetensors_index
-  out += cat(kind == "safetensors" ? "safetensors " : "sharded safetensors ",
+  const std::map<std::string, std::string> titles = {{"safetensors", "safetensors "},
+                                                     {"safetensors_index", "sharded safetensors "},
+                                                     {"torch_checkpoint", "PyTorch checkpoint "},
+                                                     {"torch_checkpoint_index", "sharded PyTorch checkpoint "}};
+  out += cat(titles.at(kind),
              j["path"].get<std::string>(), "\n");
   out += cat("  ", j["tensor_count"].get<uint64_t>(), " tensors (", dtypes_str(j["dtypes"]), "), ",
              format_count(j["parameters"].get<uint64_t>()), " parameters, ",
              format_bytes(j["bytes"].get<uint64_t>()), ", ", j["files"].size(), " file",
              j["files"].size() == 1 ? "" : "s", "\n");
+  if (j.contains("quantization"))
+    out += cat("  quantization: BFL fp8r (", j["quantization"]["fp8r_layers"].get<uint64_t>(), " layers), nvfp4 (",
+               j["quantization"]["nvfp4_layers"].get<uint64_t>(), " layers)\n");
   if (j.contains("metadata"))
     for (const auto& [k, v] : j["metadata"].items()) out += cat("  metadata ", k, " = ", v.dump(), "\n");
   if (j.contains("index_metadata"))

@@ -1,6 +1,7 @@
 // What `diffq inspect` reports about a checkpoint: a Diffusers pipeline folder, a lone model folder, a
-// safetensors file, a sharded *.safetensors.index.json, or a GGUF file. Built as JSON first (the
-// --json output), then rendered as text from that JSON, so both always agree.
+// safetensors file, a sharded *.safetensors.index.json, a PyTorch .bin checkpoint (or its sharded
+// *.bin.index.json), or a GGUF file. Built as JSON first (the --json output), then rendered as text
+// from that JSON, so both always agree.
 #pragma once
 
 #include <filesystem>

@@ -25,7 +25,7 @@ void attach_quantization(LoadOptions& opt, std::shared_ptr<const quant::QuantMet
     opt.quantize = [method](const ParamRef& p, const Tensor& value) -> std::shared_ptr<QuantizedWeight> {
       if (!is_linear_weight(p)) return nullptr;
       if (!method->should_quantize(p.module, value.shape())) return nullptr;
-      return method->quantize(value);
+      return method->quantize_named(p.module, value);
     };
   }
 }
@@ -37,7 +37,7 @@ int64_t quantize_module(Module& m, const quant::QuantMethod& method, const std::
     for (const auto& [pn, p] : mod->own_parameters()) {
       if (pn != "weight" || !p->defined() || p->is_quantized()) continue;
       if (!method.should_quantize(name, p->shape())) continue;
-      p->set(method.quantize(p->dense()), Residency::host);
+      p->set(method.quantize_named(name, p->dense()), Residency::host);
       ++n;
     }
   }

@@ -34,11 +34,8 @@ LoadOptions ComponentLoader::hooks_for(const std::string& name, bool from_folder
   if (saved) {
     std::shared_ptr<const quant::QuantMethod> m =
         quant::quant_method_from_config(*saved, (folder.component(name).dir / "config.json").string());
-    auto md = std::make_shared<io::Metadata>();
-    for (const auto& file : folder.weight_files(name).files) {
-      const auto st = io::SafetensorsFile::open(file);  // alive while its metadata is read
-      for (const auto& [k, v] : st.metadata()) (*md)[k] = v;
-    }
+    // safetensors headers, or the torchao metadata of a .bin checkpoint's flattened subclasses
+    auto md = std::make_shared<io::Metadata>(io::load_weight_metadata(folder.weight_files(name)));
     attach_quantization(h, m, /*pre_quantized=*/true, md);
     quantization[name] = m->backend() + " " + m->scheme() + " (pre-quantized)";
     quant_methods[name] = m;

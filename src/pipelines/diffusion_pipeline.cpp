@@ -2,10 +2,15 @@
 // family-neutral GenerateParams onto its pipeline's call options and fills the pipeline's own defaults.
 #include "diffq/pipeline.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "compile/compile_options.h"
 #include "diffq/error.h"
 #include "io/diffusers_folder.h"
+#include "io/image_encode.h"
 #include "io/png.h"
+#include "pipelines/flux_latents.h"
 #include "io/safetensors.h"
 #include "io/video_writer.h"
 #include "offload/offload_spec.h"
@@ -61,6 +66,29 @@ GenerateResult result_of(const Out& out, const GenerateParams& in) {
   return r;
 }
 
+// The preview of GenerateParams::on_preview: latents [C, h, w] (any float dtype) -> channels 0..2, each
+// min-max scaled to uint8 [h, w, 3].
+Tensor preview_rgb(const Tensor& chw) {
+  const Tensor x = chw.contiguous();
+  const int64_t C = x.size(0), h = x.size(1), w = x.size(2);
+  const std::vector<float> v = x.to_f32_vector();
+  Tensor out = Tensor::empty({h, w, 3}, DType::u8);
+  uint8_t* o = out.data<uint8_t>();
+  for (int64_t k = 0; k < 3; ++k) {
+    const int64_t c = std::min<int64_t>(k, C - 1);
+    const float* p = v.data() + c * h * w;
+    float lo = p[0], hi = p[0];
+    for (int64_t i = 0; i < h * w; ++i) lo = std::min(lo, p[i]), hi = std::max(hi, p[i]);
+    const float s = hi > lo ? 255.0f / (hi - lo) : 0.0f;
+    for (int64_t i = 0; i < h * w; ++i) o[i * 3 + k] = uint8_t(std::lround((p[i] - lo) * s));
+  }
+  return out;
+}
+
+bool preview_due(const GenerateParams& in, int64_t step, int64_t total) {
+  return in.on_preview && in.preview_every > 0 && ((step + 1) % in.preview_every == 0 || step + 1 == total);
+}
+
 // What FLUX and Wan share: offloading (by spec or by memory budget) over the pipeline's components in its
 // model_cpu_offload_seq order, the compile report over its transformers' compiled modules, the components'
 // bytes, and what checkpoint.h's functions reach through detail::PipelineAccess.
@@ -96,6 +124,25 @@ class AdapterBase : public DiffusionPipeline, public detail::PipelineAccess {
   }
   CompileReport compile_report() const override { return make_compile_report(compiled_modules(), autotuned_); }
 
+  void compile(const std::string& mode, bool autotune) override {
+    compile_mode_ = mode;
+    autotuned_ = autotune;
+    // A step cache decides inside the block loop: a full graph cannot hold that, so compile regionally
+    // (in Diffusers, the cache hooks' torch.compiler.disable would break a fullgraph compile).
+    apply_compile(cache_.method != CacheOptions::Method::none && mode == "full" ? "regional" : mode, autotune);
+    lora_set().mark_compiled();  // adapters swap freely on layers that had one at capture; new layers are refused
+  }
+  void enable_cache(const CacheOptions& opt) override {
+    cache_ = opt;
+    apply_cache(opt);
+    if (opt.method != CacheOptions::Method::none && compile_mode_ == "full") apply_compile("regional", autotuned_);
+  }
+  void disable_cache() override {
+    cache_ = CacheOptions{};
+    apply_cache(cache_);
+    if (compile_mode_ == "full") apply_compile("full", autotuned_);
+  }
+
   std::string load_lora(const std::filesystem::path& file, const std::string& name, double weight, bool lenient,
                         bool hotswap, bool load_into_transformer_2) override {
     return lora_set().load(file, name, weight, lenient, hotswap, load_into_transformer_2 ? "transformer_2" : "");
@@ -110,6 +157,16 @@ class AdapterBase : public DiffusionPipeline, public detail::PipelineAccess {
   bool lora_fused() const override { return loras_ && loras_->fused(); }
 
  protected:
+  virtual void apply_compile(const std::string& mode, bool autotune) = 0;
+  virtual void apply_cache(const CacheOptions& opt) = 0;
+  void finish_report(CacheReport& r) const {
+    if (cache_.method != CacheOptions::Method::none && compile_mode_ == "full")
+      r.note = "compile full was applied as regional: the cache decides inside the block loop";
+    if (cache_.method == CacheOptions::Method::taylorseer && !compile_mode_.empty())
+      r.note = "TaylorSeer replaces attention outputs inside each block: the blocks ran eagerly (not compiled)";
+  }
+  CacheOptions cache_;
+  std::string compile_mode_;
   // Where adapter files load (pipeline_loras.h), made at first use.
   virtual std::vector<PipelineLoras::Place> lora_places() const = 0;
   PipelineLoras& lora_set() {
@@ -173,8 +230,19 @@ class FluxAdapter final : public AdapterBase {
     o.latents = in.latents;
     o.output_type = in.output_latents_only ? "latent" : "image";
     o.callback = in.on_step;
+    if (in.on_preview && in.preview_every > 0) {
+      const int64_t total = in.sigmas.empty() ? o.num_inference_steps : int64_t(in.sigmas.size());
+      const int64_t H = o.height, W = o.width, vsf = p_->vae_scale_factor();
+      o.step_observer = [&in, total, H, W, vsf](const FluxStepTensors& t) {
+        if (!preview_due(in, t.step, total)) return;
+        const Tensor z = flux::unpack_latents(t.latents_out, H, W, vsf);  // [B, C, H/8, W/8]
+        in.on_preview(t.step, preview_rgb(z.select(0, 0)));
+      };
+    }
     FluxOutput out = (*p_)(o);
     GenerateResult r = result_of(out, in);
+    r.cache = out.cache;
+    finish_report(r.cache);
     r.images_u8 = out.image_u8;
     r.pixels_f32 = out.image_f32;
     r.used.width = o.width;
@@ -185,13 +253,12 @@ class FluxAdapter final : public AdapterBase {
     r.used.max_sequence_length = o.max_sequence_length;
     return r;
   }
-  void compile(const std::string& mode, bool autotune) override {
+  void apply_compile(const std::string& mode, bool autotune) override {
     const auto o = compile_options(mode, autotune);
     if (mode == "full") p_->transformer->compile(o);
     else p_->transformer->compile_repeated_blocks(o);
-    autotuned_ = autotune;
-    lora_set().mark_compiled();  // adapters swap freely on layers that had one at capture; new layers are refused
   }
+  void apply_cache(const CacheOptions& opt) override { p_->transformer->enable_cache(opt, "transformer"); }
   std::map<std::string, std::string> quantization() const override { return p_->quantization; }
 
  protected:
@@ -267,8 +334,18 @@ class WanAdapter final : public AdapterBase {
     o.latents = in.latents;
     o.output_type = in.output_latents_only ? "latent" : "np";
     o.callback = in.on_step;
+    if (in.on_preview && in.preview_every > 0) {
+      const int64_t total = o.num_inference_steps;
+      o.latents_observer = [&in, total](int64_t step, const Tensor& latents) {  // [B, C, T, h, w]
+        if (!preview_due(in, step, total)) return;
+        const Tensor first = latents.select(0, 0);  // [C, T, h, w]
+        in.on_preview(step, preview_rgb(first.select(1, first.size(1) / 2)));
+      };
+    }
     WanOutput out = (*p_)(o);
     GenerateResult r = result_of(out, in);
+    r.cache = out.cache;
+    finish_report(r.cache);
     r.videos_u8 = out.frames_u8;
     r.pixels_f32 = out.frames_f32;
     r.used.width = out.width;
@@ -280,15 +357,17 @@ class WanAdapter final : public AdapterBase {
     r.used.max_sequence_length = o.max_sequence_length;
     return r;
   }
-  void compile(const std::string& mode, bool autotune) override {
+  void apply_compile(const std::string& mode, bool autotune) override {
     const auto o = compile_options(mode, autotune);
     for (auto* t : {p_->transformer.get(), p_->transformer_2.get()}) {
       if (!t) continue;
       if (mode == "full") t->compile(o);
       else t->compile_repeated_blocks(o);
     }
-    autotuned_ = autotune;
-    lora_set().mark_compiled();
+  }
+  void apply_cache(const CacheOptions& opt) override {
+    if (p_->transformer) p_->transformer->enable_cache(opt, "transformer");
+    if (p_->transformer_2) p_->transformer_2->enable_cache(opt, "transformer_2");
   }
   std::map<std::string, std::string> quantization() const override { return p_->quantization; }
 
@@ -404,6 +483,20 @@ void save_image(const std::filesystem::path& path, const Tensor& image_u8,
                 const std::vector<std::pair<std::string, std::string>>& metadata) {
   io::PngText t(metadata.begin(), metadata.end());
   io::write_png(path, image_u8.dim() == 3 ? image_u8.unsqueeze(0) : image_u8, t);
+}
+
+std::vector<uint8_t> encode_image(const Tensor& image_u8, const std::string& format,
+                                  const std::vector<std::pair<std::string, std::string>>& metadata) {
+  const Tensor img = image_u8.dim() == 4 ? image_u8.select(0, 0) : image_u8;
+  check(img.dtype() == DType::u8 && img.dim() == 3 && img.size(2) == 3, kCtx,
+        "encode_image takes uint8 [H, W, 3] (or [1, H, W, 3]), got ", image_u8.str());
+  const Tensor c = img.contiguous();
+  if (format == "png") {
+    io::PngText t(metadata.begin(), metadata.end());
+    return io::encode_png(c.data<uint8_t>(), c.size(1), c.size(0), t);
+  }
+  check(format == "jpeg" || format == "webp", kCtx, "image format must be png, jpeg or webp, got '", format, "'");
+  return io::encode_still(c.data<uint8_t>(), c.size(1), c.size(0), format);
 }
 
 }  // namespace diffq

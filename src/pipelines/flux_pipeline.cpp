@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <map>
 
+#include "cache/step_cache.h"
 #include "core/random.h"
 #include "diffq/error.h"
 #include "io/diffusers_folder.h"
@@ -243,14 +244,19 @@ FluxOutput FluxPipeline::operator()(const FluxCallOptions& opt) {
   scheduler->set_begin_index(0);
   FluxOutput out;
   out.encode_prompt_s = encode_prompt_s;
+  // Step cache: a fresh state per call (Diffusers resets its stateful hooks at the end of each call).
+  cache::StepCache* step_cache = transformer->step_cache();
+  if (step_cache) step_cache->reset(N);
   for (int64_t i = 0; i < N; ++i) {
     const float t = timesteps[size_t(i)];
     // t.expand(B).to(latents.dtype) / 1000, computed in latents' dtype.
     const float t_rounded = Tensor::full({1}, double(t), ldt).to_f32_vector()[0];
     const Tensor timestep = Tensor::from_vector(std::vector<float>(size_t(B), t_rounded / 1000.0f), {B}, ldt);
+    if (step_cache) step_cache->set_context("cond");  // transformer.cache_context("cond")
     Tensor v = (*transformer)(latents, o.prompt_embeds, o.pooled_prompt_embeds, timestep, guidance, txt_ids,
                               img_ids);
     if (do_true_cfg) {
+      if (step_cache) step_cache->set_context("uncond");
       Tensor vn = (*transformer)(latents, o.negative_prompt_embeds, o.negative_pooled_prompt_embeds, timestep,
                                  guidance, neg_txt_ids, img_ids);
       v = ops::add(vn, ops::mul_scalar(ops::sub(v, vn), o.true_cfg_scale));
@@ -266,6 +272,7 @@ FluxOutput FluxPipeline::operator()(const FluxCallOptions& opt) {
   }
   out.latents = latents;
   out.denoise_s = clock.lap();
+  if (step_cache) step_cache->append_report(out.cache);
   if (o.output_type == "latent") return out;
 
   // ---- decode ----

@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "diffq/cache.h"
 #include "diffq/tensor.h"
 #include "models/clip/clip_text_model.h"
 #include "models/flux/flux_transformer.h"
@@ -94,6 +95,7 @@ struct FluxOutput {
   int64_t steps_run = 0;
   bool interrupted = false;
   double encode_prompt_s = 0, denoise_s = 0, decode_s = 0;  // wall time of each stage
+  CacheReport cache;  // steps computed vs skipped (when transformer->enable_cache was called)
 };
 
 struct FluxPipelineLoadOptions {

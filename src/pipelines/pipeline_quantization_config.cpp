@@ -27,6 +27,7 @@ std::optional<std::string> backend_of_class(const std::string& cls, const nlohma
   if (cls == "TorchAoConfig") return "torchao";
   if (cls == "GGUFQuantizationConfig") return "gguf";
   if (cls == "QuantoConfig") return "quanto";
+  if (cls == "SDNQConfig") return "sdnq";
   return std::nullopt;
 }
 
@@ -48,7 +49,8 @@ const std::vector<std::string>& PipelineQuantizationConfig::diffusers_backends()
 }
 
 const std::vector<std::string>& PipelineQuantizationConfig::supported_backends() {
-  static const std::vector<std::string> v = {"bitsandbytes_4bit", "bitsandbytes_8bit", "gguf", "quanto", "torchao"};
+  static const std::vector<std::string> v = {"bitsandbytes_4bit", "bitsandbytes_8bit", "gguf", "quanto", "torchao",
+                                             "sdnq"};
   return v;
 }
 

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "cache/step_cache.h"
 #include "core/random.h"
 #include "diffq/error.h"
 #include "io/diffusers_folder.h"
@@ -274,6 +275,9 @@ WanOutput WanPipeline::operator()(const WanCallOptions& opt) {
   out.height = o.height;
   out.width = o.width;
   out.encode_prompt_s = encode_prompt_s;
+  // Step caches: a fresh state per call and per transformer (Diffusers resets its hooks after each call).
+  for (auto* t : {transformer.get(), transformer_2.get()})
+    if (t && t->step_cache()) t->step_cache()->reset(N);
   for (int64_t i = 0; i < N; ++i) {
     const double t = timesteps[size_t(i)];
     const bool high = !boundary_t || t >= *boundary_t;
@@ -283,13 +287,17 @@ WanOutput WanPipeline::operator()(const WanCallOptions& opt) {
     // t.expand(B) in the scheduler's timestep dtype, or (expand_timesteps) t for every token, float32.
     const Tensor timestep = expand_timesteps ? Tensor::full({B, seq_len}, t, DType::f32)
                                              : Tensor::full({B}, t, scheduler->timestep_dtype());
+    cache::StepCache* step_cache = model.step_cache();
+    if (step_cache) step_cache->set_context("cond");  // current_model.cache_context("cond")
     Tensor v = model(x, timestep, cond);
     if (do_cfg) {
+      if (step_cache) step_cache->set_context("uncond");
       const Tensor vu = model(x, timestep, uncond);
       v = ops::add(vu, ops::mul_scalar(ops::sub(v, vu), g));
     }
     latents = scheduler->step(v, t, latents);
     ++out.steps_run;
+    if (o.latents_observer) o.latents_observer(i, latents);
     if (o.callback && !o.callback(i, N, float(t))) {
       out.interrupted = true;
       break;
@@ -297,6 +305,8 @@ WanOutput WanPipeline::operator()(const WanCallOptions& opt) {
   }
   out.latents = latents;
   out.denoise_s = clock.lap();
+  for (auto* t : {transformer.get(), transformer_2.get()})
+    if (t && t->step_cache()) t->step_cache()->append_report(out.cache);
   if (o.output_type == "latent") return out;
 
   // ---- decode ----

@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "diffq/cache.h"
 #include "diffq/tensor.h"
 #include "models/t5/t5_encoder.h"
 #include "models/vae/autoencoder_kl_wan.h"
@@ -61,6 +62,7 @@ struct WanCallOptions {
   Tensor latents;                          // optional [B, C, T, h, w]; replaces the noise
   std::string output_type = "np";          // "np" (frames) or "latent"
   StepCallback callback;                   // optional: (step, total, t) -> false interrupts
+  std::function<void(int64_t step, const Tensor& latents)> latents_observer;  // optional, after each step, before `callback`
 };
 
 struct WanOutput {
@@ -72,6 +74,7 @@ struct WanOutput {
   int64_t steps_run = 0;
   bool interrupted = false;
   double encode_prompt_s = 0, denoise_s = 0, decode_s = 0;  // wall time of each stage
+  CacheReport cache;  // steps computed vs skipped (when a transformer's enable_cache was called)
 };
 
 struct WanPipelineLoadOptions {

@@ -8,8 +8,12 @@
 #include "quant/bnb/bnb_config.h"
 #include "quant/bnb/bnb_int8.h"
 #include "quant/gguf/gguf_weight.h"
+#include "quant/modelopt/modelopt_config.h"
+#include "quant/modelopt/modelopt_weight.h"
 #include "quant/nunchaku/nunchaku.h"
 #include "quant/quanto/quanto.h"
+#include "quant/autoround/autoround_method.h"
+#include "quant/sdnq/sdnq_method.h"
 #include "quant/torchao/torchao.h"
 
 namespace diffq::quant {
@@ -194,6 +198,34 @@ class NunchakuMethod final : public QuantMethod {
   nunchaku::NunchakuLiteConfig c_;
 };
 
+// ---- ModelOpt exports (read only: quantize with ModelOpt, export_hf_checkpoint) ----
+class ModelOptMethod final : public QuantMethod {
+ public:
+  explicit ModelOptMethod(ModelOptConfig c, std::string source) : c_(std::move(c)), source_(std::move(source)) {}
+  std::string backend() const override { return "modelopt"; }
+  std::string scheme() const override { return c_.quant_algo; }
+  nlohmann::json quantization_config() const override { return c_.raw; }
+  bool should_quantize(const std::string& module, const Shape& shape) const override {
+    return shape.size() == 2 && c_.algo_for(module).has_value();
+  }
+  std::shared_ptr<QuantizedWeight> quantize(const Tensor&) const override {
+    fail(kCtx, "modelopt checkpoints are read, not made: quantize with NVIDIA ModelOpt and export_hf_checkpoint");
+  }
+  std::shared_ptr<QuantizedWeight> load(const io::StateDict& sd, const std::string& module, const Shape& shape,
+                                        const io::Metadata*, std::vector<std::string>& consumed) const override {
+    const auto algo = c_.algo_for(module);
+    if (!algo) return nullptr;
+    return load_modelopt_weight(sd, module, shape, *algo, source_, consumed);
+  }
+  void save(const QuantizedWeight& w, const std::string& module, io::StateDict&, io::Metadata&) const override {
+    fail(kCtx, "modelopt weights are not written by diffq (", module, ", ", w.scheme(), ")");
+  }
+
+ private:
+  ModelOptConfig c_;
+  std::string source_;
+};
+
 }  // namespace
 
 std::unique_ptr<QuantMethod> make_quant_method(const std::string& backend, const nlohmann::json& kwargs) {
@@ -208,6 +240,7 @@ std::unique_ptr<QuantMethod> make_quant_method(const std::string& backend, const
   if (backend == "torchao") return std::make_unique<TorchaoMethod>(torchao::Config::from_json(kwargs));
   if (backend == "quanto") return std::make_unique<QuantoMethod>(QuantoConfig::from_kwargs(kwargs));
   if (backend == "gguf") return std::make_unique<GgufMethod>(GGUFQuantizationConfig::from_json(kwargs));
+  if (backend == "sdnq") return sdnq::make_sdnq_method(kwargs, /*pre_quantized=*/false);
   fail(kCtx, "unknown quantization backend '", backend, "' (diffq: bitsandbytes_4bit, bitsandbytes_8bit, torchao, quanto, gguf)");
 }
 
@@ -223,14 +256,19 @@ std::unique_ptr<QuantMethod> quant_method_from_config(const nlohmann::json& qc, 
   if (m == "quanto") return std::make_unique<QuantoMethod>(QuantoConfig::from_kwargs(qc));
   if (m == "gguf") return std::make_unique<GgufMethod>(GGUFQuantizationConfig::from_json(qc));
   if (m == "nunchaku_lite") return std::make_unique<NunchakuMethod>(nunchaku::NunchakuLiteConfig::from_json(qc, source));
-  fail(kCtx, source, ": quant_method '", m, "' is not supported (bitsandbytes, torchao, quanto, gguf, nunchaku_lite)");
+  if (m == "modelopt") return std::make_unique<ModelOptMethod>(ModelOptConfig::from_json(qc, source), source);
+  if (m == "sdnq") return sdnq::make_sdnq_method(qc, /*pre_quantized=*/true);
+  if (m == "auto-round" || m == "autoround") return autoround::make_autoround_method(qc, source);
+  fail(kCtx, source, ": quant_method '", m,
+       "' is not supported (bitsandbytes, torchao, quanto, gguf, nunchaku_lite, modelopt, sdnq, auto-round)");
 }
 
 const std::vector<std::string>& quant_shorthands() {
   static const std::vector<std::string> v = {
       "nf4",   "fp4",   "int8",  "int8wo", "int4wo", "int8dq", "fp8wo",  "fp8dq",  "quanto-int8", "quanto-int4",
       "quanto-int2", "quanto-fp8", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K",
-      "iq4_nl", "iq4_xs"};
+      "iq4_nl", "iq4_xs", "sdnq-int8", "sdnq-uint8", "sdnq-int4", "sdnq-uint4", "sdnq-int2", "sdnq-uint2",
+      "sdnq-fp8", "sdnq-float8_e5m2"};
   return v;
 }
 
@@ -250,6 +288,7 @@ std::pair<std::string, nlohmann::json> quant_shorthand(const std::string& name, 
     if (w == "fp8") w = "float8";
     return {"quanto", json{{"weights_dtype", w}}};
   }
+  if (name.rfind("sdnq-", 0) == 0) return sdnq::sdnq_shorthand(name);
   const auto& all = quant_shorthands();
   if (std::find(all.begin(), all.end(), name) != all.end() && name[0] != 'n')
     return {"gguf", json{{"type", name}, {"compute_dtype", dtype}}};

@@ -23,6 +23,12 @@ class QuantMethod {
   // Whether the Linear `module` with weight `shape` is quantized (modules_to_not_convert, scheme rules).
   virtual bool should_quantize(const std::string& module, const Shape& shape) const = 0;
   virtual std::shared_ptr<QuantizedWeight> quantize(const Tensor& weight) const = 0;
+  // quantize() for Linear `module` (schemes whose choice depends on the module, e.g. SDNQ's
+  // modules_dtype_dict, override it). Quantize-on-load and `diffq quantize` call this one.
+  virtual std::shared_ptr<QuantizedWeight> quantize_named(const std::string& module, const Tensor& weight) const {
+    (void)module;
+    return quantize(weight);
+  }
 
   // Pre-quantized files. `load` returns null when `sd` holds no quantized layout for `module`;
   // it appends the keys it read to `consumed`. `metadata` is the safetensors header's, when known.

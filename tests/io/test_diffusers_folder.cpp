@@ -154,8 +154,13 @@ TEST(DiffusersFolder, ErrorsNameTheFileFieldOrValue) {
   write_text(q / "vae" / "config.json", "[1]");
   expect_error([&] { DiffusersFolder::open(q); }, {"config.json", "not a JSON object"});
 
-  // Only pickle weights: a clear hint.
+  // Only pickle weights: found (PyTorch checkpoints load since issue 19), but this one is no zip.
   fs::create_directories(tmp / "bin_only");
   write_text(tmp / "bin_only" / "diffusion_pytorch_model.bin", "x");
-  expect_error([&] { find_weight_files(tmp / "bin_only"); }, {"variants present: none", "pickle"});
+  const WeightFiles bin = find_weight_files(tmp / "bin_only");
+  ASSERT_EQ(bin.files.size(), 1u);
+  EXPECT_EQ(bin.files[0].filename(), "diffusion_pytorch_model.bin");
+  expect_error([&] { load_weight_files(bin); }, {"diffusion_pytorch_model.bin", "not a PyTorch zip checkpoint"});
+  fs::create_directories(tmp / "no_weights");
+  expect_error([&] { find_weight_files(tmp / "no_weights"); }, {"variants present: none"});
 }

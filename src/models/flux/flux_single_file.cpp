@@ -3,7 +3,9 @@
 #include "diffq/error.h"
 #include "io/safetensors.h"
 #include "models/flux/flux_keys.h"
+#include "models/flux/flux_single_file_bfl_quant.h"
 #include "models/flux/flux_single_file_gguf.h"
+#include "quant/bfl/bfl_layers.h"
 
 namespace diffq::models::flux {
 
@@ -19,6 +21,7 @@ std::unique_ptr<FluxTransformer2DModel> load_flux_single_file(const std::filesys
   StateDict sd = st.tensors();
   LoadOptions o = opt;
   if (o.source.empty()) o.source = file.string();
+  if (quant::has_bfl_quantized_layers(sd)) return load_flux_bfl_quantized(sd, file.string(), base, o);
   if (is_bfl_flux_state_dict(sd)) {
     const FluxTransformerConfig cfg = infer_bfl_flux_config(sd, base);
     auto model = std::make_unique<FluxTransformer2DModel>(cfg);

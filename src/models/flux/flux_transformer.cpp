@@ -6,6 +6,7 @@
 #include "diffq/error.h"
 #include "io/diffusers_folder.h"
 #include "models/common/timestep_embedding.h"
+#include "cache/step_cache.h"
 #include "compile/compiled_module.h"
 #include "ops/ops.h"
 
@@ -197,13 +198,30 @@ std::pair<Tensor, Tensor> FluxTransformerBlock::forward(const Tensor& img, const
   const std::vector<Tensor> m = norm1.modulation(temb), c = norm1_context.modulation(temb);
   const Tensor x_hat = modulate(norm1.norm(img), m[0], m[1]);          // [B, N, D]
   const Tensor c_hat = modulate(norm1_context.norm(txt), c[0], c[1]);  // [B, T, D]
-  const auto [attn_img, attn_txt] = attn.joint_attention(x_hat, c_hat, cos, sin);
+  Tensor attn_img, attn_txt;
+  if (attn.output_hook) {  // step caching (TaylorSeer): the attn module's outputs (image, text)
+    const auto o = attn.output_hook(attn.hook_id, [&] {
+      auto [a, b] = attn.joint_attention(x_hat, c_hat, cos, sin);
+      return std::vector<Tensor>{a, b};
+    });
+    attn_img = o[0];
+    attn_txt = o[1];
+  } else {
+    std::tie(attn_img, attn_txt) = attn.joint_attention(x_hat, c_hat, cos, sin);
+  }
 
   Tensor x = ops::add(img, ops::mul(m[2].unsqueeze(1), attn_img));                                     // [B, N, D]
   x = ops::add(x, ops::mul(m[5].unsqueeze(1), ff(modulate(norm1.norm(x), m[3], m[4]))));               // [B, N, D]
   Tensor e = ops::add(txt, ops::mul(c[2].unsqueeze(1), attn_txt));                                     // [B, T, D]
   e = ops::add(e, ops::mul(c[5].unsqueeze(1), ff_context(modulate(norm1_context.norm(e), c[3], c[4]))));  // [B, T, D]
   return {clip_if_f16(e), x};
+}
+
+Tensor FluxTransformerBlock::modulated_input(const Tensor& img, const Tensor& temb) {
+  return call([&] {
+    const std::vector<Tensor> m = norm1.modulation(temb);
+    return modulate(norm1.norm(img), m[0], m[1]);  // [B, N, D]
+  });
 }
 
 FluxSingleTransformerBlock::FluxSingleTransformerBlock(int64_t heads, int64_t head_dim)
@@ -224,7 +242,9 @@ std::pair<Tensor, Tensor> FluxSingleTransformerBlock::forward(const Tensor& img,
   const std::vector<Tensor> m = norm.modulation(temb);                           // shift, scale, gate [B, D]
   const Tensor h_hat = modulate(norm.norm(h), m[0], m[1]);                       // [B, S, D]
   const Tensor mlp = ops::gelu(proj_mlp(h_hat), /*tanh_approx=*/true);           // [B, S, 4D]
-  const Tensor a = attn.self_attention(h_hat, cos, sin);                         // [B, S, D]
+  const Tensor a = attn.output_hook ? attn.output_hook(attn.hook_id, [&] {
+    return std::vector<Tensor>{attn.self_attention(h_hat, cos, sin)};
+  })[0] : attn.self_attention(h_hat, cos, sin);                                   // [B, S, D]
   const Tensor out = proj_out(ops::concat({a, mlp}, 2));                         // [B, S, D]
   const Tensor y = clip_if_f16(ops::add(h, ops::mul(m[2].unsqueeze(1), out)));   // [B, S, D]
   return {y.slice(1, 0, T), y.slice(1, T, S)};
@@ -327,7 +347,7 @@ Tensor FluxTransformer2DModel::forward(const Tensor& hidden, const Tensor& encod
     (*mids)["rope.0"] = cos;
     (*mids)["rope.1"] = sin;
   }
-  if (compiled_ && !mids) return compiled_->run(*this, {hidden, encoder, pooled, timestep, guidance, cos, sin})[0];
+  if (compiled_ && !mids && !step_cache_) return compiled_->run(*this, {hidden, encoder, pooled, timestep, guidance, cos, sin})[0];
   return forward_body(hidden, encoder, pooled, timestep, guidance, cos, sin, mids);
 }
 
@@ -349,26 +369,41 @@ Tensor FluxTransformer2DModel::forward_body(const Tensor& hidden, const Tensor& 
   Tensor e = context_embedder(encoder.to(dt));  // [B, T, D]
   record("context_embedder", e);
 
-  for (size_t i = 0; i < transformer_blocks.size(); ++i) {
-    std::tie(e, x) = transformer_blocks[i](x, e, temb, cos, sin);  // [B, T, D], [B, N, D]
-    record("transformer_blocks." + std::to_string(i) + ".0", e);
-    record("transformer_blocks." + std::to_string(i) + ".1", x);
-  }
-  if (single_transformer_blocks.size() > 0 && single_transformer_blocks[0].compiled && e.size(0) == 1) {
-    // Regional compilation: the first single block's inputs become slices of one buffer, as every later
-    // block's are (the previous block's output), so that each block's cat([txt, img]) is a view of its
-    // inputs' buffer instead of a copy (compile: Node::alias_inputs). The same values. (With a batch of
-    // several the slices are not contiguous and the compiled blocks copy their inputs anyway.)
-    const int64_t T = e.size(1);
-    const Tensor joint = ops::concat({e, x}, 1);  // [B, T + N, D]
-    e = joint.slice(1, 0, T);
-    x = joint.slice(1, T, joint.size(1));
-  }
-  for (size_t i = 0; i < single_transformer_blocks.size(); ++i) {
-    std::tie(e, x) = single_transformer_blocks[i](x, e, temb, cos, sin);
-    record("single_transformer_blocks." + std::to_string(i) + ".0", e);
-    record("single_transformer_blocks." + std::to_string(i) + ".1", x);
-  }
+  // Block i of the loop (transformer_blocks, then single_transformer_blocks) on the streams.
+  const int64_t L = int64_t(transformer_blocks.size()), nb = L + int64_t(single_transformer_blocks.size());
+  const auto run_blocks = [&](int64_t begin, int64_t end, const cache::Streams& in) {
+    Tensor x = in.x, e = in.e;
+    for (int64_t i = begin; i < end; ++i) {
+      if (i < L) {
+        std::tie(e, x) = transformer_blocks[size_t(i)](x, e, temb, cos, sin);  // [B, T, D], [B, N, D]
+        record("transformer_blocks." + std::to_string(i) + ".0", e);
+        record("transformer_blocks." + std::to_string(i) + ".1", x);
+        continue;
+      }
+      const int64_t j = i - L;
+      if (j == 0 && single_transformer_blocks[0].compiled && e.size(0) == 1) {
+        // Regional compilation: the first single block's inputs become slices of one buffer, as every later
+        // block's are (the previous block's output), so that each block's cat([txt, img]) is a view of its
+        // inputs' buffer instead of a copy (compile: Node::alias_inputs). The same values. (With a batch of
+        // several the slices are not contiguous and the compiled blocks copy their inputs anyway.)
+        const int64_t T = e.size(1);
+        const Tensor joint = ops::concat({e, x}, 1);  // [B, T + N, D]
+        e = joint.slice(1, 0, T);
+        x = joint.slice(1, T, joint.size(1));
+      }
+      std::tie(e, x) = single_transformer_blocks[size_t(j)](x, e, temb, cos, sin);
+      record("single_transformer_blocks." + std::to_string(j) + ".0", e);
+      record("single_transformer_blocks." + std::to_string(j) + ".1", x);
+    }
+    return cache::Streams{x, e};
+  };
+  // With a step cache the cache decides which ranges of the loop run (cache/step_cache.h).
+  const auto modulated = [&](const Tensor& xin) { return transformer_blocks[0].modulated_input(xin, temb); };
+  const cache::Streams out = step_cache_ && nb > 0
+                                 ? step_cache_->run_blocks({x, e}, run_blocks, L > 0 ? cache::ModulatedInput(modulated)
+                                                                                     : cache::ModulatedInput())
+                                 : run_blocks(0, nb, {x, e});
+  x = out.x;
 
   const std::vector<Tensor> m = norm_out.modulation(temb);  // (scale, shift) in THIS order, [B, D] each
   x = modulate(norm_out.norm(x), m[1], m[0]);                // [B, N, D]
@@ -428,6 +463,27 @@ void FluxTransformer2DModel::uncompile() {
   compiled_.reset();
   for (auto& b : transformer_blocks) b->compiled.reset();
   for (auto& b : single_transformer_blocks) b->compiled.reset();
+}
+
+void FluxTransformer2DModel::enable_cache(const CacheOptions& opt, const std::string& model_name) {
+  disable_cache();
+  std::vector<std::string> names;
+  for (size_t i = 0; i < transformer_blocks.size(); ++i) names.push_back("transformer_blocks." + std::to_string(i));
+  for (size_t i = 0; i < single_transformer_blocks.size(); ++i)
+    names.push_back("single_transformer_blocks." + std::to_string(i));
+  step_cache_ = cache::make_step_cache(opt, model_name, names, /*is_flux=*/true);
+  if (!step_cache_) return;
+  if (auto hook = step_cache_->attention_hook()) {
+    int64_t id = 0;
+    for (auto& b : transformer_blocks) b->attn.output_hook = hook, b->attn.hook_id = id++;
+    for (auto& b : single_transformer_blocks) b->attn.output_hook = hook, b->attn.hook_id = id++;
+  }
+}
+
+void FluxTransformer2DModel::disable_cache() {
+  step_cache_.reset();
+  for (auto& b : transformer_blocks) b->attn.output_hook = nullptr;
+  for (auto& b : single_transformer_blocks) b->attn.output_hook = nullptr;
 }
 
 std::vector<const compile::CompiledModule*> FluxTransformer2DModel::compiled_modules() const {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -16,6 +17,12 @@
 
 namespace diffq::compile {
 class CompiledModule;
+}
+namespace diffq::cache {
+class StepCache;
+}
+namespace diffq {
+struct CacheOptions;
 }
 
 namespace diffq::models::flux {
@@ -103,6 +110,9 @@ class FluxAttention : public Module {
   // Double stream: returns {image [B, N, D], text [B, T, D]} after to_out.0 / to_add_out.
   std::pair<Tensor, Tensor> joint_attention(const Tensor& img, const Tensor& txt, const Tensor& cos,
                                             const Tensor& sin);
+  // Step caching (TaylorSeer) replaces this module's outputs: hook(id, compute) returns them.
+  std::function<std::vector<Tensor>(int64_t, const std::function<std::vector<Tensor>()>&)> output_hook;
+  int64_t hook_id = 0;
   int64_t heads, head_dim;
   Linear to_q, to_k, to_v;
   RMSNorm norm_q, norm_k;
@@ -120,10 +130,14 @@ class FluxTransformerBlock : public Module {
   // returns {encoder_hidden_states [B, T, D], hidden_states [B, N, D]} (Diffusers' order)
   std::pair<Tensor, Tensor> operator()(const Tensor& img, const Tensor& txt, const Tensor& temb,
                                        const Tensor& cos, const Tensor& sin) {
-    return call([&] { return compiled ? run_compiled(img, txt, temb, cos, sin) : forward(img, txt, temb, cos, sin); });
+    return call([&] {
+      return compiled && !attn.output_hook ? run_compiled(img, txt, temb, cos, sin) : forward(img, txt, temb, cos, sin);
+    });
   }
   std::pair<Tensor, Tensor> forward(const Tensor& img, const Tensor& txt, const Tensor& temb,
                                     const Tensor& cos, const Tensor& sin);
+  // TeaCache's input: norm1(img, emb=temb)'s modulated output [B, N, D] (through this block's hooks).
+  Tensor modulated_input(const Tensor& img, const Tensor& temb);
   // Set by FluxTransformer2DModel::compile_repeated_blocks (one graph shared by every such block).
   std::shared_ptr<compile::CompiledModule> compiled;
   std::pair<Tensor, Tensor> run_compiled(const Tensor& img, const Tensor& txt, const Tensor& temb,
@@ -138,7 +152,9 @@ class FluxSingleTransformerBlock : public Module {
   FluxSingleTransformerBlock(int64_t heads, int64_t head_dim);
   std::pair<Tensor, Tensor> operator()(const Tensor& img, const Tensor& txt, const Tensor& temb,
                                        const Tensor& cos, const Tensor& sin) {
-    return call([&] { return compiled ? run_compiled(img, txt, temb, cos, sin) : forward(img, txt, temb, cos, sin); });
+    return call([&] {
+      return compiled && !attn.output_hook ? run_compiled(img, txt, temb, cos, sin) : forward(img, txt, temb, cos, sin);
+    });
   }
   std::pair<Tensor, Tensor> forward(const Tensor& img, const Tensor& txt, const Tensor& temb,
                                     const Tensor& cos, const Tensor& sin);
@@ -193,6 +209,13 @@ class FluxTransformer2DModel : public Module {
   void uncompile();
   std::vector<const compile::CompiledModule*> compiled_modules() const;  // for stats
 
+  // Step caching (Diffusers' enable_cache(config) / disable_cache): FirstBlockCache, MagCache and TeaCache
+  // decide at the block loop (forward_body); TaylorSeer hooks every block's attn. With a cache on, a full
+  // compile's graph is bypassed (the decision needs the first block's output): use regional compile.
+  void enable_cache(const CacheOptions& opt, const std::string& model_name = "transformer");
+  void disable_cache();
+  cache::StepCache* step_cache() const { return step_cache_.get(); }
+
   DType compute_dtype() const { return x_embedder.bias.dtype(); }  // dense even when weights are quantized
 
   FluxTransformerConfig config;
@@ -205,6 +228,7 @@ class FluxTransformer2DModel : public Module {
 
  private:
   std::shared_ptr<compile::CompiledModule> compiled_;
+  std::shared_ptr<cache::StepCache> step_cache_;
 };
 
 }  // namespace diffq::models::flux

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "cache/step_cache.h"
 #include "compile/compiled_module.h"
 #include "diffq/error.h"
 #include "io/diffusers_folder.h"
@@ -164,7 +165,7 @@ Tensor WanTransformer3DModel::forward(const Tensor& hidden, const Tensor& timest
   record("rope.cos", cos);
   record("rope.sin", sin);
   const Tensor t = timestep.to(dev);
-  if (compiled_ && !mids) return compiled_->run(*this, {hidden, t, encoder, cos, sin})[0];
+  if (compiled_ && !mids && !step_cache_) return compiled_->run(*this, {hidden, t, encoder, cos, sin})[0];
   return forward_body(hidden, t, encoder, cos, sin, mids);
 }
 
@@ -186,10 +187,19 @@ Tensor WanTransformer3DModel::forward_body(const Tensor& hidden, const Tensor& t
   record("timestep_proj", cond.timestep_proj);  // [B, L, 6, D]
   record("text", cond.text);                    // [B, S, D]
 
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    x = blocks[i](x, cond.text, cond.timestep_proj, cos, sin);  // [B, N, D]
-    record("blocks." + std::to_string(i), x);
-  }
+  // blocks [begin, end) on the hidden states (Wan's blocks return only hidden_states: no text stream).
+  const auto run_blocks = [&](int64_t begin, int64_t end, const cache::Streams& in) {
+    Tensor y = in.x;
+    for (int64_t i = begin; i < end; ++i) {
+      y = blocks[size_t(i)](y, cond.text, cond.timestep_proj, cos, sin);  // [B, N, D]
+      record("blocks." + std::to_string(i), y);
+    }
+    return cache::Streams{y, Tensor()};
+  };
+  const int64_t nb = int64_t(blocks.size());
+  // With a step cache the cache decides which ranges of the loop run (cache/step_cache.h).
+  x = (step_cache_ && nb > 0 ? step_cache_->run_blocks({x, Tensor()}, run_blocks, nullptr)
+                             : run_blocks(0, nb, {x, Tensor()})).x;
 
   // (shift, scale) = scale_shift_table + temb in float32 (SHIFT first); FP32LayerNorm, modulate, back.
   const Tensor table = scale_shift_table.dense().to(f32).view({1, 1, 2, D});  // [1, 1, 2, D]
@@ -224,6 +234,15 @@ void WanTransformer3DModel::compile_repeated_blocks(const compile::CompileOption
       o);
   for (auto& b : blocks) b->compiled = shared;
 }
+
+void WanTransformer3DModel::enable_cache(const CacheOptions& opt, const std::string& model_name) {
+  disable_cache();
+  std::vector<std::string> names;
+  for (size_t i = 0; i < blocks.size(); ++i) names.push_back("blocks." + std::to_string(i));
+  step_cache_ = cache::make_step_cache(opt, model_name, names, /*is_flux=*/false);
+}
+
+void WanTransformer3DModel::disable_cache() { step_cache_.reset(); }
 
 void WanTransformer3DModel::uncompile() {
   compiled_.reset();

@@ -18,6 +18,13 @@
 #include "models/wan/wan_blocks.h"
 #include "modules/state_dict.h"
 
+namespace diffq::cache {
+class StepCache;
+}
+namespace diffq {
+struct CacheOptions;
+}
+
 namespace diffq::models::wan {
 
 // config.json of the transformer component; defaults are Diffusers' (Wan2.1-T2V-14B sizes).
@@ -87,6 +94,12 @@ class WanTransformer3DModel : public Module {
   void uncompile();
   std::vector<const compile::CompiledModule*> compiled_modules() const;  // for stats
 
+  // Step caching (Diffusers' enable_cache(config) / disable_cache): FirstBlockCache and MagCache decide at
+  // the block loop (forward_body). With a cache on, a full compile's graph is bypassed: use regional compile.
+  void enable_cache(const CacheOptions& opt, const std::string& model_name = "transformer");
+  void disable_cache();
+  cache::StepCache* step_cache() const { return step_cache_.get(); }
+
   DType compute_dtype() const { return proj_out.bias.dtype(); }  // dense even when weights are quantized
   // Diffusers' WanTransformer3DModel._keep_in_fp32_modules ("rope" holds only buffers).
   static std::vector<std::string> keep_in_fp32_modules();
@@ -103,6 +116,7 @@ class WanTransformer3DModel : public Module {
 
  private:
   std::shared_ptr<compile::CompiledModule> compiled_;
+  std::shared_ptr<cache::StepCache> step_cache_;
 };
 
 }  // namespace diffq::models::wan

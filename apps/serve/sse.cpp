@@ -1,0 +1,31 @@
+#include "sse.h"
+
+namespace diffq::serve {
+
+std::string sse_frame(const JobEvent& ev) { return "event: " + ev.name + "\ndata: " + ev.data.dump() + "\n\n"; }
+
+void stream_job_events(JobQueue& q, std::shared_ptr<Job> job, httplib::Response& res) {
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  auto next = std::make_shared<size_t>(0);
+  res.set_chunked_content_provider("text/event-stream", [&q, job, next](size_t, httplib::DataSink& sink) {
+    bool final = false;
+    const auto evs = q.events_since(job, *next, std::chrono::milliseconds(15000), final);
+    if (evs.empty() && !final) {
+      const std::string ping = ": keep-alive\n\n";
+      return sink.write(ping.data(), ping.size());
+    }
+    for (const auto& ev : evs) {
+      const std::string f = sse_frame(ev);
+      if (!sink.write(f.data(), f.size())) return false;  // the client went away
+      ++*next;
+    }
+    if (final) {
+      // Events pushed after the final one cannot exist (finish() is the last push), so the log is complete.
+      sink.done();
+    }
+    return true;
+  });
+}
+
+}  // namespace diffq::serve

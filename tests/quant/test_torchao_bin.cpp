@@ -1,0 +1,132 @@
+// torchao-quantized PyTorch .bin (Diffusers' save_pretrained(safe_serialization=False) of a
+// TorchAoConfig(Int8WeightOnlyConfig()) transformer, seed 003) against the libraries that wrote it
+// (tests/fixtures/torch-bin/flux-int8wo, tools/reference/make_torch_bin.py): the subclasses come out
+// with the metadata torchao's own safetensors support writes, their dequantized weights equal torchao's
+// dequantize() bit for bit, and the tiny FLUX pipeline with that transformer folder gives Diffusers'
+// latents (Diffusers loading the same .bin) within 1e-4.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "io/diffusers_folder.h"
+#include "io/safetensors.h"
+#include "io/torch_checkpoint.h"
+#include "pipelines/flux_pipeline.h"
+#include "quant/quant_method.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace diffq;
+using nlohmann::json;
+
+const fs::path kFix = fs::path(DIFFQ_SOURCE_DIR) / "tests" / "fixtures";
+const fs::path kDir = kFix / "torch-bin";
+
+const json& expected() {
+  static const json j = [] {
+    std::ifstream in(kDir / "flux_int8wo.json");
+    return json::parse(in);
+  }();
+  return j;
+}
+
+const io::SafetensorsFile& reference() {
+  static const auto f = io::SafetensorsFile::open(kDir / "flux_int8wo.safetensors");
+  return f;
+}
+
+TEST(TorchaoBin, SubclassesFlattenToTorchaosSafetensorsLayout) {
+  const io::TorchCheckpoint c = io::load_torch_checkpoint(kDir / "flux-int8wo/transformer/diffusion_pytorch_model.bin");
+  for (const auto& [key, want] : expected()["torchao_metadata"].items()) {
+    ASSERT_TRUE(c.metadata.count(key)) << key;
+    json got = json::parse(c.metadata.at(key));
+    json w = want;
+    // _tensor_data_names: torchao lists optional names first; the set is what matters.
+    const auto names = [](const json& a) { return std::set<std::string>(a.begin(), a.end()); };
+    EXPECT_EQ(names(got["_tensor_data_names"]), names(w["_tensor_data_names"])) << key;
+    got.erase("_tensor_data_names");
+    w.erase("_tensor_data_names");
+    EXPECT_EQ(got, w) << key;
+    const std::string m = key.substr(0, key.size() - 7);  // "<module>.weight" -> module
+    EXPECT_TRUE(c.tensors.count(m + "._weight_qdata") && c.tensors.count(m + "._weight_scale")) << key;
+    EXPECT_FALSE(c.tensors.count(key));
+  }
+}
+
+TEST(TorchaoBin, DequantizedWeightsBitExact) {
+  const fs::path dir = kDir / "flux-int8wo" / "transformer";
+  const io::WeightFiles files = io::find_weight_files(dir);
+  const io::StateDict sd = io::load_weight_files(files);
+  const io::Metadata md = io::load_weight_metadata(files);
+  std::ifstream cin(dir / "config.json");
+  const json cfg = json::parse(cin);
+  const auto method = quant::quant_method_from_config(cfg["quantization_config"], "config.json");
+  for (const auto& [module, cls] : expected()["dequantized"].items()) {
+    const Tensor want = reference().tensor(module + ".dequantized");
+    std::vector<std::string> consumed;
+    const auto w = method->load(sd, module, want.shape(), &md, consumed);
+    ASSERT_TRUE(w) << module;
+    EXPECT_EQ(w->scheme(), "torchao_int8wo") << module << " (" << cls << ")";
+    const auto got = w->dequantize(DType::f32).to_f32_vector();
+    const auto ref = want.to_f32_vector();
+    ASSERT_EQ(got.size(), ref.size());
+    size_t diff = 0;
+    for (size_t i = 0; i < got.size(); ++i) diff += std::memcmp(&got[i], &ref[i], 4) != 0;
+    EXPECT_EQ(diff, 0u) << module << ": " << diff << " of " << got.size() << " values differ";
+  }
+}
+
+// The tiny pipeline folder with its transformer replaced by the .bin one (symlinks, nothing copied).
+fs::path pipeline_with_bin_transformer() {
+  const fs::path root = fs::temp_directory_path() / "diffq_torchao_bin_pipeline";
+  std::error_code ec;
+  fs::remove_all(root, ec);
+  fs::create_directories(root);
+  for (const auto& e : fs::directory_iterator(kFix / "tiny-flux")) {
+    const std::string n = e.path().filename().string();
+    if (n == "transformer" || n == "reference") continue;
+    if (e.is_directory())
+      fs::create_directory_symlink(e.path(), root / n);
+    else
+      fs::copy_file(e.path(), root / n);
+  }
+  fs::create_directory_symlink(kDir / "flux-int8wo" / "transformer", root / "transformer");
+  return root;
+}
+
+TEST(TorchaoBin, PipelineMatchesDiffusersLoadingTheBinFolder) {
+  const json& call = expected()["call"];
+  const fs::path root = pipeline_with_bin_transformer();
+  auto pipe = FluxPipeline::from_pretrained(root, DType::f32);
+  EXPECT_EQ(pipe->quantization.at("transformer"), "torchao Int8WeightOnlyConfig (pre-quantized)");
+  FluxCallOptions o;
+  o.prompt = {call.at("prompt").get<std::string>()};
+  o.height = call.at("height");
+  o.width = call.at("width");
+  o.num_inference_steps = call.at("num_inference_steps");
+  o.guidance_scale = call.at("guidance_scale");
+  o.seed = call.at("seed");
+  o.max_sequence_length = call.at("max_sequence_length");
+  o.output_type = "latent";
+  const Tensor got = (*pipe)(o).latents;
+  const Tensor want = reference().tensor("latents");
+  ASSERT_EQ(got.shape(), want.shape());
+  const auto g = got.to_f32_vector(), w = want.to_f32_vector();
+  double num = 0, den = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    num = std::max(num, std::abs(double(g[i]) - double(w[i])));
+    den = std::max(den, std::abs(double(w[i])));
+  }
+  std::printf("[ latents  ] max rel err %.3g vs Diffusers loading the .bin\n", num / den);
+  EXPECT_LE(num / den, 1e-4) << "max |d| " << num << ", max |ref| " << den;
+  std::error_code ec;
+  fs::remove_all(root, ec);
+}
+
+}  // namespace
