@@ -50,8 +50,7 @@ void run(const ServeArgs& a) {
   if (o.models.empty()) o.models.emplace_back("tiny-flux", app::default_model_folder());
   const DType dtype = parse_dtype(a.dtype);
   o.load.dtype = a.dtype;
-  if (auto q = cli_quantization_config(a.quant, a.quant_config, a.quantize, std::string(dtype_name(dtype))))
-    o.load.quantization_config_json = q->to_json().dump();
+  o.load.quantization_config_json = cli_quantization_config(a.quant, a.quant_config, a.quantize, dtype);
   o.load.offload = a.offload;
   o.load.compile = a.compile;
   o.host = a.host;
