@@ -6,8 +6,9 @@ Files
 - peft.safetensors: Diffusers/PEFT format as WanPipeline.save_lora_weights writes it (transformer.*.lora_A/B, r=4,
   lora_alpha=8 with a rank_pattern and an alpha_pattern, the LoraConfig in the "lora_adapter_metadata" header).
 - original.safetensors: the original Wan / ComfyUI naming (diffusion_model.blocks.N.self_attn.q.lora_down.weight,
-  .lora_up.weight, .alpha; cross_attn, ffn.0/2, head.head, text_embedding, time_embedding, time_projection) and
-  norm .diff keys (zeros, dropped as Diffusers drops them). original_converted.safetensors: the state dict Diffusers'
+  .lora_up.weight, .alpha; cross_attn, ffn.0/2, head.head, text_embedding, time_embedding, time_projection), .diff_b
+  bias deltas on some of them (-> lora_B.bias, PEFT's lora_bias) and norm .diff keys (zeros, dropped as Diffusers
+  drops them). original_converted.safetensors: the state dict Diffusers'
   WanLoraLoaderMixin.lora_state_dict converts it to (key-by-key reference).
 - latents.safetensors (final latents [B, C, T, h, w], output_type="latent"):
   none, peft, original: tiny-wan, each adapter alone, weight 1;
@@ -75,21 +76,23 @@ def main() -> None:
     # ---- original / ComfyUI naming ----
     o = {}
 
-    def orig(name, mod, r, alpha):
+    def orig(name, mod, r, alpha, bias=False):
         w = sd[mod + ".weight"]
         o[f"diffusion_model.{name}.lora_down.weight"] = rnd(r, w.shape[1])
         o[f"diffusion_model.{name}.lora_up.weight"] = rnd(w.shape[0], r)
         if alpha is not None:
             o[f"diffusion_model.{name}.alpha"] = torch.tensor(float(alpha))
+        if bias:  # LightX2V-style bias deltas: lora_B.bias (PEFT lora_bias) after Diffusers' conversion
+            o[f"diffusion_model.{name}.diff_b"] = rnd(w.shape[0])
 
     for i in range(2):
         for j, (a, c) in enumerate(zip("qkvo", ["to_q", "to_k", "to_v", "to_out.0"])):
-            orig(f"blocks.{i}.self_attn.{a}", f"blocks.{i}.attn1.{c}", 4, 2.0 if j % 2 else 8.0)
+            orig(f"blocks.{i}.self_attn.{a}", f"blocks.{i}.attn1.{c}", 4, 2.0 if j % 2 else 8.0, bias=j == 0)
             orig(f"blocks.{i}.cross_attn.{a}", f"blocks.{i}.attn2.{c}", 2, 3.0 if i else None)
         orig(f"blocks.{i}.ffn.0", f"blocks.{i}.ffn.net.0.proj", 4, 4.0)
-        orig(f"blocks.{i}.ffn.2", f"blocks.{i}.ffn.net.2", 4, None)
+        orig(f"blocks.{i}.ffn.2", f"blocks.{i}.ffn.net.2", 4, None, bias=True)
         o[f"diffusion_model.blocks.{i}.norm3.diff"] = torch.zeros(sd[f"blocks.{i}.norm2.weight"].shape)
-    orig("head.head", "proj_out", 2, None)
+    orig("head.head", "proj_out", 2, None, bias=True)
     orig("text_embedding.0", "condition_embedder.text_embedder.linear_1", 2, None)
     orig("time_embedding.2", "condition_embedder.time_embedder.linear_2", 2, None)
     orig("time_projection.1", "condition_embedder.time_proj", 2, None)
@@ -102,7 +105,10 @@ def main() -> None:
         files = {"peft": "peft.safetensors", "original": "original.safetensors", "p": "peft.safetensors",
                  "o": "original.safetensors"}
         for n in names:
-            p.load_lora_weights(str(out / files[n]), adapter_name=n)
+            # low_cpu_mem_usage=False: with the default (True) PEFT leaves the lora_B biases of the layers that
+            # have no .diff_b on the meta device (lora_bias is per adapter) and the forward fails; this way they
+            # are zeros, as PEFT initialises them.
+            p.load_lora_weights(str(out / files[n]), adapter_name=n, low_cpu_mem_usage=False)
         p.set_adapters(names, weights or [1.0] * len(names))
         if fuse is not None:
             p.fuse_lora(lora_scale=fuse, adapter_names=names)
