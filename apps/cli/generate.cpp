@@ -253,7 +253,7 @@ void add_generate_command(CLI::App& app) {
   cmd->add_flag("--stats", a->stats, "print the allocator's peak and the process's peak RSS");
   cmd->add_option("--transformer", a->transformer_file,
                   "single-file transformer replacing the folder's: FLUX .safetensors in BFL/ComfyUI or Diffusers naming, "
-                  "or a BFL-named .gguf; Wan .safetensors in original/ComfyUI or Diffusers naming, or a city96-style .gguf");
+                  "or a BFL-named .gguf, or a PyTorch .bin / .pt / .pth state dict; Wan .safetensors in original/ComfyUI or Diffusers naming, or a city96-style .gguf");
   cmd->add_option("--lora", a->loras,
                   "LoRA adapter FILE[:scale] (repeatable; .safetensors in Diffusers/PEFT, kohya, ComfyUI or XLabs "
                   "naming for FLUX, Diffusers/PEFT or original/ComfyUI naming for Wan; named by the file's stem; "

@@ -2,6 +2,9 @@
 // pre-quantized (each backend's own layout + quantization_config), so that `diffq generate -m out` (and
 // Diffusers with the backend's library) loads it without quantization flags. `--format gguf` instead
 // writes the FLUX transformer as one BFL-named GGUF file. All through diffq/checkpoint.h.
+// Sources already quantized (a pre-quantized folder, or --transformer with a GGUF / BFL fp8r / nvfp4 file)
+// are converted: their quantized weights are dequantized with each library's math and quantized again
+// with the target (PipelineOptions::convert_pre_quantized; docs/quantization.md "Converting between formats").
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -104,15 +107,22 @@ void run(const QuantizeArgs& a) {
   check(a.format == "diffusers" || a.format == "gguf", "quantize", "--format must be diffusers or gguf, got '",
         a.format, "'");
   if (a.format == "gguf") return run_gguf(a, dtype);
-  check(a.type.empty() && a.transformer_file.empty(), "quantize", "--type and --transformer go with --format gguf");
+  check(a.type.empty(), "quantize", "--type goes with --format gguf");
   PipelineOptions po;
   po.dtype = dtype;
   po.quantization_config_json = cli_quantization_config(a.quant, a.quant_config, a.quantize, dtype);
   check(!po.quantization_config_json.empty(), "quantize", "give --quant <scheme> or --quant-config <file.json>");
+  po.transformer_file = a.transformer_file;
+  po.convert_pre_quantized = true;
   check_flux_folder(a);
   auto pipe = DiffusionPipeline::from_pretrained(a.model, po);
   const auto quantized = pipe->quantization();
   check(!quantized.empty(), "quantize", "the quantization config selects no component of ", a.model);
+  // (a pre-quantized single file the config does not select keeps its label "... (pre-quantized, <file>)")
+  check(a.transformer_file.empty() ||
+            (quantized.count("transformer") && quantized.at("transformer").find("(pre-quantized") == std::string::npos),
+        "quantize", "--transformer ", a.transformer_file,
+        " is written only quantized: the quantization config must select the transformer");
   const auto rep = save_quantized(*pipe, a.output);
   if (a.report) print_report(a, *pipe, dtype);
   for (const auto& [c, q] : quantized) {
@@ -126,7 +136,8 @@ void run(const QuantizeArgs& a) {
 
 void add_quantize_command(CLI::App& app) {
   auto a = std::make_shared<QuantizeArgs>();
-  auto* cmd = app.add_subcommand("quantize", "Write a pre-quantized copy of a FLUX.1 Diffusers pipeline folder, or its transformer as one GGUF file");
+  auto* cmd = app.add_subcommand("quantize", "Write a pre-quantized copy of a FLUX.1 Diffusers pipeline folder, or its "
+                                             "transformer as one GGUF file; pre-quantized sources are converted");
   cmd->add_option("-m,--model", a->model, "source Diffusers FluxPipeline folder")->required();
   cmd->add_option("-o,--output", a->output, "new folder, or .gguf file with --format gguf (must not exist)")->required();
   cmd->add_option("--format", a->format,
@@ -134,7 +145,8 @@ void add_quantize_command(CLI::App& app) {
                   "GGUF file, as city96's FLUX.1-dev-gguf)");
   cmd->add_option("--type", a->type, "GGUF type for --format gguf: q8_0, q4_0, q4_1, q5_0, q5_1, q2_K ... q6_K, iq4_nl, iq4_xs, f16, bf16");
   cmd->add_option("--transformer", a->transformer_file,
-                  "with --format gguf: convert this single-file transformer (.safetensors/.gguf) instead of the folder's");
+                  "take the transformer from this single file (.safetensors incl. BFL fp8r/nvfp4, .bin, .gguf) "
+                  "instead of the folder's; pre-quantized weights are converted to the target");
   cmd->add_option("--quant", a->quant, "scheme shorthand (see `diffq generate --help`)");
   cmd->add_option("--quant-config", a->quant_config, "PipelineQuantizationConfig JSON file");
   cmd->add_option("--quantize", a->quantize, "components for --quant, comma-separated (default: all)");

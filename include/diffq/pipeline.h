@@ -30,8 +30,13 @@ struct PipelineOptions {
   std::optional<DType> dtype;  // compute dtype of every model; nullopt keeps each file's
   // Diffusers' PipelineQuantizationConfig as JSON ({"quant_backend": ..., "quant_kwargs": ...,
   // "components_to_quantize": [...]} or {"quant_mapping": ...}); empty = none. Components saved
-  // pre-quantized load as saved whatever this says.
+  // pre-quantized load as saved whatever this says, unless convert_pre_quantized.
   std::string quantization_config_json;
+  // Format conversion (`diffq quantize` from a pre-quantized source): a component saved pre-quantized that
+  // the quantization config selects, and the quantized weights of a pre-quantized transformer_file (GGUF,
+  // BFL fp8r / nvfp4), are dequantized to `dtype` (float32 when unset) with each library's own math
+  // and quantized again with the config's scheme (docs/quantization.md "Converting between formats").
+  bool convert_pre_quantized = false;
   std::filesystem::path transformer_file;  // single-file transformer (FLUX: .safetensors / .gguf)
   bool load_text_encoders = true;
   // Builtin models ("builtin:flux-small", ...): the seed of their random weights (the random prompt

@@ -446,6 +446,7 @@ std::unique_ptr<DiffusionPipeline> DiffusionPipeline::from_pretrained(const std:
     lo.load_text_encoders = opt.load_text_encoders;
     lo.transformer_file = opt.transformer_file;
     lo.quantization_config = parse_quant(opt.quantization_config_json);
+    lo.convert_pre_quantized = opt.convert_pre_quantized;
     return std::make_unique<FluxAdapter>(FluxPipeline::from_pretrained(folder, opt.dtype, lo), folder);
   }
   if (cls == "WanPipeline") {
@@ -453,6 +454,7 @@ std::unique_ptr<DiffusionPipeline> DiffusionPipeline::from_pretrained(const std:
     lo.transformer_file = opt.transformer_file;
     lo.load_text_encoder = opt.load_text_encoders;
     lo.quantization_config = parse_quant(opt.quantization_config_json);
+    lo.convert_pre_quantized = opt.convert_pre_quantized;
     return std::make_unique<WanAdapter>(WanPipeline::from_pretrained(folder, opt.dtype, lo), folder);
   }
   fail(kCtx, (folder / "model_index.json").string(), ": _class_name \"", cls,

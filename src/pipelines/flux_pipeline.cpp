@@ -40,7 +40,7 @@ std::unique_ptr<FluxPipeline> FluxPipeline::from_pretrained(const std::filesyste
         ": model_index.json has no transformer component (pass a single-file transformer)");
 
   // Quantization hooks per component: pre-quantized files first, else the pipeline config.
-  ComponentLoader loader(f, dtype, opt.quantization_config);
+  ComponentLoader loader(f, dtype, opt.quantization_config, opt.convert_pre_quantized);
   auto hooks_for = [&](const std::string& name) {
     return loader.hooks_for(name, !(name == "transformer" && !opt.transformer_file.empty()));
   };
@@ -57,6 +57,8 @@ std::unique_ptr<FluxPipeline> FluxPipeline::from_pretrained(const std::filesyste
       base = models::flux::FluxTransformerConfig::from_json(f.component("transformer").config);
     lo.source = opt.transformer_file.string();
     p->transformer = models::flux::load_flux_single_file(opt.transformer_file, base, lo);
+    p->transformer_file = opt.transformer_file;
+    loader.finish("transformer", *p->transformer);
     // A pre-quantized single file (GGUF) carries its own schemes: label them for --json/bench.
     if (!loader.quantization.count("transformer"))
       if (std::string schemes = quantized_schemes_summary(*p->transformer); !schemes.empty())
@@ -65,12 +67,14 @@ std::unique_ptr<FluxPipeline> FluxPipeline::from_pretrained(const std::filesyste
     const auto& tc = f.component("transformer");
     lo.source = tc.dir.string();
     p->transformer = models::flux::FluxTransformer2DModel::from_pretrained(tc.dir, lo);
+    loader.finish("transformer", *p->transformer);
   }
 
   const auto& vc = f.component("vae");
   LoadOptions vo = hooks_for("vae");
   vo.source = vc.dir.string();
   p->vae = vae::AutoencoderKL::from_pretrained(vc.dir, vo);
+  loader.finish("vae", *p->vae);
 
   const auto& sc = f.component("scheduler");
   check(sc.class_name == "FlowMatchEulerDiscreteScheduler", kCtx, folder.string(), ": scheduler is a ",
@@ -78,10 +82,14 @@ std::unique_ptr<FluxPipeline> FluxPipeline::from_pretrained(const std::filesyste
   p->scheduler = std::make_unique<FlowMatchEulerDiscreteScheduler>(FlowMatchEulerDiscreteConfig::from_json(sc.config));
 
   if (opt.load_text_encoders) {
-    if (f.has_component("text_encoder"))
+    if (f.has_component("text_encoder")) {
       p->text_encoder = clip::CLIPTextModel::from_pretrained(f, "text_encoder", dtype, hooks_for("text_encoder"));
-    if (f.has_component("text_encoder_2"))
+      loader.finish("text_encoder", *p->text_encoder);
+    }
+    if (f.has_component("text_encoder_2")) {
       p->text_encoder_2 = t5::T5EncoderModel::from_pretrained(f, "text_encoder_2", dtype, hooks_for("text_encoder_2"));
+      loader.finish("text_encoder_2", *p->text_encoder_2, t5::T5EncoderModel::keep_in_fp32_modules(dtype));
+    }
     if (f.has_component("tokenizer"))
       p->tokenizer = std::make_unique<tokenizers::CLIPTokenizer>(
           tokenizers::CLIPTokenizer::from_pretrained(f.component("tokenizer").dir));
@@ -91,6 +99,7 @@ std::unique_ptr<FluxPipeline> FluxPipeline::from_pretrained(const std::filesyste
   }
   p->quantization = loader.quantization;
   p->quant_methods = loader.quant_methods;
+  p->converted_from = loader.converted_from;
   check(p->transformer->config.in_channels % 4 == 0 &&
             p->transformer->config.in_channels / 4 == p->vae->config().latent_channels,
         kCtx, folder.string(), ": transformer in_channels ", p->transformer->config.in_channels,

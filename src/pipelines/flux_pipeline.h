@@ -108,6 +108,9 @@ struct FluxPipelineLoadOptions {
   // it names are quantized while loading. Components saved pre-quantized (a quantization_config in
   // their config.json) load in their packed layout whatever this says.
   std::optional<PipelineQuantizationConfig> quantization_config = {};
+  // Components saved pre-quantized (and a pre-quantized single-file transformer) that quantization_config
+  // selects are converted to its scheme instead of loading as saved (`diffq quantize`; ComponentLoader::finish).
+  bool convert_pre_quantized = false;
 };
 
 class FluxPipeline {
@@ -146,6 +149,10 @@ class FluxPipeline {
   std::map<std::string, std::string> quantization;
   // The configured backend of each quantized component (what `diffq quantize` saves with).
   std::map<std::string, std::shared_ptr<const quant::QuantMethod>> quant_methods;
+  // Components converted from another pre-quantized format (FluxPipelineLoadOptions::convert_pre_quantized):
+  // the source's label.
+  std::map<std::string, std::string> converted_from;
+  std::filesystem::path transformer_file;  // the single file the transformer came from, if any
 
   // ---- offloading: Diffusers' API; the engine is src/offload (docs/offload.md) ----
   static constexpr const char* model_cpu_offload_seq = "text_encoder->text_encoder_2->transformer->vae";

@@ -27,8 +27,27 @@ bool is_weight_file(const fs::path& f) {
          n.find(".bin.index.json") != std::string::npos;
 }
 
-void write_component(const Module& m, const quant::QuantMethod& q, const io::Component& c, const fs::path& dir,
-                     SaveQuantizedReport& rep) {
+// The transformer's config.json when its weights came from a single file: the folder's, with the fields the
+// file's shapes decided.
+nlohmann::json single_file_transformer_config(const FluxPipeline& p, const io::Component& c) {
+  nlohmann::json cfg = c.config.json();
+  const auto& t = p.transformer->config;
+  cfg["in_channels"] = t.in_channels;
+  cfg["out_channels"] = t.out_channels;
+  cfg["num_layers"] = t.num_layers;
+  cfg["num_single_layers"] = t.num_single_layers;
+  cfg["attention_head_dim"] = t.attention_head_dim;
+  cfg["num_attention_heads"] = t.num_attention_heads;
+  cfg["joint_attention_dim"] = t.joint_attention_dim;
+  cfg["pooled_projection_dim"] = t.pooled_projection_dim;
+  cfg["guidance_embeds"] = t.guidance_embeds;
+  cfg.erase("quantization_config");
+  return cfg;
+}
+
+// `q` null: a dense component (a dense single-file transformer the config does not quantize).
+void write_component(const Module& m, const quant::QuantMethod* q, const io::Component& c, nlohmann::json cfg,
+                     const fs::path& dir, SaveQuantizedReport& rep) {
   io::StateDict out;
   io::Metadata md;
   for (const auto& [name, mod] : m.named_modules())
@@ -37,17 +56,18 @@ void write_component(const Module& m, const quant::QuantMethod& q, const io::Com
       check(p->defined(), kCtx, c.name, ": parameter ", full, " is not loaded");
       if (p->is_quantized()) {
         check(pn == "weight", kCtx, c.name, ": quantized parameter ", full, " is not a Linear weight");
-        q.save(p->quantized(), name, out, md);
+        check(q != nullptr, kCtx, c.name, ": ", full, " is quantized (", p->quantized().scheme(),
+              ") but the component has no quantization config to save it with");
+        q->save(p->quantized(), name, out, md);
       } else {
         out[full] = p->dense();
       }
     }
-  q.finish_file(out, md);
+  if (q) q->finish_file(out, md);
   const std::string file = c.library == "transformers" ? "model.safetensors" : "diffusion_pytorch_model.safetensors";
   io::save_safetensors(dir / file, out, md.empty() ? std::nullopt : std::optional<io::Metadata>(md));
   rep.component_bytes[c.name] = fs::file_size(dir / file);
-  nlohmann::json cfg = c.config.json();
-  cfg["quantization_config"] = q.quantization_config();
+  if (q) cfg["quantization_config"] = q->quantization_config();
   std::ofstream(dir / "config.json") << cfg.dump(2) << "\n";
 }
 }  // namespace
@@ -55,6 +75,9 @@ void write_component(const Module& m, const quant::QuantMethod& q, const io::Com
 SaveQuantizedReport save_quantized_pipeline(const FluxPipeline& pipe, const fs::path& source, const fs::path& out) {
   check(!fs::exists(out), kCtx, out.string(), " already exists (refusing to overwrite)");
   const auto folder = io::DiffusersFolder::open(source);
+  check(pipe.transformer_file.empty() || folder.has_component("transformer"), kCtx, source.string(),
+        " has no transformer component: the transformer from ", pipe.transformer_file.string(),
+        " needs the folder's transformer/config.json to be written as a Diffusers component");
   const fs::path tmp = out.parent_path() / (out.filename().string() + ".tmp-diffq");
   fs::remove_all(tmp);
   SaveQuantizedReport rep;
@@ -67,17 +90,23 @@ SaveQuantizedReport save_quantized_pipeline(const FluxPipeline& pipe, const fs::
       fs::create_directories(dst);
       const auto qit = pipe.quant_methods.find(c.name);
       const Module* m = component_module(pipe, c.name);
-      const bool requantize = qit != pipe.quant_methods.end() && m != nullptr;
+      const bool from_file = c.name == "transformer" && !pipe.transformer_file.empty();
+      // A component saved pre-quantized and not converted is copied as saved.
+      const bool as_saved = c.quantization_config() != nullptr && !pipe.converted_from.count(c.name) && !from_file;
+      const bool requantize = m != nullptr && !as_saved && (qit != pipe.quant_methods.end() || from_file);
+      const quant::QuantMethod* q = qit != pipe.quant_methods.end() ? qit->second.get() : nullptr;
       for (const auto& entry : fs::directory_iterator(c.dir)) {
         if (!entry.is_regular_file()) continue;
         if (requantize && (is_weight_file(entry.path()) || entry.path().filename() == "config.json")) continue;
         fs::copy_file(entry.path(), dst / entry.path().filename());
       }
       if (requantize) {
-        check(qit->second->backend() != "gguf", kCtx, c.name,
+        check(!q || q->backend() != "gguf", kCtx, c.name,
               ": GGUF-quantized components are written as .gguf files (diffq quantize --format gguf), not into a "
               "Diffusers folder");
-        write_component(*m, *qit->second, c, dst, rep);
+        nlohmann::json cfg = from_file ? single_file_transformer_config(pipe, c) : c.config.json();
+        cfg.erase("quantization_config");
+        write_component(*m, q, c, std::move(cfg), dst, rep);
       }
     }
     fs::rename(tmp, out);

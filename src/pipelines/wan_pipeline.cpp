@@ -24,6 +24,11 @@ bool defined(const Tensor& t) { return t.defined(); }
 // One row per prompt repeated n times in place (Diffusers' repeat(1, n, 1).view(B * n, L, D)).
 Tensor repeat_rows(const Tensor& t, int64_t n) { return n == 1 ? t : ops::repeat_interleave(t, n, 0); }
 
+std::vector<std::string> wan_keep_in_fp32(const models::wan::WanTransformer3DModel& t) {
+  return models::wan::WanTransformer3DModel::keep_in_fp32_parameters(
+      t, models::wan::WanTransformer3DModel::keep_in_fp32_modules());
+}
+
 // The folder's `name` component, or `file` (a single-file checkpoint) in its place.
 std::unique_ptr<models::wan::WanTransformer3DModel> load_transformer(const io::DiffusersFolder& f,
                                                                      ComponentLoader& loader,
@@ -41,6 +46,7 @@ std::unique_ptr<models::wan::WanTransformer3DModel> load_transformer(const io::D
     std::optional<models::wan::WanTransformerConfig> base;
     if (in_folder) base = models::wan::WanTransformerConfig::from_json(f.component(name).config);
     auto t = models::wan::load_wan_single_file(file, base, lo);
+    loader.finish(name, *t, wan_keep_in_fp32(*t));
     if (!loader.quantization.count(name))  // a GGUF file carries its own schemes
       if (std::string schemes = quantized_schemes_summary(*t); !schemes.empty())
         loader.quantization[name] = schemes + " (pre-quantized, " + file.filename().string() + ")";
@@ -50,7 +56,9 @@ std::unique_ptr<models::wan::WanTransformer3DModel> load_transformer(const io::D
   const auto& c = f.component(name);
   LoadOptions lo = loader.hooks_for(name);
   lo.source = c.dir.string();
-  return models::wan::WanTransformer3DModel::from_pretrained(c.dir, lo);
+  auto t = models::wan::WanTransformer3DModel::from_pretrained(c.dir, lo);
+  loader.finish(name, *t, wan_keep_in_fp32(*t));
+  return t;
 }
 
 }  // namespace
@@ -78,7 +86,7 @@ std::unique_ptr<WanPipeline> WanPipeline::from_pretrained(const std::filesystem:
     p->expand_timesteps = s["expand_timesteps"].get<bool>();
   }
 
-  ComponentLoader loader(f, dtype, opt.quantization_config);
+  ComponentLoader loader(f, dtype, opt.quantization_config, opt.convert_pre_quantized);
   p->transformer = load_transformer(f, loader, "transformer", opt.transformer_file);
   p->transformer_2 = load_transformer(f, loader, "transformer_2");
   if (p->boundary_ratio)
@@ -98,6 +106,7 @@ std::unique_ptr<WanPipeline> WanPipeline::from_pretrained(const std::filesystem:
     LoadOptions vo = loader.hooks_for("vae");
     vo.source = vc.dir.string();
     p->vae = vae::AutoencoderKLWan::from_pretrained(vc.dir, vo);
+    loader.finish("vae", *p->vae);
     const int64_t in = p->first_transformer().config.in_channels;
     check(in == p->vae->config().z_dim, kCtx, folder.string(), ": transformer in_channels ", in,
           " differs from the VAE's z_dim ", p->vae->config().z_dim);
@@ -110,6 +119,7 @@ std::unique_ptr<WanPipeline> WanPipeline::from_pretrained(const std::filesystem:
     check(tc.class_name == "UMT5EncoderModel" || tc.class_name == "T5EncoderModel", kCtx, folder.string(),
           ": text_encoder is a ", tc.class_name, ", not a UMT5EncoderModel or T5EncoderModel");
     p->text_encoder = t5::T5EncoderModel::from_pretrained(f, "text_encoder", dtype, loader.hooks_for("text_encoder"));
+    loader.finish("text_encoder", *p->text_encoder, t5::T5EncoderModel::keep_in_fp32_modules(dtype));
     const int64_t text_dim = p->first_transformer().config.text_dim;
     check(p->text_encoder->config.d_model == text_dim, kCtx, folder.string(), ": the text encoder's d_model ",
           p->text_encoder->config.d_model, " differs from the transformer's text_dim ", text_dim);

@@ -84,6 +84,8 @@ struct WanPipelineLoadOptions {
   // transformer/config.json, when present, must agree with the file's shapes.
   std::filesystem::path transformer_file = {};
   std::optional<PipelineQuantizationConfig> quantization_config = {};
+  // As FluxPipelineLoadOptions::convert_pre_quantized.
+  bool convert_pre_quantized = false;
 };
 
 class WanPipeline {

@@ -129,4 +129,116 @@ TEST(TorchaoBin, PipelineMatchesDiffusersLoadingTheBinFolder) {
   fs::remove_all(root, ec);
 }
 
+// Int8DynamicActivationInt8WeightConfig and Float8WeightOnlyConfig, saved as .bin the same way (a smaller
+// random transformer that fits the tiny pipeline: flux-<tag>/, flux_<tag>.{json,safetensors}): the
+// metadata diffq builds from the pickle equals torchao's flatten_tensor_state_dict, the dequantized weights
+// equal torchao's bit for bit, and the pipeline is within the scheme's bound of Diffusers' (int8dq 5e-3 as
+// tests/pipelines/test_flux_quantized.cpp: Diffusers+torchao round the int8 activations differently;
+// fp8wo 1e-6 there, 1e-4 here as the fp32 bound).
+struct BinCase {
+  const char* tag;
+  const char* scheme;
+  const char* label;
+  double bound;
+};
+
+class TorchaoBinConfigs : public ::testing::TestWithParam<BinCase> {
+ protected:
+  json expected_json() const {
+    std::ifstream in(kDir / (std::string("flux_") + GetParam().tag + ".json"));
+    return json::parse(in);
+  }
+  io::SafetensorsFile reference_file() const {
+    return io::SafetensorsFile::open(kDir / (std::string("flux_") + GetParam().tag + ".safetensors"));
+  }
+  fs::path folder() const { return kDir / (std::string("flux-") + GetParam().tag) / "transformer"; }
+};
+
+TEST_P(TorchaoBinConfigs, MetadataEqualsTorchaosFlatten) {
+  const io::TorchCheckpoint c = io::load_torch_checkpoint(folder() / "diffusion_pytorch_model.bin");
+  const json e = expected_json();
+  ASSERT_FALSE(e["torchao_metadata"].empty());
+  for (const auto& [key, want] : e["torchao_metadata"].items()) {
+    ASSERT_TRUE(c.metadata.count(key)) << key;
+    json got = json::parse(c.metadata.at(key));
+    json w = want;
+    const auto names = [](const json& a) { return std::set<std::string>(a.begin(), a.end()); };
+    EXPECT_EQ(names(got["_tensor_data_names"]), names(w["_tensor_data_names"])) << key;
+    got.erase("_tensor_data_names");
+    w.erase("_tensor_data_names");
+    EXPECT_EQ(got, w) << key;
+  }
+}
+
+TEST_P(TorchaoBinConfigs, DequantizedWeightsBitExact) {
+  const io::WeightFiles files = io::find_weight_files(folder());
+  const io::StateDict sd = io::load_weight_files(files);
+  const io::Metadata md = io::load_weight_metadata(files);
+  std::ifstream cin(folder() / "config.json");
+  const json cfg = json::parse(cin);
+  const auto method = quant::quant_method_from_config(cfg["quantization_config"], "config.json");
+  const auto ref = reference_file();
+  for (const auto& [module, cls] : expected_json()["dequantized"].items()) {
+    const Tensor want = ref.tensor(module + ".dequantized");
+    std::vector<std::string> consumed;
+    const auto w = method->load(sd, module, want.shape(), &md, consumed);
+    ASSERT_TRUE(w) << module;
+    EXPECT_EQ(w->scheme(), GetParam().scheme) << module << " (" << cls << ")";
+    const auto got = w->dequantize(DType::f32).to_f32_vector();
+    const auto r = want.to_f32_vector();
+    ASSERT_EQ(got.size(), r.size());
+    size_t diff = 0;
+    for (size_t i = 0; i < got.size(); ++i) diff += std::memcmp(&got[i], &r[i], 4) != 0;
+    EXPECT_EQ(diff, 0u) << module << ": " << diff << " of " << got.size() << " values differ";
+  }
+}
+
+TEST_P(TorchaoBinConfigs, PipelineWithinTheSchemesBound) {
+  const json e = expected_json();
+  const json& call = e["call"];
+  const fs::path root = fs::temp_directory_path() / (std::string("diffq_torchao_bin_") + GetParam().tag);
+  std::error_code ec;
+  fs::remove_all(root, ec);
+  fs::create_directories(root);
+  for (const auto& en : fs::directory_iterator(kFix / "tiny-flux")) {
+    const std::string n = en.path().filename().string();
+    if (n == "transformer" || n == "reference") continue;
+    if (en.is_directory())
+      fs::create_directory_symlink(en.path(), root / n);
+    else
+      fs::copy_file(en.path(), root / n);
+  }
+  fs::create_directory_symlink(folder(), root / "transformer");
+  auto pipe = FluxPipeline::from_pretrained(root, DType::f32);
+  EXPECT_EQ(pipe->quantization.at("transformer"), GetParam().label);
+  FluxCallOptions o;
+  o.prompt = {call.at("prompt").get<std::string>()};
+  o.height = call.at("height");
+  o.width = call.at("width");
+  o.num_inference_steps = call.at("num_inference_steps");
+  o.guidance_scale = call.at("guidance_scale");
+  o.seed = call.at("seed");
+  o.max_sequence_length = call.at("max_sequence_length");
+  o.output_type = "latent";
+  const Tensor got = (*pipe)(o).latents;
+  const Tensor want = reference_file().tensor("latents");
+  ASSERT_EQ(got.shape(), want.shape());
+  const auto g = got.to_f32_vector(), w = want.to_f32_vector();
+  double num = 0, den = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    num = std::max(num, std::abs(double(g[i]) - double(w[i])));
+    den = std::max(den, std::abs(double(w[i])));
+  }
+  std::printf("[ latents  ] %s: max rel err %.3g vs Diffusers loading the .bin\n", GetParam().tag, num / den);
+  EXPECT_LE(num / den, GetParam().bound) << "max |d| " << num << ", max |ref| " << den;
+  fs::remove_all(root, ec);
+}
+
+INSTANTIATE_TEST_SUITE_P(Configs, TorchaoBinConfigs,
+                         ::testing::Values(BinCase{"int8dq", "torchao_int8dq",
+                                                   "torchao Int8DynamicActivationInt8WeightConfig (pre-quantized)", 5e-3},
+                                           BinCase{"fp8wo", "torchao_float8wo",
+                                                   "torchao Float8WeightOnlyConfig (pre-quantized)", 1e-4}),
+                         [](const auto& i) { return std::string(i.param.tag); });
+
 }  // namespace

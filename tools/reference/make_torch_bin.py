@@ -21,6 +21,19 @@ unpickler (src/io/torch_pickle.*, torch_checkpoint.*).
   a few of its weights. `flux_int8wo.json`: the call, and torchao's own safetensors metadata
   (flatten_tensor_state_dict) for those weights.
 
+- `flux-int8dq/transformer/`, `flux-fp8wo/transformer/`: a smaller random FluxTransformer2DModel that fits
+  the tiny pipeline (1 + 1 layers, 1 head of 6) quantized by Diffusers with TorchAoConfig(
+  Int8DynamicActivationInt8WeightConfig()) / TorchAoConfig(Float8WeightOnlyConfig()) in float32, saved with
+  safe_serialization=False. `flux_<tag>.safetensors` / `flux_<tag>.json`: as for int8wo (Diffusers' final
+  latents with that transformer in the tiny pipeline, torchao's dequantize() and flatten_tensor_state_dict
+  metadata of a few weights).
+- `flux_single_file_<naming>.json` + `.pkl`: torch.save of the tiny FLUX transformer's state dict in
+  Diffusers naming (tests/fixtures/tiny-flux/transformer) and BFL naming (tiny-flux-single-file), without
+  the tensor bytes: the recipe lists the zip's entries in order, each storage entry naming the
+  safetensors tensor whose bytes it holds, and the sha256 of the file the recipe rebuilds (a stored zip,
+  64-byte aligned data, written by `rebuild()` below) after torch.load of that rebuilt file gave the state
+  dict back. The C++ test rebuilds it from the safetensors the same way (keeps the fixture < 30 KB).
+
 Run: cd tools/reference && CUDA_VISIBLE_DEVICES= HF_HUB_OFFLINE=1 ../.venv/bin/python make_torch_bin.py
 (needs tests/fixtures/tiny-flux and flux-quantized/cases.json).
 """
@@ -124,7 +137,7 @@ def write_sharded(out, torch):
 
     m = FluxTransformer2DModel(patch_size=1, in_channels=4, num_layers=1, num_single_layers=0, attention_head_dim=4,
                                num_attention_heads=1, joint_attention_dim=4, pooled_projection_dim=4,
-                               axes_dims_rope=(0, 2, 2))
+                               axes_dims_rope=(2, 2, 2))
     m.save_pretrained(out / "sharded", safe_serialization=False, max_shard_size="3KB")
     save_tensors(out / "sharded_expected.safetensors", {k: v.detach() for k, v in m.state_dict().items()})
 
@@ -167,6 +180,137 @@ def write_flux_int8wo(out, torch):
     write_json(out / "flux_int8wo.json", expected)
 
 
+SMALL_FLUX = dict(patch_size=1, in_channels=16, num_layers=1, num_single_layers=1, attention_head_dim=6,
+                  num_attention_heads=1, joint_attention_dim=8, pooled_projection_dim=8, guidance_embeds=True,
+                  axes_dims_rope=(2, 2, 2))
+SMALL_DEQUANTIZED = ["transformer_blocks.0.attn.to_q", "single_transformer_blocks.0.proj_mlp", "proj_out"]
+
+
+def write_flux_torchao(out, torch, tag, config):
+    from diffusers import AutoModel, FluxPipeline, FluxTransformer2DModel, TorchAoConfig
+    from torchao.prototype.safetensors.safetensors_support import flatten_tensor_state_dict
+
+    tiny = FIXTURES / "tiny-flux"
+    torch.manual_seed(19)
+    dense = FluxTransformer2DModel(**SMALL_FLUX)
+    src = out / f"_dense_{tag}"
+    dense.save_pretrained(src)
+    q = FluxTransformer2DModel.from_pretrained(src, dtype=torch.float32, quantization_config=TorchAoConfig(config))
+    folder = out / f"flux-{tag}" / "transformer"
+    q.save_pretrained(folder, safe_serialization=False)
+    import shutil
+    shutil.rmtree(src)
+
+    t = AutoModel.from_pretrained(str(folder), dtype=torch.float32, use_safetensors=False)
+    tensors, expected = {}, {"dequantized": {}, "torchao_metadata": {}}
+    sd = t.state_dict()
+    _, md = flatten_tensor_state_dict({k + ".weight": sd[k + ".weight"] for k in SMALL_DEQUANTIZED})
+    for k in SMALL_DEQUANTIZED:
+        tensors[k + ".dequantized"] = sd[k + ".weight"].dequantize()
+        expected["torchao_metadata"][k + ".weight"] = json.loads(md[k + ".weight"])
+        expected["dequantized"][k] = type(sd[k + ".weight"]).__name__
+
+    call = json.loads((FIXTURES / "flux-quantized" / "cases.json").read_text())["call"]
+    pipe = FluxPipeline.from_pretrained(str(tiny), transformer=t, dtype=torch.float32)
+    pipe.set_progress_bar_config(disable=True)
+    final = {}
+
+    def catch(p, i, ts, cb):
+        final["latents"] = cb["latents"].clone()
+        return {}
+
+    kwargs = {k: v for k, v in call.items() if k != "seed"}
+    pipe(**kwargs, generator=torch.Generator("cpu").manual_seed(call["seed"]), output_type="latent",
+         callback_on_step_end=catch, callback_on_step_end_tensor_inputs=["latents"])
+    tensors["latents"] = final["latents"]
+    save_tensors(out / f"flux_{tag}.safetensors", tensors)
+    expected["call"] = call
+    write_json(out / f"flux_{tag}.json", expected)
+
+
+def rebuild(entries, payload):
+    """A stored zip of `entries` (names, in order); payload(name) -> bytes. Local headers carry no time,
+    CRC-32 of the data, an extra field ('FB', torch's id) padding each entry's data to a 64-byte offset."""
+    import struct
+    import zlib
+
+    out, central = bytearray(), bytearray()
+    for name in entries:
+        data = payload(name)
+        nb = name.encode()
+        crc = zlib.crc32(data) & 0xFFFFFFFF
+        off = len(out)
+        base = off + 30 + len(nb) + 4
+        pad = (64 - base % 64) % 64
+        extra = struct.pack("<HH", 0x4246, pad) + b"Z" * pad
+        out += struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, 0, 0, 0, crc, len(data), len(data), len(nb), len(extra))
+        out += nb + extra + data
+        central += struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 20, 0, 0, 0, 0, crc, len(data), len(data),
+                               len(nb), 0, 0, 0, 0, 0, off) + nb
+    cd_off = len(out)
+    out += central
+    out += struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, len(entries), len(entries), len(central), cd_off, 0)
+    return bytes(out)
+
+
+def tensor_bytes(t):
+    import torch
+
+    t = t.contiguous()
+    return t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
+
+
+def write_single_file_recipes(out, torch):
+    import hashlib
+    import tempfile
+    import zipfile
+
+    from safetensors.torch import load_file
+
+    for naming, src in [("diffusers", FIXTURES / "tiny-flux" / "transformer" / "diffusion_pytorch_model.safetensors"),
+                        ("bfl", FIXTURES / "tiny-flux-single-file" / "flux1-tiny-dev.safetensors")]:
+        sd = load_file(str(src))
+        by_bytes = {}
+        for k, v in sd.items():
+            by_bytes.setdefault(tensor_bytes(v), k)
+        with tempfile.TemporaryDirectory() as td:
+            path = os.path.join(td, "t.bin")
+            torch.save(sd, path)
+            with zipfile.ZipFile(path) as z:
+                names = [i.filename for i in z.infolist()]
+                raw = {n: z.read(n) for n in names}
+        recipe = {"source": str(src.relative_to(FIXTURES)), "entries": []}
+        pkl_name = f"flux_single_file_{naming}.pkl"
+        for n in names:
+            data = raw[n]
+            if n.endswith("/data.pkl"):
+                (out / pkl_name).write_bytes(data)
+                recipe["entries"].append({"name": n, "file": pkl_name})
+            elif "/data/" in n:
+                recipe["entries"].append({"name": n, "tensor": by_bytes[data]})
+            else:
+                recipe["entries"].append({"name": n, "text": data.decode()})
+
+        def payload(n):
+            e = next(e for e in recipe["entries"] if e["name"] == n)
+            if "file" in e:
+                return (out / e["file"]).read_bytes()
+            if "tensor" in e:
+                return tensor_bytes(sd[e["tensor"]])
+            return e["text"].encode()
+
+        rebuilt = rebuild(names, payload)
+        with tempfile.TemporaryDirectory() as td:
+            path = os.path.join(td, "r.bin")
+            with open(path, "wb") as f:
+                f.write(rebuilt)
+            back = torch.load(path, weights_only=True)
+        assert list(back) == list(sd) and all(torch.equal(back[k], sd[k]) for k in sd), naming
+        recipe["sha256"] = hashlib.sha256(rebuilt).hexdigest()
+        recipe["bytes"] = len(rebuilt)
+        write_json(out / f"flux_single_file_{naming}.json", recipe)
+
+
 def main() -> None:
     deterministic(0)
     import torch
@@ -179,6 +323,11 @@ def main() -> None:
     write_refusals(out, torch)
     write_sharded(out, torch)
     write_flux_int8wo(out, torch)
+    import torchao.quantization as tq
+
+    write_flux_torchao(out, torch, "int8dq", tq.Int8DynamicActivationInt8WeightConfig())
+    write_flux_torchao(out, torch, "fp8wo", tq.Float8WeightOnlyConfig())
+    write_single_file_recipes(out, torch)
     print(f"torch-bin: {dir_size(out)} bytes")
 
 

@@ -1,7 +1,10 @@
 #include "models/flux/flux_single_file.h"
 
+#include <optional>
+
 #include "diffq/error.h"
 #include "io/safetensors.h"
+#include "io/torch_checkpoint.h"
 #include "models/flux/flux_keys.h"
 #include "models/flux/flux_single_file_bfl_quant.h"
 #include "models/flux/flux_single_file_gguf.h"
@@ -15,10 +18,21 @@ std::unique_ptr<FluxTransformer2DModel> load_flux_single_file(const std::filesys
   check(std::filesystem::is_regular_file(file), "flux", file.string(), ": no such file");
   const std::string ext = file.extension().string();
   if (ext == ".gguf") return load_flux_gguf(file, base, opt);
-  check(ext == ".safetensors", "flux", file.string(), ": a single-file transformer must be .safetensors or .gguf (got '",
-        ext, "')");
-  const auto st = io::SafetensorsFile::open(file);
-  StateDict sd = st.tensors();
+  StateDict sd;
+  std::optional<io::SafetensorsFile> st;  // kept open while loading (the tensors borrow its mapping)
+  if (io::is_torch_checkpoint_name(file)) {
+    // A torch.save state dict (.bin / .pt / .pth) read by the restricted unpickler: the same tensors,
+    // then the same path as a .safetensors.
+    io::TorchCheckpoint c = io::load_torch_checkpoint(file);
+    check(c.metadata.empty(), "flux", file.string(), ": holds torchao-quantized tensors (", c.metadata.begin()->first,
+          "); load such a transformer as a Diffusers folder (transformer/config.json names its quantization)");
+    sd = std::move(c.tensors);
+  } else {
+    check(ext == ".safetensors", "flux", file.string(),
+          ": a single-file transformer must be .safetensors, .gguf or a PyTorch .bin / .pt / .pth (got '", ext, "')");
+    st = io::SafetensorsFile::open(file);
+    sd = st->tensors();
+  }
   LoadOptions o = opt;
   if (o.source.empty()) o.source = file.string();
   if (quant::has_bfl_quantized_layers(sd)) return load_flux_bfl_quantized(sd, file.string(), base, o);

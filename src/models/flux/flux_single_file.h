@@ -1,4 +1,5 @@
-// A FLUX transformer from one safetensors or .gguf file (GGUF: flux_single_file_gguf.h), as Diffusers'
+// A FLUX transformer from one .safetensors, PyTorch .bin / .pt / .pth (torch.save of the state dict, read
+// by io/torch_checkpoint.h) or .gguf file (GGUF: flux_single_file_gguf.h), as Diffusers'
 // FluxTransformer2DModel.from_single_file:
 // BFL/ComfyUI naming (converted, §B.4) or Diffusers naming (used as is). The file holds no config:
 // layer counts and widths come from the tensors' shapes, the rest (patch_size, axes_dims_rope) from

@@ -39,7 +39,8 @@ struct FluxGGUFWriteReport {
 
 // Writes `model` as one BFL-named GGUF file (no prefix, general.architecture "flux"), atomically
 // (temporary file + rename). Each tensor's type follows flux_gguf_tensor_type; a weight that is already
-// a GGUFQuantizedWeight of that type keeps its bytes, any other weight is dequantized to f32 and
+// a GGUFQuantizedWeight of that type keeps its bytes, any other weight goes through its float32 dense
+// equivalent (quant/dense_equivalent.h; a packed Nunchaku bias un-permuted) and
 // quantized with ggml's reference quantizer. Fused tensors are the parts' bytes concatenated.
 FluxGGUFWriteReport save_flux_gguf(const FluxTransformer2DModel& model, const std::filesystem::path& path,
                                    quant::gguf::GGMLType type, const std::string& name = "flux");
