@@ -168,7 +168,7 @@ class DiffusionPipeline {
     std::string component;  // "transformer" (FLUX: its text encoder too) or "transformer_2"
     double weight = 1.0;
     bool active = true;
-    std::vector<std::string> warnings;  // what loading said (lenient skips, conversion notes)
+    std::vector<std::string> warnings;  // what loading warned (lenient skips; keys applied unlike Diffusers)
   };
   virtual std::vector<LoraInfo> loras() const { return {}; }  // in loading order
   virtual bool lora_fused() const { return false; }
