@@ -78,6 +78,8 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--repeat", a->repeat, "timed generations per combination (default 3)");
   cmd->add_option("--warmup", a->warmup, "untimed 1-step generations first (default 1)");
   cmd->add_option("--prompt", a->prompt, "prompt for folder models");
+  cmd->add_option("--lora", a->loras,
+                  "LoRA FILE[:scale] (repeatable) for the combinations with +lora (e.g. \"bf16+lora; bf16+nf4+lora\")");
   cmd->add_option("--device", a->device, "cpu");
   cmd->add_option("--threads", a->threads, "CPU threads (default: all)")->check(CLI::Range(1, 1024));
   cmd->add_flag("--json", a->json, "print JSON instead of the table");

@@ -12,6 +12,7 @@
 #include "bench_cache.h"
 #include "bench_quality.h"
 #include "compile_report.h"
+#include "lora_options.h"
 #include "diffq/error.h"
 #include "diffq/memory.h"
 #include "diffq/offload.h"
@@ -62,6 +63,7 @@ nlohmann::json spawn_worker(const BenchArgs& a, const std::string& combo, const 
   if (!a.size.empty()) cmd += " --size " + shell_quote(a.size);
   if (a.frames > 0) cmd += " --frames " + std::to_string(a.frames);
   if (!quality_out.empty()) cmd += " --quality-out " + shell_quote(quality_out);
+  for (const auto& l : a.loras) cmd += " --lora " + shell_quote(l);
   FILE* p = popen(cmd.c_str(), "r");
   check(p != nullptr, "bench", "cannot start a worker for '", combo, "'");
   std::string out;
@@ -150,6 +152,9 @@ Combo parse_combo(const std::string& text) {
     } else if (tok == "compile" || tok == "compile-full") {
       check(c.compile.empty(), "bench", "combination '", text, "' compiles twice");
       c.compile = tok == "compile" ? "regional" : "full";
+    } else if (tok == "lora") {
+      check(!c.lora, "bench", "combination '", text, "' has lora twice");
+      c.lora = true;
     } else if (tok == "autotune") {
       check(!c.autotune, "bench", "combination '", text, "' has autotune twice");
       c.autotune = true;
@@ -165,8 +170,8 @@ Combo parse_combo(const std::string& text) {
     } else {
       fail("bench", "combination '", text, "': '", tok,
            "' is not available in diffq bench yet (available: fp32, bf16, fp16, the --quant schemes, "
-           "compile (regional), compile-full, autotune (with a compile), model-offload, sequential-offload, group-offload[:N], "
-           "leaf-offload, disk-offload, and the step caches fbc[:T], taylorseer[:...], magcache[:...], teacache[:T])");
+           "compile (regional), compile-full, autotune (with a compile), lora (the --lora files), model-offload, sequential-offload, "
+           "group-offload[:N], leaf-offload, disk-offload, and the step caches fbc[:T], taylorseer[:...], magcache[:...], teacache[:T])");
     }
   }
   check(!c.autotune || !c.compile.empty(), "bench", "combination '", text,
@@ -174,7 +179,7 @@ Combo parse_combo(const std::string& text) {
   return c;
 }
 
-bool unmodified_model(const Combo& c) { return c.quant.empty() && !c.cache; }
+bool unmodified_model(const Combo& c) { return c.quant.empty() && !c.cache && !c.lora; }
 
 std::pair<int64_t, int64_t> parse_size(const std::string& s) {
   const auto x = s.find('x');
@@ -196,6 +201,7 @@ std::unique_ptr<DiffusionPipeline> load_for_combo(const BenchArgs& a, const Comb
   po.dtype = c.dtype;
   if (!c.quant.empty()) po.quantization_config_json = quantization_config_from_shorthand(c.quant, c.dtype, {"transformer"});
   auto pipe = DiffusionPipeline::from_pretrained(a.model, po);
+  if (c.lora) apply_loras(*pipe, a.loras, {}, /*lenient=*/false, /*fuse=*/false, /*quiet=*/true);
   if (!c.offload.empty()) pipe->enable_offload(c.offload);
   if (!c.compile.empty()) pipe->compile(c.compile, c.autotune);  // after offloading, so its hooks are seen by the capture
   if (c.cache) pipe->enable_cache(*c.cache);                     // as generate --cache: after compile
@@ -257,6 +263,9 @@ nlohmann::json worker_row(const BenchArgs& a, const Combo& c, double load_s, con
       {"peak_device_bytes", nullptr},
       // The machine and kernels behind these figures (diffq info), as this worker ran them.
       {"system", nlohmann::json::parse(to_json(system_info()))}};
+  nlohmann::json loras = nlohmann::json::array();
+  for (const auto& l : pipe.loras()) loras.push_back({{"name", l.name}, {"file", l.file}, {"weight", l.weight}});
+  row["lora"] = loras;
   if (extra.is_object()) row.update(extra);
   return row;
 }
@@ -274,7 +283,9 @@ nlohmann::json last_run_fields(const BenchArgs& a, const Combo& c, const Generat
 void run_bench_parent(const BenchArgs& a) {
   const auto combos = split(a.combos, ';');
   check(!combos.empty(), "bench", "--combos is empty");
-  for (const auto& c : combos) parse_combo(c);  // every combination is checked before any runs
+  for (const auto& c : combos)  // every combination is checked before any runs
+    check(!parse_combo(c).lora || !a.loras.empty(), "bench", "combination '", c, "' has +lora: give --lora FILE[:scale]");
+  for (const auto& l : a.loras) parse_lora_arg(l);
   if (!a.size.empty()) parse_size(a.size);
   const size_t ref = a.quality ? quality_reference(combos) : 0;
   // --quality: each worker's output goes to a file of its own in a fresh folder, removed at the end.

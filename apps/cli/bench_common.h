@@ -30,6 +30,7 @@ struct BenchArgs {
   bool json = false, worker = false;
   bool quality = false;     // --quality: PSNR / SSIM against the reference combination (bench_quality.h)
   std::string quality_out;  // the worker's: where to save its output for the parent's comparison
+  std::vector<std::string> loras;  // --lora FILE[:scale], applied by combinations with "+lora"
 };
 
 struct Combo {
@@ -39,6 +40,7 @@ struct Combo {
   std::string compile;  // "" | regional ("compile": Diffusers' compile_repeated_blocks) | full
   bool autotune = false;  // "autotune": the compile's mode is max-autotune
   std::optional<CacheOptions> cache;  // "+fbc[:T]", "+taylorseer[:...]", "+magcache[:...]", "+teacache[:T]" (bench_cache.h)
+  bool lora = false;      // "lora": the --lora adapters loaded (before offloading and compiling), unfused
 };
 
 // The model as its checkpoint computes it (no quantization, no step cache): what --quality compares with.
@@ -49,7 +51,7 @@ Combo parse_combo(const std::string& text);                       // checks ever
 std::pair<int64_t, int64_t> parse_size(const std::string& s);     // "WxH" -> {W, H}
 
 // `a.model` (a folder or builtin:<name>) loaded with the combination: its dtype, its quantization scheme on
-// the transformer only, its offload mode, then its compile (after offloading, so the hooks are captured).
+// the transformer only, its LoRAs (a.loras), its offload mode, then its compile (after offloading, so the hooks are captured).
 // `load_s`: the wall time of all that.
 std::unique_ptr<DiffusionPipeline> load_for_combo(const BenchArgs& a, const Combo& c, double& load_s);
 

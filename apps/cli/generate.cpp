@@ -17,6 +17,7 @@
 #include "commands.h"
 #include "diffq/pipeline.h"
 #include "generate_args.h"
+#include "lora_options.h"
 #include "generate_request.h"
 #include "progress.h"
 #include "compile_report.h"
@@ -98,6 +99,10 @@ void run(const GenerateArgs& args) {
     return it != flags.end() ? it->second : "--" + f;
   };
   (void)app::to_generate_params(request, video, app::RequestLimits::wide_open(), flag);
+  check(!a.lora_lenient || !(a.loras.empty() && a.loras_2.empty()), "generate", "--lora-lenient needs --lora FILE");
+  check(!a.fuse_lora || !(a.loras.empty() && a.loras_2.empty()), "generate", "--fuse-lora needs --lora FILE");
+  for (const auto& l : a.loras) parse_lora_arg(l);  // a missing file costs no load
+  for (const auto& l : a.loras_2) parse_lora_arg(l);
 
   nlohmann::json timings;
   auto t0 = clock::now();
@@ -106,6 +111,8 @@ void run(const GenerateArgs& args) {
   po.transformer_file = a.transformer_file;
   po.quantization_config_json = cli_quantization_config(a.quant, a.quant_config, a.quantize, dtype);
   auto pipe = DiffusionPipeline::from_pretrained(model, po);
+  // LoRAs before offloading (fuse refuses offloaded weights) and before compiling (the graph reads them).
+  const nlohmann::json loras = apply_loras(*pipe, a.loras, a.loras_2, a.lora_lenient, a.fuse_lora, a.json);
   timings["load_s"] = seconds_since(t0);
   std::string offload_plan;
   if (!a.offload.empty()) {
@@ -163,6 +170,7 @@ void run(const GenerateArgs& args) {
       if (!c.note.empty()) j["cache"]["note"] = c.note;
       if (!c.calibration_ratios.empty()) j["cache"]["calibration_ratios"] = c.calibration_ratios;
     }
+    if (!loras.is_null()) j["lora"] = loras;
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     for (const auto& o : outputs) std::fprintf(stderr, "wrote %s\n", o.c_str());
@@ -246,6 +254,19 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--transformer", a->transformer_file,
                   "single-file transformer replacing the folder's: FLUX .safetensors in BFL/ComfyUI or Diffusers naming, "
                   "or a BFL-named .gguf, or a PyTorch .bin / .pt / .pth state dict; Wan .safetensors in original/ComfyUI or Diffusers naming, or a city96-style .gguf");
+  cmd->add_option("--lora", a->loras,
+                  "LoRA adapter FILE[:scale] (repeatable; .safetensors in Diffusers/PEFT, kohya, ComfyUI or XLabs "
+                  "naming for FLUX, Diffusers/PEFT or original/ComfyUI naming for Wan; named by the file's stem; "
+                  "scale default 1)");
+  cmd->add_option("--lora-2", a->loras_2,
+                  "Wan2.2 two-expert folders: a LoRA FILE[:scale] for the low-noise expert transformer_2 "
+                  "(Diffusers' load_into_transformer_2; repeatable)");
+  cmd->add_flag("--lora-lenient", a->lora_lenient,
+                "load a LoRA whose keys partly match nothing in the model: the rest loads, the unmatched keys are a "
+                "warning (default: an error listing them)");
+  cmd->add_flag("--fuse-lora", a->fuse_lora,
+                "merge the LoRAs (at their scales) into the dense weights before running (Diffusers' fuse_lora); "
+                "quantized layers keep running them unfused");
   cmd->add_option("--latents", a->latents_in, "initial packed latents (safetensors, key 'latents')");
   cmd->add_option("--output-latents", a->latents_out, "also write the final packed latents (safetensors)");
   cmd->add_option("--threads", a->threads, "CPU threads (default: DIFFQ_NUM_THREADS, else all)")->check(CLI::Range(1, 1024));

@@ -31,6 +31,8 @@ struct GenerateArgs {
   int threads = 0;
   uint64_t seed = 0;
   bool json = false;
+  std::vector<std::string> loras, loras_2;  // --lora FILE[:scale], --lora-2 (Wan2.2 transformer_2)
+  bool lora_lenient = false, fuse_lora = false;
 };
 
 // generate_output.cpp: fills the default -o (out.png / out.mp4 / out.safetensors) and refuses options that do

@@ -72,6 +72,10 @@ std::vector<std::string> write_outputs(const GenerateArgs& a, const GenerateResu
   if (u.guidance_scale_2) md.emplace_back("guidance_2", fmt(*u.guidance_scale_2));
   if (u.true_cfg_scale && *u.true_cfg_scale > 1.0) md.emplace_back("true_cfg_scale", fmt(*u.true_cfg_scale));
   if (!a.sigmas.empty()) md.emplace_back("sigmas", a.sigmas);
+  std::string loras;  // the --lora arguments as given ("style.safetensors:0.8, ...")
+  for (const auto& l : a.loras) loras += (loras.empty() ? "" : ", ") + l;
+  for (const auto& l : a.loras_2) loras += (loras.empty() ? "" : ", ") + l + " (transformer_2)";
+  if (!loras.empty()) md.emplace_back(a.fuse_lora ? "lora (fused)" : "lora", loras);
 
   const Tensor& all = video ? r.videos_u8 : r.images_u8;
   const int64_t n = all.shape()[0];

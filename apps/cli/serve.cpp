@@ -30,7 +30,7 @@ extern "C" void on_signal(int signo) {
 struct ServeArgs {
   std::vector<std::string> models;
   std::string dtype = "float32", quant, quant_config, quantize, offload, compile, max_memory;
-  std::string host = "127.0.0.1", api_key, results_dir;
+  std::string host = "127.0.0.1", api_key, results_dir, lora_dir;
   int port = 7860;
   int64_t max_queue = 64, max_body = 1 << 20, keep_jobs = 256, preview_every = 1;
   app::RequestLimits limits = app::RequestLimits::server_defaults();
@@ -64,6 +64,7 @@ void run(const ServeArgs& a) {
   o.drain = a.drain;
   o.limits = a.limits;
   o.results_dir = a.results_dir;
+  o.lora_dir = a.lora_dir;
 
   serve::Server server(o);
   const int port = server.bind();
@@ -117,6 +118,9 @@ void add_serve_command(CLI::App& app) {
                   "budget for loaded pipelines (e.g. 24GiB): more load on demand, least recently used evicted");
   cmd->add_flag("--drain", a->drain, "on SIGINT / SIGTERM finish queued and running jobs instead of cancelling them");
   cmd->add_option("--max-body", a->max_body, "request body bytes (default 1 MiB; more -> 413)");
+  cmd->add_option("--lora-dir", a->lora_dir,
+                  "folder of LoRA files a request may name (\"loras\": [{\"name\": \"style\", \"scale\": 0.8}] -> "
+                  "DIR/style.safetensors); loaded on first use and kept; default: requests take no LoRAs");
   cmd->add_option("--max-steps", a->limits.max_steps, "steps per job (default 150)");
   cmd->add_option("--max-frames", a->limits.max_frames, "video frames per job (default 257)");
   cmd->add_option("--max-n", a->limits.max_n, "outputs per request (default 8)");

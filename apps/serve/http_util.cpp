@@ -1,5 +1,7 @@
 // JSON responses and errors, typed request fields, and request -> job (server_state.h).
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cmath>
 #include <fstream>
 #include <random>
@@ -140,6 +142,32 @@ std::shared_ptr<Job> make_job(Server::State& s, const std::string& model, const 
   id << "job_" << std::hex << ((salt ^ (counter.fetch_add(1) * 0x9E3779B97F4A7C15ULL)) & 0xffffffffffffULL);
   job->id = id.str();
   return job;
+}
+
+std::vector<Job::Lora> get_loras(const Server::State& s, const json& body) {
+  std::vector<Job::Lora> out;
+  const auto it = body.find("loras");
+  if (it == body.end() || it->is_null()) return out;
+  if (!it->is_array()) wrong_type("loras", "an array of {\"name\", \"scale\"}", *it);
+  if (!it->empty() && s.opt.lora_dir.empty())
+    throw app::RequestError(422, "loras", "this server takes no LoRAs (start it with --lora-dir DIR)");
+  for (const auto& l : *it) {
+    if (!l.is_object()) wrong_type("loras", "an array of {\"name\", \"scale\"}", l);
+    const auto name = get_string(l, "name");
+    if (!name || name->empty()) throw app::RequestError(400, "loras", "each LoRA needs a \"name\"");
+    const bool plain = std::all_of(name->begin(), name->end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+    });
+    if (!plain || name->front() == '.')
+      throw app::RequestError(422, "loras", "LoRA name \"" + *name + "\" must be a file stem in --lora-dir (letters, digits, _ - .)");
+    const auto file = s.opt.lora_dir / (*name + ".safetensors");
+    if (!std::filesystem::is_regular_file(file))
+      throw app::RequestError(422, "loras", "no LoRA named \"" + *name + "\" (no " + *name + ".safetensors in --lora-dir)");
+    for (const auto& o : out)
+      if (o.name == *name) throw app::RequestError(422, "loras", "LoRA \"" + *name + "\" is given twice");
+    out.push_back({*name, file, get_number(l, "scale").value_or(1.0)});
+  }
+  return out;
 }
 
 std::string read_file(const std::filesystem::path& p) {

@@ -17,6 +17,22 @@ namespace {
 struct Cancelled {};
 
 double secs(Job::clock::time_point a, Job::clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+// The job's adapters, and only those, active on the (shared, kept loaded) pipeline with the job's scales; a
+// name not loaded yet is loaded from its file and stays loaded for later jobs.
+void use_loras(DiffusionPipeline& pipe, const std::vector<Job::Lora>& loras) {
+  if (loras.empty() && pipe.loras().empty()) return;
+  std::vector<std::string> names;
+  std::vector<double> scales;
+  for (const auto& l : loras) {
+    const auto loaded = pipe.loras();
+    if (std::none_of(loaded.begin(), loaded.end(), [&](const auto& i) { return i.name == l.name; }))
+      pipe.load_lora(l.file, l.name, l.scale);
+    names.push_back(l.name);
+    scales.push_back(l.scale);
+  }
+  pipe.set_adapters(names, scales);
+}
 }  // namespace
 
 const char* status_name(JobStatus s) {
@@ -205,6 +221,7 @@ void JobQueue::run_job(const std::shared_ptr<Job>& job) {
   try {
     if (job->cancel_requested) throw Cancelled{};
     std::shared_ptr<DiffusionPipeline> pipe = models_.acquire(job->model);
+    use_loras(*pipe, job->loras);
     GenerateParams p = job->params;
     const auto t_start = Job::clock::now();
     auto t_last = t_start;

@@ -44,6 +44,14 @@ struct Job {
   std::string output_format = "png";  // images: png | jpeg | webp (videos: mp4)
   double fps = 16.0;
   int64_t preview_every = 0;       // 0: no previews
+  // LoRA adapters ("loras": [{"name", "scale"}]): name -> file under the server's --lora-dir. The worker loads
+  // each into the pipeline once (kept loaded, by name) and makes exactly these active with these scales.
+  struct Lora {
+    std::string name;
+    std::filesystem::path file;
+    double scale = 1.0;
+  };
+  std::vector<Lora> loras;
   std::chrono::system_clock::time_point created_wall;
   clock::time_point created;
 

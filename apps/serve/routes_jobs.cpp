@@ -44,7 +44,10 @@ void add_jobs_routes(Server::State& s) {
       const std::string model = get_string(b, "model").value_or("");
       json params;
       const app::GenerateRequest r = jobs_request(b, params);
-      auto [job, pos] = s.jobs->submit(make_job(s, model, r, params));
+      auto job_in = make_job(s, model, r, params);
+      job_in->loras = get_loras(s, b);
+      if (b.contains("loras")) job_in->params_json["loras"] = b["loras"];
+      auto [job, pos] = s.jobs->submit(job_in);
       res.set_header("Location", "/v1/jobs/" + job->id);
       send_json(res, 202, {{"id", job->id}, {"object", "job"}, {"status", "queued"}, {"position", pos},
                            {"kind", job->kind}, {"events_url", "/v1/jobs/" + job->id + "/events"}});

@@ -62,6 +62,8 @@ void add_openai_routes(Server::State& s) {
       r.negative_prompt = get_string(b, "negative_prompt").value_or("");
       json params = {{"prompt", r.prompt}, {"n", r.n}, {"size", b.value("size", "auto")}, {"output_format", out}};
       auto job = make_job(s, model, r, params, out, {{"width", "size"}, {"height", "size"}});
+      job->loras = get_loras(s, b);
+      if (b.contains("loras")) job->params_json["loras"] = b["loras"];
       if (job->kind != "image")
         throw app::RequestError(400, "model", "model '" + job->model + "' makes videos; use POST /v1/jobs");
       s.jobs->submit(job);

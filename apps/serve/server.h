@@ -29,6 +29,7 @@ struct ServeOptions {
   app::RequestLimits limits = app::RequestLimits::server_defaults();
   std::filesystem::path results_dir;  // "" = a fresh folder under the system temp dir
   int threads = 32;                   // HTTP worker threads (SSE streams and waiting sync calls hold one)
+  std::filesystem::path lora_dir;     // requests' "loras" name files <name>.safetensors here ("" = none taken)
 };
 
 class Server {

@@ -52,6 +52,9 @@ std::shared_ptr<Job> make_job(Server::State& s, const std::string& model, const 
                               const nlohmann::json& params_json, const std::string& output_format = "png",
                               const std::map<std::string, std::string>& fields = {});
 std::string read_file(const std::filesystem::path& p);
+// The body's "loras": [{"name": "style", "scale": 0.8}, ...] as the job's adapters: each name a file
+// <name>.safetensors in --lora-dir (no path separators); RequestError 400/422 naming "loras" otherwise.
+std::vector<Job::Lora> get_loras(const Server::State& s, const nlohmann::json& body);
 
 // ---- routes (one file each) ----
 void add_openai_routes(Server::State& s);  // routes_openai.cpp

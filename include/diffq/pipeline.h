@@ -144,6 +144,34 @@ class DiffusionPipeline {
   // block loop); the report's note says so.
   virtual void enable_cache(const CacheOptions& opt) = 0;
   virtual void disable_cache() = 0;
+
+  // ---- LoRA adapters (docs/lora.md), as Diffusers' load_lora_weights / set_adapters / fuse_lora ----
+  // FLUX: into the transformer and the CLIP text encoder; Wan: into `transformer`, or with
+  // load_into_transformer_2 into a Wan2.2 folder's low-noise expert `transformer_2` (Diffusers'
+  // WanLoraLoaderMixin; a folder with only transformer_2 loads there). Formats: Diffusers/PEFT, kohya,
+  // ComfyUI, XLabs (FLUX); Diffusers/PEFT and original/ComfyUI naming (Wan). Unknown or mismatched keys are
+  // an Error listing them, or with `lenient` a warning on stderr (LoraInfo::warnings). The new adapter is
+  // active with `weight`; returns its name ("default_N" when `name` is empty). hotswap: new weights for the
+  // already loaded adapter `name` (no recompile after compile()). Load adapters before compile() on every
+  // layer they will ever touch: a LoRA on a layer that had none when compiling is refused.
+  virtual std::string load_lora(const std::filesystem::path& file, const std::string& name = "", double weight = 1.0,
+                                bool lenient = false, bool hotswap = false, bool load_into_transformer_2 = false);
+  // The active adapters and their weights (default 1 each); the others stay loaded but inactive.
+  virtual void set_adapters(const std::vector<std::string>& names, const std::vector<double>& weights = {});
+  // Merges the active adapters (times `scale`) into the dense weights; layers with quantized weights keep
+  // running their LoRA unfused (their names are returned). Before enable_offload (refused after).
+  virtual std::vector<std::string> fuse_lora(double scale = 1.0);
+  virtual void unfuse_lora();  // the original weights come back bit for bit
+  virtual void unload_lora(const std::string& name = "");  // "" = every adapter
+  struct LoraInfo {
+    std::string name, file;
+    std::string component;  // "transformer" (FLUX: its text encoder too) or "transformer_2"
+    double weight = 1.0;
+    bool active = true;
+    std::vector<std::string> warnings;  // what loading warned (lenient skips; keys applied unlike Diffusers)
+  };
+  virtual std::vector<LoraInfo> loras() const { return {}; }  // in loading order
+  virtual bool lora_fused() const { return false; }
 };
 
 // ---- writing results ----

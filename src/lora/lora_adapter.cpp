@@ -1,5 +1,6 @@
 #include "lora/lora_adapter.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "diffq/error.h"
@@ -26,6 +27,7 @@ std::pair<std::string, char> split_key(const std::string& k) {
   static const std::vector<std::tuple<std::string, std::string, char>> rules = {
       {".lora_A.weight", "", 'A'},
       {".lora_B.weight", "", 'B'},
+      {".lora_B.bias", "", 'b'},
       {".to_q_lora.down.weight", ".q_proj", 'A'},
       {".to_q_lora.up.weight", ".q_proj", 'B'},
       {".to_k_lora.down.weight", ".k_proj", 'A'},
@@ -43,7 +45,7 @@ std::pair<std::string, char> split_key(const std::string& k) {
 }
 
 struct Pair {
-  Tensor A, B;
+  Tensor A, B, bias;
 };
 }  // namespace
 
@@ -65,7 +67,7 @@ std::vector<AdapterTarget> build_adapter(const LoraStateDict& sd, const std::map
       // Diffusers' kohya conversion leaves targets outside the blocks without "transformer." (and then drops them).
       if ((sd.format == LoraFormat::kohya || sd.format == LoraFormat::comfyui) && components.count("transformer") &&
           components.at("transformer") && components.at("transformer")->find_module(path)) {
-        unprefixed.push_back(path);
+        if (std::find(unprefixed.begin(), unprefixed.end(), path) == unprefixed.end()) unprefixed.push_back(path);
         comp = "transformer";
         mod = path;
       } else {
@@ -84,7 +86,7 @@ std::vector<AdapterTarget> build_adapter(const LoraStateDict& sd, const std::map
       bad.push_back(key + (m ? " (not a Linear: " + m->type_name() + ")" : " (no such module)"));
       continue;
     }
-    (which == 'A' ? found[comp][mod].A : found[comp][mod].B) = t;
+    (which == 'A' ? found[comp][mod].A : which == 'B' ? found[comp][mod].B : found[comp][mod].bias) = t;
   }
   if (!unprefixed.empty()) {
     std::string list;
@@ -112,7 +114,13 @@ std::vector<AdapterTarget> build_adapter(const LoraStateDict& sd, const std::map
       const std::string path = comp + "." + mod;
       auto* lin = dynamic_cast<Linear*>(components.at(comp)->find_module(mod));
       if (!p.A.defined() || !p.B.defined()) {
-        bad.push_back(path + (p.A.defined() ? " (lora_A without lora_B)" : " (lora_B without lora_A)"));
+        bad.push_back(path + (p.A.defined() ? " (lora_A without lora_B)" : p.B.defined() ? " (lora_B without lora_A)"
+                                                                                       : " (lora_B.bias without lora_A/lora_B)"));
+        continue;
+      }
+      if (p.bias.defined() && (p.bias.dim() != 1 || p.bias.size(0) != lin->out_features)) {
+        bad.push_back(cat(path, " (lora_B.bias ", shape_str(p.bias.shape()), " does not fit the Linear's ", lin->out_features,
+                          " outputs)"));
         continue;
       }
       const int64_t r = p.A.size(0);
@@ -139,7 +147,7 @@ std::vector<AdapterTarget> build_adapter(const LoraStateDict& sd, const std::map
         auto it = alphas.find(mod);
         scaling = (it != alphas.end() ? it->second : common_alpha) / double(r);
       }
-      out.push_back({path, lin, p.A, p.B, scaling});
+      out.push_back({path, lin, p.A, p.B, p.bias, scaling});
     }
   }
   if (!bad.empty()) {

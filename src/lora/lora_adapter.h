@@ -18,6 +18,7 @@ struct AdapterTarget {
   std::string path;  // "transformer.transformer_blocks.0.attn.to_q"
   Linear* linear = nullptr;
   Tensor A, B;       // [r, in], [out, r] float32
+  Tensor bias;       // [out] float32: PEFT's lora_bias (lora_B.bias; Wan's .diff_b), or undefined
   double scaling = 1.0;
 };
 

@@ -45,9 +45,15 @@ LoraStateDict convert_lora_state_dict(std::map<std::string, Tensor> sd, const Lo
         "); Diffusers 0.42.1 loads those only into Flux2 and Z-Image, not into FLUX.1 or Wan, and neither does diffq");
   const bool kohya = any_key(sd, [](const std::string& k) { return has(k, ".lora_down.weight"); });
   if (info.family == "wan") {
-    auto foreign = [](const std::string& k) { return k.rfind("diffusion_model.", 0) == 0 || k.rfind("lora_unet_", 0) == 0; };
-    check(!any_key(sd, foreign), kCtx, file, ": a non-Diffusers Wan LoRA (", first_keys(sd, foreign),
-          "); diffq converts only Diffusers-named Wan LoRAs (transformer.*.lora_A/lora_B) so far");
+    if (any_key(sd, [](const std::string& k) { return k.rfind("diffusion_model.", 0) == 0; })) {
+      out.format = LoraFormat::comfyui;  // the original Wan / ComfyUI naming
+      out.tensors = convert_wan_original(std::move(sd), out.notes, file);
+      return out;
+    }
+    auto musubi = [](const std::string& k) { return k.rfind("lora_unet_", 0) == 0; };
+    check(!any_key(sd, musubi), kCtx, file, ": a musubi-tuner Wan LoRA (", first_keys(sd, musubi),
+          "); diffq converts Diffusers-named (transformer.*.lora_A/lora_B) and original/ComfyUI-named "
+          "(diffusion_model.blocks.*) Wan LoRAs so far");
   } else if (kohya) {
     out.format = any_key(sd, [](const std::string& k) { return k.rfind("diffusion_model.", 0) == 0 || k.rfind("text_encoders.", 0) == 0; })
                      ? LoraFormat::comfyui

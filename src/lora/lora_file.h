@@ -18,7 +18,8 @@ namespace diffq::lora {
 enum class LoraFormat {
   diffusers,  // transformer.*.lora_A/lora_B (PEFT), alphas from "lora_adapter_metadata" or *.alpha keys
   kohya,      // sd-scripts: lora_unet_* / lora_te1_* with lora_down / lora_up / alpha
-  comfyui,    // diffusion_model.* / text_encoders.clip_l.transformer.* with lora_down / lora_up / alpha
+  comfyui,    // diffusion_model.* / text_encoders.clip_l.transformer.* with lora_down / lora_up / alpha (FLUX);
+              // Wan's original naming diffusion_model.blocks.N.self_attn.q.lora_down / lora_A ... (Wan)
   xlabs,      // double_blocks.N.processor.{qkv,proj}_lora{1,2}.{down,up}.weight
 };
 const char* format_name(LoraFormat f);
@@ -51,5 +52,8 @@ LoraStateDict convert_lora_state_dict(std::map<std::string, Tensor> sd, const Lo
 std::map<std::string, Tensor> convert_kohya_flux(std::map<std::string, Tensor> sd, const LoraModelInfo& info,
                                                  std::vector<std::string>& notes, const std::string& file);
 std::map<std::string, Tensor> convert_xlabs_flux(std::map<std::string, Tensor> sd, const std::string& file);
+// lora_wan.cpp: original Wan / ComfyUI naming (diffusion_model.blocks.N.self_attn.q.lora_down.weight ...).
+std::map<std::string, Tensor> convert_wan_original(std::map<std::string, Tensor> sd, std::vector<std::string>& notes,
+                                                   const std::string& file);
 
 }  // namespace diffq::lora

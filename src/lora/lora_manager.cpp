@@ -65,6 +65,7 @@ std::string LoraManager::load(const LoraStateDict& sd, const std::string& name_i
     s.adapter = name;
     s.A = t.A;
     s.B = t.B;
+    s.bias = t.bias;
     s.scaling = t.scaling;
     s.weight = weight;
     slot_holder(*t.linear).slots.push_back(std::move(s));

@@ -19,6 +19,7 @@
 #include "modules/quantize_on_load.h"
 #include "pipelines/compile_report.h"
 #include "pipelines/flux_pipeline.h"
+#include "pipelines/pipeline_loras.h"
 #include "pipelines/public_builtin.h"
 #include "pipelines/public_pipeline_access.h"
 #include "pipelines/wan_pipeline.h"
@@ -129,6 +130,7 @@ class AdapterBase : public DiffusionPipeline, public detail::PipelineAccess {
     // A step cache decides inside the block loop: a full graph cannot hold that, so compile regionally
     // (in Diffusers, the cache hooks' torch.compiler.disable would break a fullgraph compile).
     apply_compile(cache_.method != CacheOptions::Method::none && mode == "full" ? "regional" : mode, autotune);
+    lora_set().mark_compiled();  // adapters swap freely on layers that had one at capture; new layers are refused
   }
   void enable_cache(const CacheOptions& opt) override {
     cache_ = opt;
@@ -141,6 +143,19 @@ class AdapterBase : public DiffusionPipeline, public detail::PipelineAccess {
     if (compile_mode_ == "full") apply_compile("full", autotuned_);
   }
 
+  std::string load_lora(const std::filesystem::path& file, const std::string& name, double weight, bool lenient,
+                        bool hotswap, bool load_into_transformer_2) override {
+    return lora_set().load(file, name, weight, lenient, hotswap, load_into_transformer_2 ? "transformer_2" : "");
+  }
+  void set_adapters(const std::vector<std::string>& names, const std::vector<double>& weights) override {
+    lora_set().set_adapters(names, weights);
+  }
+  std::vector<std::string> fuse_lora(double scale) override { return lora_set().fuse(scale); }
+  void unfuse_lora() override { lora_set().unfuse(); }
+  void unload_lora(const std::string& name) override { lora_set().unload(name); }
+  std::vector<LoraInfo> loras() const override { return loras_ ? loras_->infos() : std::vector<LoraInfo>{}; }
+  bool lora_fused() const override { return loras_ && loras_->fused(); }
+
  protected:
   virtual void apply_compile(const std::string& mode, bool autotune) = 0;
   virtual void apply_cache(const CacheOptions& opt) = 0;
@@ -152,6 +167,13 @@ class AdapterBase : public DiffusionPipeline, public detail::PipelineAccess {
   }
   CacheOptions cache_;
   std::string compile_mode_;
+  // Where adapter files load (pipeline_loras.h), made at first use.
+  virtual std::vector<PipelineLoras::Place> lora_places() const = 0;
+  PipelineLoras& lora_set() {
+    if (!loras_) loras_ = std::make_unique<PipelineLoras>(lora_places());
+    return *loras_;
+  }
+  std::unique_ptr<PipelineLoras> loras_;
   virtual offload::PipelineOffloader& offloader() = 0;
   virtual offload::NamedModules components() const = 0;
   virtual const char* offload_seq() const = 0;
@@ -243,6 +265,13 @@ class FluxAdapter final : public AdapterBase {
   offload::PipelineOffloader& offloader() override { return p_->offloader; }
   offload::NamedModules components() const override { return p_->offload_components(); }
   const char* offload_seq() const override { return FluxPipeline::model_cpu_offload_seq; }
+  std::vector<PipelineLoras::Place> lora_places() const override {
+    // Diffusers' FluxLoraLoaderMixin: transformer + CLIP text encoder (T5 takes no LoRA there).
+    const auto& c = p_->transformer->config;
+    lora::LoraModelInfo info;
+    info.single_linear1_dims = {c.inner_dim(), c.inner_dim(), c.inner_dim(), c.mlp_hidden_dim()};
+    return {{"transformer", {{"transformer", p_->transformer.get()}, {"text_encoder", p_->text_encoder.get()}}, info}};
+  }
   std::vector<const compile::CompiledModule*> compiled_modules() const override {
     return p_->transformer->compiled_modules();
   }
@@ -346,6 +375,16 @@ class WanAdapter final : public AdapterBase {
   offload::PipelineOffloader& offloader() override { return p_->offloader; }
   offload::NamedModules components() const override { return p_->offload_components(); }
   const char* offload_seq() const override { return WanPipeline::model_cpu_offload_seq; }
+  std::vector<PipelineLoras::Place> lora_places() const override {
+    // Diffusers' WanLoraLoaderMixin: "transformer.*" keys into `transformer`, or into `transformer_2` with
+    // load_into_transformer_2 (a folder with only transformer_2 loads there by default).
+    lora::LoraModelInfo info;
+    info.family = "wan";
+    std::vector<PipelineLoras::Place> out;
+    if (p_->transformer) out.push_back({"transformer", {{"transformer", p_->transformer.get()}}, info});
+    if (p_->transformer_2) out.push_back({"transformer_2", {{"transformer", p_->transformer_2.get()}}, info});
+    return out;
+  }
   std::vector<const compile::CompiledModule*> compiled_modules() const override {
     std::vector<const compile::CompiledModule*> out;
     for (auto* t : {p_->transformer.get(), p_->transformer_2.get()})
@@ -376,6 +415,17 @@ const FluxPipeline& flux_of(const DiffusionPipeline& p, const char* what) {
   return *a.flux_pipeline();
 }
 }  // namespace detail
+
+// A DiffusionPipeline not made by from_pretrained takes no LoRA.
+std::string DiffusionPipeline::load_lora(const std::filesystem::path& file, const std::string&, double, bool, bool, bool) {
+  fail("lora", file.string(), ": ", class_name(), " takes no LoRA adapters");
+}
+void DiffusionPipeline::set_adapters(const std::vector<std::string>&, const std::vector<double>&) {
+  fail("lora", "set_adapters: ", class_name(), " takes no LoRA adapters");
+}
+std::vector<std::string> DiffusionPipeline::fuse_lora(double) { fail("lora", "fuse_lora: ", class_name(), " takes no LoRA adapters"); }
+void DiffusionPipeline::unfuse_lora() {}
+void DiffusionPipeline::unload_lora(const std::string&) {}
 
 std::string DiffusionPipeline::pipeline_class_of(const std::filesystem::path& folder) {
   if (const auto b = builtin_name(folder)) return builtin_pipeline_class(*b);
