@@ -46,13 +46,16 @@ std::vector<fs::path> sources_under(const fs::path& dir) {
 }
 
 // A project header that is not public: it exists under src/ (whatever the brackets), or it is a quoted
-// include that is neither "diffq/..." nor an app-local header (next to the including file or in apps/common).
+// include that is neither "diffq/..." nor an app-local header (next to the including file or in an apps/ folder).
 std::string violation(const fs::path& file, const Include& inc, bool allow_local) {
   const bool is_public = inc.path.rfind("diffq/", 0) == 0 && fs::exists(kRoot / "include" / inc.path);
   if (is_public) return "";
   if (fs::exists(kRoot / "src" / inc.path)) return "includes src/" + inc.path;
-  // App-local: next to the including file, or in apps/common (what the apps share; scanned as an app too).
-  const bool local = fs::exists(file.parent_path() / inc.path) || fs::exists(kRoot / "apps" / "common" / inc.path);
+  // App-local: next to the including file, or in one of the apps' own folders (apps/common, apps/serve: the
+  // libraries the apps share; every file under apps/ is scanned by the same rule).
+  bool local = fs::exists(file.parent_path() / inc.path);
+  for (const auto& d : fs::directory_iterator(kRoot / "apps"))
+    local = local || (d.is_directory() && fs::exists(d.path() / inc.path));
   if (inc.quoted && !(allow_local && local))
     return "includes \"" + inc.path + "\", which is not a public diffq/ header";
   return "";
