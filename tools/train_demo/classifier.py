@@ -1,0 +1,131 @@
+"""The prompt-adherence judge: a small CNN trained on the same procedural data, predicting the objects'
+colour, shape, count and position from a 64x64 RGB image. Saved as models/demo-flux-classifier/
+{model.safetensors, config.json}; config.json lists the layers (so a C++ port can rebuild the net) and the
+label names of every head.
+
+Network (input x in [-1, 1], [B, 3, 64, 64]):
+  conv1 3->16 k3 s1 p1, relu, maxpool2      -> [B, 16, 32, 32]
+  conv2 16->32 k3 s1 p1, relu, maxpool2     -> [B, 32, 16, 16]
+  conv3 32->32 k3 s1 p1, relu, maxpool2     -> [B, 32, 8, 8]
+  conv4 32->32 k3 s1 p1, relu               -> [B, 32, 8, 8] -> flatten (C, H, W order) -> [B, 2048]
+  fc 2048->128, relu; heads: colour(8), shape(5), count(3), position(5) linear from the 128 features
+
+    nice -n 19 python classifier.py [--steps 1500]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+import common as C
+import dataset as D
+
+HEADS = {"colour": D.COLOUR_NAMES, "shape": D.SHAPES, "count": [str(c) for c in D.COUNTS], "position": D.POSITIONS}
+
+
+def build():
+    import torch.nn as nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = nn.Conv2d(3, 16, 3, padding=1)
+            self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
+            self.conv3 = nn.Conv2d(32, 32, 3, padding=1)
+            self.conv4 = nn.Conv2d(32, 32, 3, padding=1)
+            self.fc = nn.Linear(32 * 8 * 8, 128)
+            self.heads = nn.ModuleDict({k: nn.Linear(128, len(v)) for k, v in HEADS.items()})
+
+        def forward(self, x):
+            import torch.nn.functional as F
+            x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+            x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+            x = F.max_pool2d(F.relu(self.conv3(x)), 2)
+            x = F.relu(self.conv4(x)).flatten(1)
+            f = F.relu(self.fc(x))
+            return {k: h(f) for k, h in self.heads.items()}
+    return Net()
+
+
+def labels(attrs):
+    import torch
+    return {"colour": torch.tensor([D.COLOUR_NAMES.index(a.colour) for a in attrs]),
+            "shape": torch.tensor([D.SHAPES.index(a.shape) for a in attrs]),
+            "count": torch.tensor([D.COUNTS.index(a.count) for a in attrs]),
+            "position": torch.tensor([D.POSITIONS.index(a.position) for a in attrs])}
+
+
+def to_input(images_u8):
+    import torch
+    return torch.from_numpy(images_u8).permute(0, 3, 1, 2).float().div(127.5).sub(1.0)
+
+
+def load():
+    import torch
+    from safetensors.torch import load_file
+    net = build()
+    net.load_state_dict(load_file(str(C.CLASSIFIER_DIR / "model.safetensors")))
+    return net.eval().to(torch.float32)
+
+
+def predict(net, images_u8):
+    import torch
+    with torch.no_grad():
+        out = net(to_input(images_u8))
+    return [{k: HEADS[k][int(out[k][i].argmax())] for k in HEADS} for i in range(images_u8.shape[0])]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=600)
+    ap.add_argument("--n", type=int, default=12000)
+    ap.add_argument("--batch", type=int, default=32)
+    args = ap.parse_args()
+    C.setup()
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+    from safetensors.torch import save_file
+
+    clock = C.Clock()
+    images, _, attrs = D.make_arrays(args.n, seed=C.SEED + 3)
+    x_all, y_all = to_input(images), labels(attrs)
+    torch.manual_seed(C.SEED + 30)
+    net = build()
+    opt = torch.optim.AdamW(net.parameters(), lr=2e-3, weight_decay=1e-4)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=2e-3, total_steps=args.steps, pct_start=0.1)
+    gen = torch.Generator().manual_seed(C.SEED + 31)
+    hist = []
+    for step in range(args.steps):
+        idx = torch.randint(0, args.n, (args.batch,), generator=gen)
+        x = x_all[idx]
+        x = x + 0.03 * torch.randn(x.shape, generator=gen)  # generated images are not pixel-clean
+        out = net(x)
+        loss = sum(F.cross_entropy(out[k], y_all[k][idx]) for k in HEADS)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+        hist.append(loss.item())
+        if step % 100 == 0 or step == args.steps - 1:
+            print(f"step {step} loss {np.mean(hist[-100:]):.4f} {clock():.0f}s", flush=True)
+    net.eval()
+    vi, _, va = D.make_arrays(1000, seed=C.SEED + 4)
+    pred = predict(net, vi)
+    acc = {k: float(np.mean([p[k] == str(getattr(a, k)) if k == "count" else p[k] == getattr(a, k)
+                             for p, a in zip(pred, va)])) for k in HEADS}
+    acc["all"] = float(np.mean([all((p[k] == (str(a.count) if k == "count" else getattr(a, k))) for k in HEADS)
+                                for p, a in zip(pred, va)]))
+    C.CLASSIFIER_DIR.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in net.state_dict().items()}, str(C.CLASSIFIER_DIR / "model.safetensors"))
+    cfg = dict(input="RGB 64x64, x = pixel/127.5 - 1, NCHW", heads=HEADS,
+               layers=["conv1 3->16 k3 p1, relu, maxpool2", "conv2 16->32 k3 p1, relu, maxpool2",
+                       "conv3 32->32 k3 p1, relu, maxpool2", "conv4 32->32 k3 p1, relu, flatten CHW",
+                       "fc 2048->128, relu", "heads.<name> 128->len(labels)"],
+               heldout_accuracy=acc, steps=args.steps, train_wall_s=round(clock(), 1))
+    (C.CLASSIFIER_DIR / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    print(json.dumps(cfg["heldout_accuracy"]), f"{clock():.0f}s")
+
+
+if __name__ == "__main__":
+    main()

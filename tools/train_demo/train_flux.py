@@ -1,0 +1,198 @@
+"""Step 3: a FluxTransformer2DModel of a few million parameters (guidance_embeds False) trained with the
+rectified-flow objective that FlowMatchEulerDiscreteScheduler integrates, then the whole pipeline saved with
+FluxPipeline.save_pretrained to models/demo-flux/.
+
+Objective: x_t = (1 - t) x0 + t eps, the model predicts eps - x0 (MSE). t = FLUX's time shift of a logit-normal
+draw, exp(mu) / (exp(mu) + 1/u - 1) with u = sigmoid(N(0, 1)) and mu = calculate_shift(image tokens), the
+shift the pipeline applies to its sigmas at inference. Captions are dropped (-> "") with probability 0.1.
+Text embeddings come from the frozen text encoders exactly as FluxPipeline computes them (T5 padded to
+MAX_SEQ tokens, CLIP pooled output at 77). The saved transformer is an EMA of the weights.
+
+    nice -n 19 python train_flux.py [--steps 3000] [--n 20000]
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import shutil
+
+import common as C
+import dataset as D
+
+
+def encode_text(captions, tok, clip, tok2, t5):
+    import torch
+    with torch.no_grad():
+        ids = tok(captions, padding="max_length", max_length=77, truncation=True, return_tensors="pt").input_ids
+        pooled = clip(ids, output_hidden_states=False).pooler_output
+        ids2 = tok2(captions, padding="max_length", max_length=C.MAX_SEQ, truncation=True,
+                    return_tensors="pt").input_ids
+        seq = t5(ids2, output_hidden_states=False)[0]
+    return pooled, seq
+
+
+def load_text():
+    from transformers import CLIPTextModel, CLIPTokenizer, T5EncoderModel, T5TokenizerFast
+    t = C.WORK / "text"
+    return (CLIPTokenizer.from_pretrained(str(t / "tokenizer"), model_max_length=77), CLIPTextModel.from_pretrained(str(t / "text_encoder")).eval(),
+            T5TokenizerFast.from_pretrained(str(t / "tokenizer_2")),
+            T5EncoderModel.from_pretrained(str(t / "text_encoder_2")).eval())
+
+
+def save_pipeline(transformer, vae, text, dtype, out):
+    import torch
+    from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline
+    tok, clip, tok2, t5 = text
+    pipe = FluxPipeline(scheduler=FlowMatchEulerDiscreteScheduler(**C.SCHED_CFG), vae=copy.deepcopy(vae).to(dtype),
+                        text_encoder=copy.deepcopy(clip).to(dtype), tokenizer=tok,
+                        text_encoder_2=copy.deepcopy(t5).to(dtype), tokenizer_2=tok2,
+                        transformer=copy.deepcopy(transformer).to(dtype))
+    if out.exists():
+        shutil.rmtree(out)
+    pipe.save_pretrained(str(out), safe_serialization=True)
+    # The Hub layout of FLUX checkpoints: CLIP as vocab.json + merges.txt, T5 with spiece.model + tokenizer.json.
+    src = C.WORK / "text"
+    (out / "tokenizer" / "tokenizer.json").unlink(missing_ok=True)
+    for f in ("vocab.json", "merges.txt"):
+        shutil.copy(src / "tokenizer" / f, out / "tokenizer" / f)
+    shutil.copy(src / "tokenizer_2" / "spiece.model", out / "tokenizer_2" / "spiece.model")
+    del torch
+
+
+def sample_grid(folder, path, prompts, steps=20):
+    import torch
+    from diffusers import FluxPipeline
+    from PIL import Image
+    pipe = FluxPipeline.from_pretrained(str(folder), torch_dtype=torch.float32)
+    pipe.set_progress_bar_config(disable=True)
+    ims = []
+    for i, p in enumerate(prompts):
+        g = torch.Generator().manual_seed(i)
+        ims.append(pipe(p, height=C.IMAGE_SIZE, width=C.IMAGE_SIZE, num_inference_steps=steps, generator=g,
+                        max_sequence_length=C.MAX_SEQ).images[0])
+    s = C.IMAGE_SIZE * 2
+    grid = Image.new("RGB", (s * 4, s * math.ceil(len(ims) / 4)))
+    for i, im in enumerate(ims):
+        grid.paste(im.resize((s, s), Image.Resampling.NEAREST), ((i % 4) * s, (i // 4) * s))
+    grid.save(path)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--n", type=int, default=20000, help="training images")
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--drop", type=float, default=0.1, help="caption dropout")
+    ap.add_argument("--ema", type=float, default=0.999)
+    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    ap.add_argument("--out", default=str(C.MODEL_DIR))
+    args = ap.parse_args()
+    C.setup()
+    import numpy as np
+    import torch
+    from diffusers import AutoencoderKL, FluxTransformer2DModel
+    from pathlib import Path
+
+    clock = C.Clock()
+    text = load_text()
+    tok, clip, tok2, t5 = text
+    vae = AutoencoderKL.from_pretrained(str(C.WORK / "vae")).eval()
+    sf, sh = vae.config.scaling_factor, vae.config.shift_factor
+
+    images, caps, _ = D.make_arrays(args.n, seed=C.SEED)
+    uniq = sorted(set(caps) | {""})
+    pooled_u, seq_u = [], []
+    for i in range(0, len(uniq), 256):
+        p, s = encode_text(uniq[i:i + 256], tok, clip, tok2, t5)
+        pooled_u.append(p)
+        seq_u.append(s)
+    pooled_u, seq_u = torch.cat(pooled_u), torch.cat(seq_u)
+    cap_idx = torch.tensor([uniq.index(c) for c in caps]) if len(uniq) < 50 else \
+        torch.tensor([{c: i for i, c in enumerate(uniq)}[c] for c in caps])
+    empty = uniq.index("")
+    with torch.no_grad():
+        x = torch.from_numpy(images).permute(0, 3, 1, 2).float().div(127.5).sub(1.0)
+        z = torch.cat([vae.encode(x[i:i + 256]).latent_dist.mean for i in range(0, args.n, 256)])
+    z = C.pack((z - sh) * sf)  # [N, 64, 64]
+    del x
+    n_tok = z.shape[1]
+    h2 = int(round(math.sqrt(n_tok)))
+    img_ids = C.image_ids(h2, h2)
+    txt_ids = torch.zeros(C.MAX_SEQ, 3)
+    mu = C.mu_for(n_tok)
+    print(f"data: {args.n} images, {len(uniq)} captions, latents {tuple(z.shape)} std {z.std():.3f}, "
+          f"mu {mu:.3f}, {clock():.0f}s", flush=True)
+
+    torch.manual_seed(C.SEED + 20)
+    model = FluxTransformer2DModel(**C.FLUX_CFG)
+    ema = copy.deepcopy(model).eval().requires_grad_(False)
+    n_params = sum(p.numel() for p in model.parameters())
+    print("transformer parameters:", n_params, flush=True)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.99))
+    warm = min(200, args.steps // 10 + 1)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / args.steps))))
+    gen = torch.Generator().manual_seed(C.SEED + 21)
+    hist = []
+    for step in range(args.steps):
+        idx = torch.randint(0, args.n, (args.batch,), generator=gen)
+        x0 = z[idx]
+        ci = cap_idx[idx].clone()
+        ci[torch.rand(args.batch, generator=gen) < args.drop] = empty
+        u = torch.sigmoid(torch.randn(args.batch, generator=gen))
+        t = math.exp(mu) / (math.exp(mu) + (1 / u - 1))
+        eps = torch.randn(x0.shape, generator=gen)
+        xt = (1 - t[:, None, None]) * x0 + t[:, None, None] * eps
+        pred = model(hidden_states=xt, timestep=t, pooled_projections=pooled_u[ci],
+                     encoder_hidden_states=seq_u[ci], txt_ids=txt_ids, img_ids=img_ids, guidance=None,
+                     return_dict=False)[0]
+        loss = (pred - (eps - x0)).pow(2).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        d = min(args.ema, (1 + step) / (10 + step))
+        with torch.no_grad():
+            for pe, pm in zip(ema.parameters(), model.parameters()):
+                pe.lerp_(pm, 1 - d)
+        hist.append(loss.item())
+        if step % 25 == 0 or step == args.steps - 1:
+            print(f"step {step} loss {np.mean(hist[-100:]):.4f} lr {sched.get_last_lr()[0]:.2e} {clock():.0f}s",
+                  flush=True)
+
+    # Final loss of the EMA weights on a fixed held-out batch (same t / noise draws every run).
+    with torch.no_grad():
+        g = torch.Generator().manual_seed(C.SEED + 22)
+        vi, vc, _ = D.make_arrays(256, seed=C.SEED + 1)
+        vx = torch.from_numpy(vi).permute(0, 3, 1, 2).float().div(127.5).sub(1.0)
+        v0 = C.pack((vae.encode(vx).latent_dist.mean - sh) * sf)
+        vp, vs = encode_text(vc, tok, clip, tok2, t5)
+        u = torch.sigmoid(torch.randn(256, generator=g))
+        t = math.exp(mu) / (math.exp(mu) + (1 / u - 1))
+        e = torch.randn(v0.shape, generator=g)
+        vt = (1 - t[:, None, None]) * v0 + t[:, None, None] * e
+        val = {}
+        for name, m in (("ema", ema), ("raw", model)):
+            p = m(hidden_states=vt, timestep=t, pooled_projections=vp, encoder_hidden_states=vs, txt_ids=txt_ids,
+                  img_ids=img_ids, guidance=None, return_dict=False)[0]
+            val[name] = (p - (e - v0)).pow(2).mean().item()
+    train_wall = clock()
+    out = Path(args.out)
+    save_pipeline(ema, vae, text, getattr(torch, args.dtype), out)
+    log = dict(steps=args.steps, n=args.n, batch=args.batch, lr=args.lr, train_wall_s=round(train_wall, 1),
+               final_train_loss_last100=float(np.mean(hist[-100:])), heldout_loss_ema=val["ema"],
+               heldout_loss_raw=val["raw"], transformer_params=n_params, mu=mu, max_sequence_length=C.MAX_SEQ,
+               dtype=args.dtype, threads=torch.get_num_threads())
+    (C.WORK / "flux_log.json").write_text(json.dumps(log, indent=2) + "\n")
+    print(json.dumps(log, indent=2), flush=True)
+    prompts = [p for p, _, _ in D.adherence_prompts()[:8]]
+    sample_grid(out, C.WORK / "samples.png", prompts)
+    print("samples:", C.WORK / "samples.png", flush=True)
+
+
+if __name__ == "__main__":
+    main()
