@@ -17,6 +17,7 @@
 #include "pipelines/flux_pipeline.h"
 #include "pipelines/pipeline_test_util.h"
 #include "quant/quant_method.h"
+#include "common/flux_latent_call.h"
 
 namespace {
 
@@ -60,15 +61,7 @@ lora::LoraManager manager(diffq::FluxPipeline& p) {
 
 Tensor run(diffq::FluxPipeline& p) {
   const auto& call = cases().at("call");
-  diffq::FluxCallOptions o;
-  o.prompt = {call.at("prompt").get<std::string>()};
-  o.height = call.at("height");
-  o.width = call.at("width");
-  o.num_inference_steps = call.at("num_inference_steps");
-  o.guidance_scale = call.at("guidance_scale");
-  o.seed = call.at("seed");
-  o.max_sequence_length = call.at("max_sequence_length");
-  o.output_type = "latent";
+  auto o = diffq::testing::flux_latent_call(call);
   return p(o).latents;
 }
 

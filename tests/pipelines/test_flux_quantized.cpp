@@ -19,6 +19,7 @@
 #include "pipelines/flux_pipeline.h"
 #include "pipeline_test_util.h"
 #include "quant/quant_method.h"
+#include "common/flux_latent_call.h"
 
 namespace {
 
@@ -43,15 +44,7 @@ GenRun generate(const std::string& scheme) {
     lo.quantization_config = diffq::PipelineQuantizationConfig(backend, kwargs, {"transformer"}, std::nullopt);
   }
   auto pipe = diffq::FluxPipeline::from_pretrained(kFix + "tiny-flux", diffq::DType::f32, lo);
-  diffq::FluxCallOptions o;
-  o.prompt = {call.at("prompt").get<std::string>()};
-  o.height = call.at("height");
-  o.width = call.at("width");
-  o.num_inference_steps = call.at("num_inference_steps");
-  o.guidance_scale = call.at("guidance_scale");
-  o.seed = call.at("seed");
-  o.max_sequence_length = call.at("max_sequence_length");
-  o.output_type = "latent";
+  auto o = diffq::testing::flux_latent_call(call);
   return {(*pipe)(o).latents, pipe->quantization, diffq::summarize_quantization(*pipe->transformer)};
 }
 

@@ -10,6 +10,7 @@
 
 #include "diffq/tensor.h"
 #include "pipelines/flux_pipeline.h"
+#include "common/flux_latent_call.h"
 
 namespace diffq::testing {
 
@@ -74,16 +75,7 @@ inline Shape desc_shape(const std::string& desc) {
 // The fixture's FluxPipeline call, output_type "latent".
 inline FluxCallOptions sdnq_ar_call() {
   const auto call = sdnq_ar_cases().at("call");
-  FluxCallOptions o;
-  o.prompt = {call.at("prompt").get<std::string>()};
-  o.height = call.at("height");
-  o.width = call.at("width");
-  o.num_inference_steps = call.at("num_inference_steps");
-  o.guidance_scale = call.at("guidance_scale");
-  o.seed = call.at("seed");
-  o.max_sequence_length = call.at("max_sequence_length");
-  o.output_type = "latent";
-  return o;
+  return diffq::testing::flux_latent_call(call);
 }
 
 }  // namespace diffq::testing

@@ -11,6 +11,7 @@
 #include "io/safetensors.h"
 #include "modules/quantize_on_load.h"
 #include "pipelines/flux_pipeline.h"
+#include "common/flux_latent_call.h"
 
 namespace {
 
@@ -25,15 +26,7 @@ TEST(NunchakuPipeline, FluxLatentsMatchTorchReference) {
   std::printf("transformer: %s\n", pipe->quantization.at("transformer").c_str());
   const auto summary = diffq::summarize_quantization(*pipe->transformer);
   EXPECT_EQ(summary.quantized, int64_t(cases.at("svdq_targets").size() + cases.at("awq_targets").size()));
-  diffq::FluxCallOptions o;
-  o.prompt = {call.at("prompt").get<std::string>()};
-  o.height = call.at("height");
-  o.width = call.at("width");
-  o.num_inference_steps = call.at("num_inference_steps");
-  o.guidance_scale = call.at("guidance_scale");
-  o.seed = call.at("seed");
-  o.max_sequence_length = call.at("max_sequence_length");
-  o.output_type = "latent";
+  auto o = diffq::testing::flux_latent_call(call);
   const diffq::Tensor lat = (*pipe)(o).latents;
   const auto ref = diffq::io::SafetensorsFile::open(kFix + "latents.safetensors").tensors();
   const double e = diffq::testing::max_rel(lat, ref.at("nunchaku"));

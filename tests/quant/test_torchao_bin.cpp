@@ -18,6 +18,7 @@
 #include "io/torch_checkpoint.h"
 #include "pipelines/flux_pipeline.h"
 #include "quant/quant_method.h"
+#include "common/flux_latent_call.h"
 
 namespace {
 
@@ -105,15 +106,7 @@ TEST(TorchaoBin, PipelineMatchesDiffusersLoadingTheBinFolder) {
   const fs::path root = pipeline_with_bin_transformer();
   auto pipe = FluxPipeline::from_pretrained(root, DType::f32);
   EXPECT_EQ(pipe->quantization.at("transformer"), "torchao Int8WeightOnlyConfig (pre-quantized)");
-  FluxCallOptions o;
-  o.prompt = {call.at("prompt").get<std::string>()};
-  o.height = call.at("height");
-  o.width = call.at("width");
-  o.num_inference_steps = call.at("num_inference_steps");
-  o.guidance_scale = call.at("guidance_scale");
-  o.seed = call.at("seed");
-  o.max_sequence_length = call.at("max_sequence_length");
-  o.output_type = "latent";
+  auto o = diffq::testing::flux_latent_call(call);
   const Tensor got = (*pipe)(o).latents;
   const Tensor want = reference().tensor("latents");
   ASSERT_EQ(got.shape(), want.shape());
@@ -211,15 +204,7 @@ TEST_P(TorchaoBinConfigs, PipelineWithinTheSchemesBound) {
   fs::create_directory_symlink(folder(), root / "transformer");
   auto pipe = FluxPipeline::from_pretrained(root, DType::f32);
   EXPECT_EQ(pipe->quantization.at("transformer"), GetParam().label);
-  FluxCallOptions o;
-  o.prompt = {call.at("prompt").get<std::string>()};
-  o.height = call.at("height");
-  o.width = call.at("width");
-  o.num_inference_steps = call.at("num_inference_steps");
-  o.guidance_scale = call.at("guidance_scale");
-  o.seed = call.at("seed");
-  o.max_sequence_length = call.at("max_sequence_length");
-  o.output_type = "latent";
+  auto o = diffq::testing::flux_latent_call(call);
   const Tensor got = (*pipe)(o).latents;
   const Tensor want = reference_file().tensor("latents");
   ASSERT_EQ(got.shape(), want.shape());
