@@ -15,6 +15,7 @@
 #include "diffq/error.h"
 #include "modules/module.h"
 #include "pipelines/flux_pipeline.h"
+#include "common/flux_latent_call.h"
 
 namespace diffq::testing::bflmo {
 
@@ -30,19 +31,7 @@ inline const nlohmann::json& cases() {
 }
 
 // The fixture's call (prompt, size, steps, guidance, seed) as FluxCallOptions, latents out.
-inline FluxCallOptions call_options() {
-  const auto& c = cases().at("call");
-  FluxCallOptions o;
-  o.prompt = {c.at("prompt").get<std::string>()};
-  o.height = c.at("height");
-  o.width = c.at("width");
-  o.num_inference_steps = c.at("num_inference_steps");
-  o.guidance_scale = c.at("guidance_scale");
-  o.seed = c.at("seed");
-  o.max_sequence_length = c.at("max_sequence_length");
-  o.output_type = "latent";
-  return o;
-}
+inline FluxCallOptions call_options() { return diffq::testing::flux_latent_call(cases().at("call")); }
 
 inline const Parameter& param(const Module& m, const std::string& name) {
   for (const auto& [k, p] : m.named_parameters())

@@ -83,9 +83,9 @@ TEST(TorchaoBin, DequantizedWeightsBitExact) {
   }
 }
 
-// The tiny pipeline folder with its transformer replaced by the .bin one (symlinks, nothing copied).
-fs::path pipeline_with_bin_transformer() {
-  const fs::path root = fs::temp_directory_path() / "diffq_torchao_bin_pipeline";
+// The tiny pipeline folder `root` (emptied first) with its transformer replaced by `transformer`
+// (symlinks, nothing copied).
+fs::path pipeline_with_transformer(const fs::path& root, const fs::path& transformer) {
   std::error_code ec;
   fs::remove_all(root, ec);
   fs::create_directories(root);
@@ -97,8 +97,14 @@ fs::path pipeline_with_bin_transformer() {
     else
       fs::copy_file(e.path(), root / n);
   }
-  fs::create_directory_symlink(kDir / "flux-int8wo" / "transformer", root / "transformer");
+  fs::create_directory_symlink(transformer, root / "transformer");
   return root;
+}
+
+// The tiny pipeline folder with its transformer replaced by the .bin one (symlinks, nothing copied).
+fs::path pipeline_with_bin_transformer() {
+  return pipeline_with_transformer(fs::temp_directory_path() / "diffq_torchao_bin_pipeline",
+                                   kDir / "flux-int8wo" / "transformer");
 }
 
 TEST(TorchaoBin, PipelineMatchesDiffusersLoadingTheBinFolder) {
@@ -189,19 +195,7 @@ TEST_P(TorchaoBinConfigs, DequantizedWeightsBitExact) {
 TEST_P(TorchaoBinConfigs, PipelineWithinTheSchemesBound) {
   const json e = expected_json();
   const json& call = e["call"];
-  const fs::path root = fs::temp_directory_path() / (std::string("diffq_torchao_bin_") + GetParam().tag);
-  std::error_code ec;
-  fs::remove_all(root, ec);
-  fs::create_directories(root);
-  for (const auto& en : fs::directory_iterator(kFix / "tiny-flux")) {
-    const std::string n = en.path().filename().string();
-    if (n == "transformer" || n == "reference") continue;
-    if (en.is_directory())
-      fs::create_directory_symlink(en.path(), root / n);
-    else
-      fs::copy_file(en.path(), root / n);
-  }
-  fs::create_directory_symlink(folder(), root / "transformer");
+  const fs::path root = pipeline_with_transformer(fs::temp_directory_path() / (std::string("diffq_torchao_bin_") + GetParam().tag), folder());
   auto pipe = FluxPipeline::from_pretrained(root, DType::f32);
   EXPECT_EQ(pipe->quantization.at("transformer"), GetParam().label);
   auto o = diffq::testing::flux_latent_call(call);
@@ -216,6 +210,7 @@ TEST_P(TorchaoBinConfigs, PipelineWithinTheSchemesBound) {
   }
   std::printf("[ latents  ] %s: max rel err %.3g vs Diffusers loading the .bin\n", GetParam().tag, num / den);
   EXPECT_LE(num / den, GetParam().bound) << "max |d| " << num << ", max |ref| " << den;
+  std::error_code ec;
   fs::remove_all(root, ec);
 }
 
