@@ -23,7 +23,6 @@ latents.safetensors (packed final latents, caught with callback_on_step_end):
   none, peft_a, peft_b_alpha, kohya, comfy, xlabs: each adapter alone, weight 1;
   two: peft_a and peft_b_alpha with set_adapters(["a", "b"], [0.7, -0.4]);
   fused: the same two, then fuse_lora(lora_scale=0.8);
-  nf4_none, nf4_peft_a: the transformer quantized to bitsandbytes nf4 (float32 compute), without / with peft_a.
 cases.json: the call, the adapter weights, the fuse scale.
 
 Run: cd tools/reference && CUDA_VISIBLE_DEVICES= HF_HUB_OFFLINE=1 ../.venv/bin/python make_lora_fixtures.py
@@ -227,36 +226,7 @@ def main() -> None:
     lat["fused"] = run(pipe)
 
     cases = {"call": CALL, "two": TWO, "fuse_scale": FUSE_SCALE}
-    # nf4: Diffusers' bitsandbytes nf4 pipeline with a PEFT LoRA does not run on this CPU (bitsandbytes 0.50's CPU
-    # 4-bit path reshapes x_embedder's absmax to [32, 0]: in_features 16 < blocksize 64). So the nf4 base is made
-    # as bitsandbytes makes it: every nn.Linear weight of the transformer quantized (quantize_4bit, nf4, blocksize 64)
-    # and dequantized by bitsandbytes; nf4_none is compared with tests/fixtures/flux-quantized (Diffusers' real nf4
-    # pipeline, made on another machine) below and the difference recorded in cases.json.
-    import bitsandbytes.functional as bnbf
-    from safetensors import safe_open
-
-    def nf4_base():
-        p = load()
-        with torch.no_grad():
-            for _, mod in p.transformer.named_modules():
-                if isinstance(mod, torch.nn.Linear):
-                    qw, st = bnbf.quantize_4bit(mod.weight.data, blocksize=64, quant_type="nf4")
-                    mod.weight.copy_(bnbf.dequantize_4bit(qw, st, quant_type="nf4").to(torch.float32))
-        return p
-
-    lat["nf4_none"] = run(nf4_base())
-    pipe = nf4_base()
-    pipe.load_lora_weights(str(out / "peft_a.safetensors"), adapter_name="a")
-    lat["nf4_peft_a"] = run(pipe)
-    with safe_open(str(FIXTURES / "flux-quantized" / "latents.safetensors"), "pt") as f:
-        ref = f.get_tensor("nf4")
-    d = float((lat["nf4_none"] - ref).abs().max() / ref.abs().max())
-    print("nf4_none vs flux-quantized nf4 (Diffusers' bnb pipeline):", d)
-    # Measured here: 5.9e-3, NOT equal: this bitsandbytes' quantize_4bit/dequantize_4bit round trip is not what
-    # the machine that made flux-quantized ran (its CPU Linear4bit path cannot run here at all). Recorded, and the
-    # nf4 test says so.
-    cases["nf4"] = {"base": "bitsandbytes nf4 (blocksize 64) quantize_4bit + dequantize_4bit of every transformer "
-                            "nn.Linear", "vs_flux_quantized_nf4": d}
+    # nf4 base + LoRA: make_lora_nf4.py (Diffusers + PEFT + bitsandbytes) -> tests/fixtures/lora-nf4.
     save_tensors(out / "latents.safetensors", lat)
     write_json(out / "cases.json", cases)
     for n, v in lat.items():
