@@ -5,11 +5,13 @@
 // This file: the command, and the FLUX worker; the Wan worker is bench_wan.cpp, what both share
 // bench_common.{h,cpp}.
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "bench_common.h"
+#include "bench_quality.h"
 #include "bench_wan.h"
 #include "commands.h"
 #include "diffq/error.h"
@@ -24,17 +26,20 @@ namespace {
 // (builtin:flux-*) is DiffusionPipeline's random-weight transformer fed random prompt embeddings, latents only.
 nlohmann::json run_flux_worker(BenchArgs a) {
   const Combo combo = parse_combo(a.combo);
-  if (a.size.empty()) a.size = "512x512";
   check(a.frames == 0, "bench", "--frames is for Wan models; ", a.model, " makes images");
-  const auto [width, height] = parse_size(a.size);
   double load_s = 0;
   auto pipe = load_for_combo(a, combo, load_s);
+  if (a.size.empty()) {  // 512x512, or the size a folder's generation_defaults.json gives (models/demo-flux: 64x64)
+    const GenerateParams d = pipe->defaults();
+    const bool own = a.model.rfind("builtin:", 0) != 0 && std::filesystem::exists(std::filesystem::path(a.model) / "generation_defaults.json");
+    a.size = own ? std::to_string(d.width) + "x" + std::to_string(d.height) : "512x512";
+  }
+  const auto [width, height] = parse_size(a.size);
   GenerateParams p;
   p.prompt = a.prompt;
   p.output_latents_only = a.model.rfind("builtin:", 0) == 0;  // no VAE in a builtin model
   p.width = width;
   p.height = height;
-  p.guidance_scale = 3.5;
   p.seed = 0;
   GenerateResult last;  // the final timed generation's: its cache report, its output for --quality
   int64_t calls = 0;
@@ -46,6 +51,7 @@ nlohmann::json run_flux_worker(BenchArgs a) {
   });
   nlohmann::json row = worker_row(a, combo, load_s, t, *pipe);
   row.update(last_run_fields(a, combo, last, /*video=*/false));  // after the row read the memory peaks
+  row.update(adherence_fields(a, *pipe));
   return row;
 }
 
@@ -72,7 +78,7 @@ void add_bench_command(CLI::App& app) {
                   "is +fbc[:T], +taylorseer[:...], +magcache[:...] or +teacache[:T], as generate --cache");
   cmd->add_option("--steps", a->steps, "denoising steps per generation (default 4)");
   cmd->add_option("--size", a->size,
-                  "WIDTHxHEIGHT (default: FLUX 512x512; Wan builtins their own grid, wan-small 256x256; Wan folders 832x480)");
+                  "WIDTHxHEIGHT (default: FLUX 512x512, or a folder's generation_defaults.json size; Wan builtins their own grid, wan-small 256x256; Wan folders 832x480)");
   cmd->add_option("--frames", a->frames,
                   "Wan: video frames (default: wan-small 17, the other builtins and folders 81)");
   cmd->add_option("--repeat", a->repeat, "timed generations per combination (default 3)");

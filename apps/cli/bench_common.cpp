@@ -105,11 +105,19 @@ void print_table(const std::vector<nlohmann::json>& rows) {
   // Optional columns: the step cache's transformer calls, the quality readout.
   const bool cached = std::any_of(rows.begin(), rows.end(), [](const auto& r) { return r.contains("cache"); });
   const bool quality = std::any_of(rows.begin(), rows.end(), [](const auto& r) { return r.contains("quality"); });
+  const bool adherence = std::any_of(rows.begin(), rows.end(), [](const auto& r) { return r.contains("adherence"); });
   if (quality) std::printf("%s\n", quality_note(rows).c_str());
+  if (adherence)
+    std::printf("adherence: prompts of the judge's fixed set drawn right (colour, shape, count and position all as "
+                "asked), judged by %s, at the model's default settings\n",
+                rows.front().contains("adherence") ? rows.front().at("adherence").at("judge").get<std::string>().c_str()
+                                                   : "the judge next to the model");
   std::printf("\n| combination | load s | latency s (median, min-max) | s/step (median) | peak RSS GiB | "
-              "generation peak RSS GiB | peak alloc GiB |%s%s\n",
-              cached ? " transformer calls computed / skipped |" : "", quality ? " PSNR dB | SSIM |" : "");
-  std::printf("|---|---|---|---|---|---|---|%s%s\n", cached ? "---|" : "", quality ? "---|---|" : "");
+              "generation peak RSS GiB | peak alloc GiB |%s%s%s\n",
+              cached ? " transformer calls computed / skipped |" : "", quality ? " PSNR dB | SSIM |" : "",
+              adherence ? " adherence |" : "");
+  std::printf("|---|---|---|---|---|---|---|%s%s%s\n", cached ? "---|" : "", quality ? "---|---|" : "",
+              adherence ? "---|" : "");
   for (const auto& r : rows) {
     const auto& l = r.at("latency_s");
     std::printf("| %s | %.2f | %.3f (%.3f-%.3f) | %.3f | %s | %s | %s |", r.at("combo").get<std::string>().c_str(),
@@ -119,6 +127,7 @@ void print_table(const std::vector<nlohmann::json>& rows) {
                 gib(r.at("peak_alloc_bytes")).c_str());
     if (cached) std::printf(" %s |", cache_cell(r).c_str());
     if (quality) std::printf(" %s | %s |", psnr_cell(r).c_str(), ssim_cell(r).c_str());
+    if (adherence) std::printf(" %s |", adherence_cell(r).c_str());
     std::printf("\n");
   }
   if (cached) {

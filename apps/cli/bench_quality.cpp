@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "diffq/adherence.h"
 #include "diffq/error.h"
 #include "diffq/quality.h"
 
@@ -95,6 +96,22 @@ std::string quality_note(const std::vector<nlohmann::json>& rows) {
     return s;
   }
   return "";
+}
+
+nlohmann::json adherence_fields(const BenchArgs& a, DiffusionPipeline& pipe) {
+  if (!a.quality || a.model.rfind("builtin:", 0) == 0) return nlohmann::json::object();
+  const auto folder = AdherenceJudge::next_to(a.model);
+  if (folder.empty()) return nlohmann::json::object();
+  const auto judge = AdherenceJudge::load(folder);
+  const AdherenceScore s = check_adherence(pipe, *judge);
+  return {{"adherence", {{"right", s.right}, {"total", s.total}, {"per_attribute", s.per_attribute},
+                         {"judge", folder.string()}}}};
+}
+
+std::string adherence_cell(const nlohmann::json& row) {
+  if (!row.contains("adherence")) return "-";
+  const auto& j = row.at("adherence");
+  return std::to_string(j.at("right").get<int64_t>()) + "/" + std::to_string(j.at("total").get<int64_t>());
 }
 
 std::string psnr_cell(const nlohmann::json& row) {

@@ -28,6 +28,12 @@ size_t quality_reference(const std::vector<std::string>& combos);
 // The parent: rows[i]'s output is in files[i]; sets every row's "quality" against rows[ref].
 void add_quality(std::vector<nlohmann::json>& rows, const std::vector<std::string>& files, size_t ref);
 
+// --quality on a model folder that has a judge next to it (models/demo-flux -> models/demo-flux-classifier):
+// the prompt-adherence check of include/diffq/adherence.h run with the combination's pipeline at the model's
+// default settings (the judge's 20 fixed prompts and seeds). Returns {"adherence": {...}}, or {} without a judge.
+nlohmann::json adherence_fields(const BenchArgs& a, DiffusionPipeline& pipe);
+std::string adherence_cell(const nlohmann::json& row);  // "14/20", "-" without
+
 // Table helpers: the header note, and the "PSNR dB" / "SSIM" cells of a row ("inf", "-" where SSIM's window
 // does not fit).
 std::string quality_note(const std::vector<nlohmann::json>& rows);

@@ -19,6 +19,7 @@
 #include "modules/quantize_on_load.h"
 #include "pipelines/compile_report.h"
 #include "pipelines/flux_pipeline.h"
+#include "pipelines/folder_defaults.h"
 #include "pipelines/pipeline_loras.h"
 #include "pipelines/public_builtin.h"
 #include "pipelines/public_pipeline_access.h"
@@ -95,7 +96,8 @@ bool preview_due(const GenerateParams& in, int64_t step, int64_t total) {
 class AdapterBase : public DiffusionPipeline, public detail::PipelineAccess {
  public:
   AdapterBase(std::filesystem::path source, std::string description)
-      : source_(std::move(source)), description_(std::move(description)) {}
+      : source_(std::move(source)), description_(std::move(description)),
+        folder_defaults_(builtin_name(source_) ? FolderDefaults{} : FolderDefaults::read(source_)) {}
   ComponentBytes component_bytes(const std::string& component) const override {
     for (const auto& [name, m] : components())
       if (name == component && m) {
@@ -181,6 +183,7 @@ class AdapterBase : public DiffusionPipeline, public detail::PipelineAccess {
   bool autotuned_ = false;
   std::filesystem::path source_;
   std::string description_;
+  FolderDefaults folder_defaults_;  // the folder's generation_defaults.json (none for builtins)
 };
 
 class FluxAdapter final : public AdapterBase {
@@ -200,6 +203,7 @@ class FluxAdapter final : public AdapterBase {
     d.guidance_scale = 3.5;
     d.true_cfg_scale = 1.0;
     d.max_sequence_length = 512;
+    folder_defaults_.apply_to(d);
     return d;
   }
   GenerateResult generate(const GenerateParams& in) override {
@@ -213,6 +217,7 @@ class FluxAdapter final : public AdapterBase {
       o.prompt = {in.prompt};
       if (!in.prompt_2.empty()) o.prompt_2 = {in.prompt_2};
       if (!in.negative_prompt.empty()) o.negative_prompt = {in.negative_prompt};
+      else if (folder_defaults_.negative_prompt) o.negative_prompt = {*folder_defaults_.negative_prompt};
       if (!in.negative_prompt_2.empty()) o.negative_prompt_2 = {in.negative_prompt_2};
     }
     check(in.num_frames == 0 || in.num_frames == 1, kCtx, "FluxPipeline makes images: num_frames must be 0 or 1, got ",
@@ -220,7 +225,7 @@ class FluxAdapter final : public AdapterBase {
     check(!in.guidance_scale_2, kCtx, "guidance_scale_2 is a Wan2.2 parameter; FluxPipeline has none");
     o.num_images_per_prompt = in.num_outputs;
     o.max_sequence_length = in.max_sequence_length > 0 ? in.max_sequence_length : d.max_sequence_length;
-    o.true_cfg_scale = value_or(in.true_cfg_scale, 1.0);
+    o.true_cfg_scale = value_or(in.true_cfg_scale, *d.true_cfg_scale);
     o.height = in.height > 0 ? in.height : d.height;
     o.width = in.width > 0 ? in.width : d.width;
     o.num_inference_steps = in.num_inference_steps > 0 ? in.num_inference_steps : d.num_inference_steps;
@@ -305,6 +310,7 @@ class WanAdapter final : public AdapterBase {
     d.num_inference_steps = 50;
     d.guidance_scale = 5.0;
     d.max_sequence_length = 512;
+    folder_defaults_.apply_to(d);
     return d;
   }
   GenerateResult generate(const GenerateParams& in) override {
@@ -321,6 +327,7 @@ class WanAdapter final : public AdapterBase {
     } else {
       o.prompt = {in.prompt};
       if (!in.negative_prompt.empty()) o.negative_prompt = {in.negative_prompt};
+      else if (folder_defaults_.negative_prompt) o.negative_prompt = {*folder_defaults_.negative_prompt};
     }
     o.num_videos_per_prompt = in.num_outputs;
     o.max_sequence_length = in.max_sequence_length > 0 ? in.max_sequence_length : d.max_sequence_length;
@@ -329,7 +336,7 @@ class WanAdapter final : public AdapterBase {
     o.num_frames = in.num_frames > 0 ? in.num_frames : d.num_frames;
     o.num_inference_steps = in.num_inference_steps > 0 ? in.num_inference_steps : d.num_inference_steps;
     o.guidance_scale = value_or(in.guidance_scale, *d.guidance_scale);
-    o.guidance_scale_2 = in.guidance_scale_2;
+    o.guidance_scale_2 = in.guidance_scale_2 ? in.guidance_scale_2 : d.guidance_scale_2;
     o.seed = in.seed;
     o.latents = in.latents;
     o.output_type = in.output_latents_only ? "latent" : "np";

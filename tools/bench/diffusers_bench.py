@@ -39,6 +39,7 @@ from _peer_timing import prepare_and_time
 
 import argparse
 import json
+from pathlib import Path
 import resource
 import statistics
 import time
@@ -169,6 +170,15 @@ def main() -> None:
     if wan_model:
         size, frames = wan.defaults(a.model)
         a.size, a.frames = a.size or size, a.frames or frames
+    # A folder's generation_defaults.json (diffq's; models/demo-flux): its size and call arguments, as diffq uses them.
+    a.call_defaults = {}
+    gd = Path(a.model) / "generation_defaults.json"
+    if not a.model.startswith("builtin:") and gd.is_file():
+        a.call_defaults = {k: v for k, v in json.loads(gd.read_text()).items() if not k.startswith("_")}
+        if not a.size and "width" in a.call_defaults:
+            a.size = f"{a.call_defaults['width']}x{a.call_defaults['height']}"
+        for k in ("width", "height", "num_inference_steps"):
+            a.call_defaults.pop(k, None)
     a.size = a.size or "512x512"
     width, height = (int(x) for x in a.size.split("x"))
     engine = f"diffusers {__import__('diffusers').__version__} / torch {torch.__version__}"
@@ -215,15 +225,17 @@ def run(a, dtype, quant, offload, compile_mode, width, height):
                             tokenizer=None, text_encoder_2=None, tokenizer_2=None, transformer=transformer)
         g = torch.Generator("cpu").manual_seed(1)
         kwargs.update(prompt_embeds=torch.randn(1, text_tokens, 4096, generator=g).to(dtype),
-                      pooled_prompt_embeds=torch.randn(1, 768, generator=g).to(dtype), output_type="latent")
+                      pooled_prompt_embeds=torch.randn(1, 768, generator=g).to(dtype), output_type="latent",
+                      guidance_scale=3.5)
     else:
         pipe = FluxPipeline.from_pretrained(a.model, torch_dtype=dtype)
         if quant:
             quantize_transformer(pipe.transformer, quant, dtype)
-        kwargs.update(prompt=a.prompt, output_type="np")
+        kwargs.update(prompt=a.prompt, output_type="np", guidance_scale=3.5)
+        kwargs.update(a.call_defaults)
     load_s, latencies, steps, extra = prepare_and_time(
         pipe, a, offload, compile_mode, apply_offload, t0,
-        lambda n, cb: pipe(**kwargs, height=height, width=width, num_inference_steps=n, guidance_scale=3.5,
+        lambda n, cb: pipe(**kwargs, height=height, width=width, num_inference_steps=n,
                            generator=torch.Generator("cpu").manual_seed(0), callback_on_step_end=cb).images,
         last_block_attn=lambda t: t.single_transformer_blocks[-1].attn.to_q,
         planes=lambda out: flux_planes(out, a.model.startswith("builtin:"), width, height))

@@ -17,7 +17,7 @@ import dataset as D
 import classifier as K
 
 
-def generate(folder, prompts, steps, dtype):
+def generate(folder, prompts, steps, dtype, true_cfg=1.0):
     import numpy as np
     import torch
     from diffusers import FluxPipeline
@@ -27,7 +27,8 @@ def generate(folder, prompts, steps, dtype):
     for p, _, seed in prompts:
         g = torch.Generator().manual_seed(seed)
         ims.append(np.asarray(pipe(p, height=C.IMAGE_SIZE, width=C.IMAGE_SIZE, num_inference_steps=steps,
-                                   generator=g, max_sequence_length=C.MAX_SEQ).images[0]))
+                                   generator=g, max_sequence_length=C.MAX_SEQ, true_cfg_scale=true_cfg,
+                                   negative_prompt="" if true_cfg > 1 else None).images[0]))
     return np.stack(ims)
 
 
@@ -51,18 +52,19 @@ def main():
     ap.add_argument("--model", default=str(C.MODEL_DIR))
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--true-cfg", type=float, default=1.0, help="true CFG scale with negative prompt \"\" (1 = off)")
     ap.add_argument("--grid", default="")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     C.setup()
     prompts = D.adherence_prompts()
-    images = generate(args.model, prompts, args.steps, args.dtype)
+    images = generate(args.model, prompts, args.steps, args.dtype, args.true_cfg)
     right, ok, rows = judge(images, prompts)
     for r in rows:
         print(("OK   " if r["right"] else "MISS ") + f"{r['prompt']!r} seed {r['seed']} -> {r['predicted']}")
     n = len(prompts)
     print("per attribute:", {k: f"{v}/{n}" for k, v in ok.items()})
-    print(f"adherence: {right}/{n} prompts drawn right (steps {args.steps}, {args.dtype})")
+    print(f"adherence: {right}/{n} prompts drawn right (steps {args.steps}, {args.dtype}, true CFG {args.true_cfg})")
     # The classifier on the TRUE renders of the same prompts: the judge's own ceiling.
     import numpy as np
     truth = np.stack([np.asarray(D.render(a, np.random.default_rng(s))) for _, a, s in prompts])
@@ -78,7 +80,7 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(right=right, total=n, per_attribute=ok, classifier_on_truth=t_right, steps=args.steps,
-                           dtype=args.dtype, rows=rows), f, indent=2)
+                           dtype=args.dtype, true_cfg=args.true_cfg, rows=rows), f, indent=2)
 
 
 if __name__ == "__main__":

@@ -118,12 +118,17 @@ def main():
                                 for p, a in zip(pred, va)]))
     C.CLASSIFIER_DIR.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in net.state_dict().items()}, str(C.CLASSIFIER_DIR / "model.safetensors"))
-    cfg = dict(input="RGB 64x64, x = pixel/127.5 - 1, NCHW", heads=HEADS,
+    cfg = dict(input="RGB 64x64, x = pixel/127.5 - 1, NCHW", image_size=D.IMAGE_SIZE, heads=HEADS,
                layers=["conv1 3->16 k3 p1, relu, maxpool2", "conv2 16->32 k3 p1, relu, maxpool2",
                        "conv3 32->32 k3 p1, relu, maxpool2", "conv4 32->32 k3 p1, relu, flatten CHW",
                        "fc 2048->128, relu", "heads.<name> 128->len(labels)"],
                heldout_accuracy=acc, steps=args.steps, train_wall_s=round(clock(), 1))
     (C.CLASSIFIER_DIR / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    # The fixed prompts of the adherence check, for diffq's C++ check (include/diffq/adherence.h).
+    rows = [dict(prompt=p, seed=seed, expected={"colour": a.colour, "shape": a.shape, "count": str(a.count),
+                                                 "position": a.position})
+            for p, a, seed in D.adherence_prompts()]
+    (C.CLASSIFIER_DIR / "adherence_prompts.json").write_text(json.dumps(rows, indent=1) + "\n")
     print(json.dumps(cfg["heldout_accuracy"]), f"{clock():.0f}s")
 
 

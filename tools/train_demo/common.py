@@ -13,7 +13,10 @@ WORK = Path(os.environ.get("DEMO_WORK", "/tmp/demo-flux-work"))  # intermediate 
 SEED = 0
 IMAGE_SIZE = 64
 MAX_SEQ = 32   # T5 tokens the model is trained with; generate with --max-sequence-length 32
-NUM_THREADS = 2
+# Torch threads. 1 by default: the published run used one pinned core (`taskset -c 1`), which keeps the run
+# fast beside other work on a 2-core machine (torch's thread barriers collapse when another process takes a
+# core) and makes the weights independent of the machine's core count. DEMO_THREADS=2 on an idle machine.
+NUM_THREADS = int(os.environ.get("DEMO_THREADS", "1"))
 
 CLIP_CFG = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
                 max_position_embeddings=77, hidden_act="quick_gelu", projection_dim=64, layer_norm_eps=1e-5,

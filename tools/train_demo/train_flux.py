@@ -41,6 +41,9 @@ def load_text():
             T5EncoderModel.from_pretrained(str(t / "text_encoder_2")).eval())
 
 
+KEEP = ("README.md", "generation_defaults.json")  # files of models/demo-flux that training leaves as they are
+
+
 def save_pipeline(transformer, vae, text, dtype, out):
     import torch
     from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline
@@ -49,9 +52,12 @@ def save_pipeline(transformer, vae, text, dtype, out):
                         text_encoder=copy.deepcopy(clip).to(dtype), tokenizer=tok,
                         text_encoder_2=copy.deepcopy(t5).to(dtype), tokenizer_2=tok2,
                         transformer=copy.deepcopy(transformer).to(dtype))
+    keep = {n: (out / n).read_bytes() for n in KEEP if (out / n).is_file()}  # written by hand, not by Diffusers
     if out.exists():
         shutil.rmtree(out)
     pipe.save_pretrained(str(out), safe_serialization=True)
+    for n, b in keep.items():
+        (out / n).write_bytes(b)
     # The Hub layout of FLUX checkpoints: CLIP as vocab.json + merges.txt, T5 with spiece.model + tokenizer.json.
     src = C.WORK / "text"
     (out / "tokenizer" / "tokenizer.json").unlink(missing_ok=True)
