@@ -14,6 +14,7 @@
 #include "bench_quality.h"
 #include "bench_wan.h"
 #include "commands.h"
+#include "generate_request.h"
 #include "diffq/error.h"
 #include "diffq/pipeline.h"
 #include "diffq/runtime.h"
@@ -55,7 +56,8 @@ nlohmann::json run_flux_worker(BenchArgs a) {
   return row;
 }
 
-void run(const BenchArgs& a) {
+void run(BenchArgs a) {
+  if (a.model.empty()) a.model = app::default_model_folder().string();
   if (a.threads > 0) set_num_threads(a.threads);
   check(a.repeat >= 1 && a.steps >= 1 && a.warmup >= 0, "bench", "--repeat and --steps must be >= 1, --warmup >= 0");
   check(a.frames >= 0, "bench", "--frames must be positive, got ", a.frames);
@@ -72,7 +74,8 @@ void add_bench_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("bench", "Latency and peak memory per combination (dtype, ...), as a markdown table");
   cmd->add_option("-m,--model", a->model,
                   "builtin:flux-small | builtin:flux-medium | builtin:flux-dev-shape | builtin:flux-dev-width | "
-                  "builtin:wan-small | builtin:wan-1.3b-shape | builtin:wan-14b-shape | a FluxPipeline or WanPipeline folder");
+                  "builtin:wan-small | builtin:wan-1.3b-shape | builtin:wan-14b-shape | a FluxPipeline or WanPipeline folder "
+                  "(default: the bundled demo model models/demo-flux)");
   cmd->add_option("--combos", a->combos,
                   "combinations separated by ';' (e.g. \"fp32; bf16; bf16+nf4+compile; bf16+fbc:0.1\"); a step cache "
                   "is +fbc[:T], +taylorseer[:...], +magcache[:...] or +teacache[:T], as generate --cache");

@@ -21,7 +21,8 @@
 namespace diffq::cli {
 
 struct BenchArgs {
-  std::string model = "builtin:flux-small", combos = "fp32; bf16", prompt = "a photo of a cat";
+  // model: a folder or builtin:<name>; empty = the bundled demo model (models/demo-flux)
+  std::string model, combos = "fp32; bf16", prompt = "two red circles on the left on a white background";
   std::string size;                  // WIDTHxHEIGHT; empty: the model's default (FLUX 512x512, Wan: see bench_wan.cpp)
   std::string device = "cpu", combo;  // combo: the worker's one combination
   int64_t steps = 4, repeat = 3, warmup = 1;

@@ -99,7 +99,7 @@ std::string quality_note(const std::vector<nlohmann::json>& rows) {
 }
 
 nlohmann::json adherence_fields(const BenchArgs& a, DiffusionPipeline& pipe) {
-  if (!a.quality || a.model.rfind("builtin:", 0) == 0) return nlohmann::json::object();
+  if (a.quality_out.empty() || a.model.rfind("builtin:", 0) == 0) return nlohmann::json::object();  // a --quality worker
   const auto folder = AdherenceJudge::next_to(a.model);
   if (folder.empty()) return nlohmann::json::object();
   const auto judge = AdherenceJudge::load(folder);

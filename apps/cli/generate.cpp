@@ -1,6 +1,6 @@
 // diffq generate: text -> image (FluxPipeline folders) or video (WanPipeline folders), through diffq's public
 // API (include/diffq/pipeline.h); the folder's model_index.json picks the pipeline. Default model: the bundled
-// tiny smoke-test pipeline tests/fixtures/tiny-flux, so the command works on a fresh clone.
+// demo model models/demo-flux (trained to draw coloured shapes), so the command works on a fresh clone.
 #include <unistd.h>
 
 #include <algorithm>
@@ -200,7 +200,7 @@ void add_generate_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("generate", "Text to image (FluxPipeline) or video (WanPipeline) with a Diffusers folder");
   cmd->add_option("-m,--model", a->model,
                   "Diffusers pipeline folder: FluxPipeline or WanPipeline, as its model_index.json says (default: the "
-                  "bundled tiny smoke-test FLUX model)");
+                  "bundled demo model models/demo-flux: coloured shapes at 64x64, see its README)");
   cmd->add_option("-p,--prompt", a->prompt, "prompt")->required();
   cmd->add_option("--prompt-2", a->prompt_2, "prompt for T5 (default: the prompt)");
   cmd->add_option("-n,--negative", a->negative, "negative prompt (FLUX: used with --true-cfg > 1; Wan: CFG's, default \"\")");

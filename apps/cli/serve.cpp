@@ -1,5 +1,5 @@
 // diffq serve: the pipelines kept loaded behind HTTP APIs (apps/serve; docs/serve.md). Without -m it serves
-// the bundled tiny smoke-test model, as `diffq generate` does. SIGINT / SIGTERM: stop accepting, cancel the
+// the bundled demo model (models/demo-flux), as `diffq generate` does. SIGINT / SIGTERM: stop accepting, cancel the
 // queued and running jobs (--drain: finish them), then exit.
 #include <signal.h>
 #include <unistd.h>
@@ -47,7 +47,7 @@ void run(const ServeArgs& a) {
     if (name.empty()) name = std::filesystem::weakly_canonical(folder).filename().string();
     o.models.emplace_back(name, folder);
   }
-  if (o.models.empty()) o.models.emplace_back("tiny-flux", app::default_model_folder());
+  if (o.models.empty()) o.models.emplace_back("demo-flux", app::default_model_folder());
   const DType dtype = parse_dtype(a.dtype);
   o.load.dtype = a.dtype;
   o.load.quantization_config_json = cli_quantization_config(a.quant, a.quant_config, a.quantize, dtype);
@@ -102,7 +102,7 @@ void add_serve_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("serve", "Serve pipelines over HTTP: OpenAI images, A1111 sdapi, jobs with progress (SSE)");
   cmd->add_option("-m,--model", a->models,
                   "pipeline folder, or name=folder; repeat for several (the first is the default; default: the "
-                  "bundled tiny smoke-test FLUX model)");
+                  "bundled demo model models/demo-flux)");
   cmd->add_option("--dtype", a->dtype, "compute dtype: float32 | bfloat16 | float16");
   cmd->add_option("--quant", a->quant, "quantize while loading (as diffq generate --quant)");
   cmd->add_option("--quant-config", a->quant_config, "PipelineQuantizationConfig as JSON file");

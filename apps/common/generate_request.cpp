@@ -81,14 +81,14 @@ GenerateParams to_generate_params(const GenerateRequest& r, bool video, const Re
 }
 
 std::filesystem::path default_model_folder() {
-  // build/bin/diffq -> <repo>/tests/fixtures/tiny-flux; else relative to the working directory.
+  // build/bin/diffq -> <repo>/models/demo-flux; else relative to the working directory.
   std::error_code ec;
   const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (!ec) {
-    const auto p = exe.parent_path() / ".." / ".." / "tests" / "fixtures" / "tiny-flux";
+    const auto p = exe.parent_path() / ".." / ".." / "models" / "demo-flux";
     if (std::filesystem::exists(p / "model_index.json")) return std::filesystem::weakly_canonical(p);
   }
-  return "tests/fixtures/tiny-flux";
+  return "models/demo-flux";
 }
 
 }  // namespace diffq::app

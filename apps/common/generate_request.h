@@ -59,8 +59,9 @@ using FieldLabel = std::function<std::string(const std::string& field)>;
 GenerateParams to_generate_params(const GenerateRequest& r, bool video, const RequestLimits& lim,
                                   const FieldLabel& label = {});
 
-// The model `diffq generate` and `diffq serve` use without -m: the bundled tiny smoke-test FLUX pipeline
-// (tests/fixtures/tiny-flux next to the build folder of the binary, else relative to the working directory).
+// The model `diffq generate`, `diffq serve` and `diffq bench` use without -m: the bundled demo model, a small
+// FLUX pipeline trained to draw coloured shapes (models/demo-flux next to the build folder of the binary, else
+// relative to the working directory).
 std::filesystem::path default_model_folder();
 
 }  // namespace diffq::app

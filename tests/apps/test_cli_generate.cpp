@@ -18,6 +18,8 @@
 #include "io/safetensors.h"
 
 namespace {
+// The tiny random pipeline the Diffusers fixtures were made with (the default model is the demo model).
+const std::string kTinyFlux = "'" DIFFQ_SOURCE_DIR "/tests/fixtures/tiny-flux'";
 
 namespace fs = std::filesystem;
 
@@ -45,29 +47,36 @@ std::map<std::string, std::string> text_map(const diffq::io::PngText& t) {
 }
 
 TEST_F(CliGenerate, ReadmeCommandWritesAPngWithItsParameters) {
-  // The README's main-job command, smaller so the test is quick (the default size is 256x256 here).
-  const Result r = run_cli(dir_, "generate -p 'a red fox' -o fox.png --steps 2 --width 64 --height 48 --seed 5");
+  // The README's main command: the bundled demo model (models/demo-flux) at its own defaults
+  // (generation_defaults.json: 64x64, 20 steps, 32 T5 tokens, true CFG 4 against "").
+  const Result r = run_cli(dir_, "generate -p 'two red circles on the left on a white background' -o circles.png");
   ASSERT_EQ(r.status, 0) << r.out;
-  ASSERT_TRUE(fs::exists(dir_ / "fox.png")) << r.out;
-  const auto png = diffq::io::read_png(dir_ / "fox.png");
+  ASSERT_TRUE(fs::exists(dir_ / "circles.png")) << r.out;
+  const auto png = diffq::io::read_png(dir_ / "circles.png");
   EXPECT_EQ(png.width, 64);
-  EXPECT_EQ(png.height, 48);
+  EXPECT_EQ(png.height, 64);
   const auto t = text_map(png.text);
-  EXPECT_EQ(t.at("prompt"), "a red fox");
-  EXPECT_EQ(t.at("seed"), "5");
-  EXPECT_EQ(t.at("steps"), "2");
-  EXPECT_EQ(t.at("size"), "64x48");
-  EXPECT_NE(t.at("model").find("tiny-flux"), std::string::npos);
+  EXPECT_EQ(t.at("prompt"), "two red circles on the left on a white background");
+  EXPECT_EQ(t.at("seed"), "0");
+  EXPECT_EQ(t.at("steps"), "20");
+  EXPECT_EQ(t.at("size"), "64x64");
+  EXPECT_NE(t.at("model").find("demo-flux"), std::string::npos);
   EXPECT_EQ(t.at("software").rfind("diffq ", 0), 0u);
   EXPECT_NE(t.count("guidance"), 0u);
   // Not a terminal: no progress bar, one line saying what was written.
-  EXPECT_EQ(r.out.find("step 1/2"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("wrote fox.png"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("step 1/20"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("wrote circles.png"), std::string::npos) << r.out;
+  // Explicit options still win over the folder's defaults.
+  const Result s = run_cli(dir_, "generate -p 'a red fox' -o fox.png --steps 2 --width 64 --height 48 --seed 5");
+  ASSERT_EQ(s.status, 0) << s.out;
+  const auto fox = diffq::io::read_png(dir_ / "fox.png");
+  EXPECT_EQ(fox.height, 48);
+  EXPECT_EQ(text_map(fox.text).at("steps"), "2");
 }
 
 TEST_F(CliGenerate, JsonSummaryBatchAndLatentsMatchTheLatentOutput) {
   const Result r = run_cli(dir_,
-                           "generate -p 'a cat' -n 'blurry' --true-cfg 2 --num-images 2 --steps 2 --width 32 "
+                           "generate -m " + kTinyFlux + " -p 'a cat' -n 'blurry' --true-cfg 2 --num-images 2 --steps 2 --width 32 "
                            "--height 32 --seed 9 -o cat.png --output-latents lat.safetensors --json");
   ASSERT_EQ(r.status, 0) << r.out;
   const auto j = nlohmann::json::parse(r.out);
@@ -84,7 +93,7 @@ TEST_F(CliGenerate, JsonSummaryBatchAndLatentsMatchTheLatentOutput) {
 
   // --output-type latent (no VAE decode) writes the same latents for the same seed.
   const Result r2 = run_cli(dir_,
-                            "generate -p 'a cat' -n 'blurry' --true-cfg 2 --num-images 2 --steps 2 --width 32 "
+                            "generate -m " + kTinyFlux + " -p 'a cat' -n 'blurry' --true-cfg 2 --num-images 2 --steps 2 --width 32 "
                             "--height 32 --seed 9 --output-type latent -o only.safetensors");
   ASSERT_EQ(r2.status, 0) << r2.out;
   const auto only = diffq::io::SafetensorsFile::open(dir_ / "only.safetensors").tensor("latents");
@@ -95,7 +104,7 @@ TEST_F(CliGenerate, JsonSummaryBatchAndLatentsMatchTheLatentOutput) {
 // negative_prompt_2 (tests/fixtures/flux-pipeline-cases, case dev_custom_sigmas).
 TEST_F(CliGenerate, CustomSigmasAndNegative2MatchDiffusers) {
   const Result r = run_cli(dir_,
-                           "generate -p 'a lighthouse at dusk' -n 'ugly' --negative-2 'ugly, blurry, washed-out colours' "
+                           "generate -m " + kTinyFlux + " -p 'a lighthouse at dusk' -n 'ugly' --negative-2 'ugly, blurry, washed-out colours' "
                            "--true-cfg 2 --sigmas '1.0, 0.8,0.55,0.3,0.1' --guidance 3 --seed 99 --width 48 --height 32 "
                            "--max-sequence-length 24 -o l.png --output-latents l.safetensors --json");
   ASSERT_EQ(r.status, 0) << r.out;
@@ -116,7 +125,7 @@ TEST_F(CliGenerate, CustomSigmasAndNegative2MatchDiffusers) {
 }
 
 TEST_F(CliGenerate, SingleFileTransformerGivesTheFolderImage) {
-  const std::string common = "generate -p 'x' --steps 1 --width 32 --height 32 --output-type latent ";
+  const std::string common = "generate -m " + kTinyFlux + " -p 'x' --steps 1 --width 32 --height 32 --output-type latent ";
   ASSERT_EQ(run_cli(dir_, common + "-o a.safetensors").status, 0);
   const Result r = run_cli(dir_, common + "-o b.safetensors --transformer '" DIFFQ_SOURCE_DIR
                                           "/tests/fixtures/tiny-flux-single-file/flux1-tiny-dev.safetensors'");
@@ -126,7 +135,7 @@ TEST_F(CliGenerate, SingleFileTransformerGivesTheFolderImage) {
 }
 
 TEST_F(CliGenerate, OffloadModesAndMemoryBudgetGiveTheSameLatents) {
-  const std::string common = "generate -p 'a red fox' --steps 2 --width 32 --height 32 --output-type latent ";
+  const std::string common = "generate -m " + kTinyFlux + " -p 'a red fox' --steps 2 --width 32 --height 32 --output-type latent ";
   ASSERT_EQ(run_cli(dir_, common + "-o ref.safetensors").status, 0);
   const auto ref = diffq::io::SafetensorsFile::open(dir_ / "ref.safetensors").tensor("latents").to_f32_vector();
   int i = 0;
@@ -162,7 +171,8 @@ TEST_F(CliGenerate, BadInputIsAClearErrorAndWritesNothing) {
                        Bad{"--offload model --offload-drop-cache", "not --offload model"},
                        Bad{"--sigmas 1,x", "'x'"},
                        Bad{"--sigmas 1,0.5", "--steps says 1"}}) {
-    const Result r = run_cli(dir_, "generate -p 'x' --steps 1 -o out.png " + b.args);
+    const std::string model = b.args.rfind("-m ", 0) == 0 ? "" : "-m " + kTinyFlux + " ";
+    const Result r = run_cli(dir_, "generate " + model + "-p 'x' --steps 1 -o out.png " + b.args);
     EXPECT_NE(r.status, 0) << b.args;
     EXPECT_NE(r.out.find(b.needle), std::string::npos) << b.args << ": " << r.out;
     EXPECT_FALSE(fs::exists(dir_ / "out.png")) << b.args;
@@ -174,7 +184,7 @@ TEST_F(CliGenerate, BadInputIsAClearErrorAndWritesNothing) {
 
 // --compile full|regional: the final latents equal the eager run's within 1e-5 (relative to the max).
 TEST_F(CliGenerate, CompiledTransformerGivesTheEagerLatents) {
-  const std::string base = "generate -p 'a cat' --steps 2 --width 32 --height 32 --seed 3 --output-type latent ";
+  const std::string base = "generate -m " + kTinyFlux + " -p 'a cat' --steps 2 --width 32 --height 32 --seed 3 --output-type latent ";
   // A batch of two as well: regional compile's single blocks then copy their (non-contiguous) inputs.
   const Result batch = run_cli(dir_, base + "--num-images 2 -o eager2.safetensors");
   ASSERT_EQ(batch.status, 0) << batch.out;
@@ -202,7 +212,7 @@ TEST_F(CliGenerate, CompiledTransformerGivesTheEagerLatents) {
 // none left opaque) and the latents are the eager quantized run's.
 TEST_F(CliGenerate, QuantizedCompiledTransformerRunsQuantizedGemmNodes) {
   const std::string base =
-      "generate -p 'a cat' --steps 2 --width 32 --height 32 --seed 3 --output-type latent --quant q8_0 ";
+      "generate -m " + kTinyFlux + " -p 'a cat' --steps 2 --width 32 --height 32 --seed 3 --output-type latent --quant q8_0 ";
   const Result eager = run_cli(dir_, base + "-o eager.safetensors");
   ASSERT_EQ(eager.status, 0) << eager.out;
   const auto want = diffq::io::SafetensorsFile::open(dir_ / "eager.safetensors").tensor("latents").to_f32_vector();
@@ -228,7 +238,7 @@ TEST_F(CliGenerate, QuantizedCompiledTransformerRunsQuantizedGemmNodes) {
 TEST_F(CliGenerate, AutotuneWritesTheCacheAndASecondRunReusesIt) {
   const fs::path cache = dir_ / "tune" / "autotune.json";
   setenv("DIFFQ_AUTOTUNE_CACHE", cache.c_str(), 1);
-  const std::string base = "generate -p 'a cat' --steps 2 --width 32 --height 32 --seed 3 --output-type latent ";
+  const std::string base = "generate -m " + kTinyFlux + " -p 'a cat' --steps 2 --width 32 --height 32 --seed 3 --output-type latent ";
   const Result eager = run_cli(dir_, base + "-o eager.safetensors");
   ASSERT_EQ(eager.status, 0) << eager.out;
   const auto want = diffq::io::SafetensorsFile::open(dir_ / "eager.safetensors").tensor("latents").to_f32_vector();
@@ -259,7 +269,7 @@ TEST_F(CliGenerate, AutotuneWritesTheCacheAndASecondRunReusesIt) {
 namespace {
 
 TEST_F(CliGenerate, OpProfileIsPrintedOnlyWhenAskedFor) {
-  const std::string args = "generate -p 'a red fox' -o fox.png --steps 1 --width 32 --height 32";
+  const std::string args = "generate -m " + kTinyFlux + " -p 'a red fox' -o fox.png --steps 1 --width 32 --height 32";
   const Result plain = run_cli(dir_, args);
   ASSERT_EQ(plain.status, 0) << plain.out;
   EXPECT_EQ(plain.out.find("op profile"), std::string::npos) << plain.out;

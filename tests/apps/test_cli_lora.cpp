@@ -60,7 +60,7 @@ class CliLora : public ::testing::Test {
 
 TEST_F(CliLora, TwoLorasWithScalesEqualDiffusersAndTheApiPath) {
   const auto c = cases(kLora).at("call");
-  const auto r = run_cli_env(dir_, "", call_args(c) + "-o two.safetensors --json --lora '" + kLora +
+  const auto r = run_cli_env(dir_, "", call_args(c) + "-m '" + kFix + "tiny-flux' -o two.safetensors --json --lora '" + kLora +
                                            "peft_a.safetensors:0.7' --lora '" + kLora + "peft_b_alpha.safetensors:-0.4'",
                              /*stdout_only=*/true);
   ASSERT_EQ(r.status, 0) << r.out;
@@ -91,7 +91,7 @@ TEST_F(CliLora, TwoLorasWithScalesEqualDiffusersAndTheApiPath) {
   EXPECT_LE(max_rel(got, p->generate(g).latents.to_f32_vector()), 1e-6);
 
   // --fuse-lora: the same adapters merged into the weights; the JSON says so.
-  const auto f = run_cli_env(dir_, "", call_args(c) + "-o fused.safetensors --json --fuse-lora --lora '" + kLora +
+  const auto f = run_cli_env(dir_, "", call_args(c) + "-m '" + kFix + "tiny-flux' -o fused.safetensors --json --fuse-lora --lora '" + kLora +
                                            "peft_a.safetensors:0.7' --lora '" + kLora + "peft_b_alpha.safetensors:-0.4'",
                              true);
   ASSERT_EQ(f.status, 0) << f.out;
@@ -103,14 +103,14 @@ TEST_F(CliLora, EachFormatAloneEqualsDiffusers) {
   const auto c = cases(kLora).at("call");
   for (const char* name : {"peft_a", "comfy", "xlabs"}) {
     const std::string out = std::string(name) + ".safetensors";
-    const auto r = run_cli(dir_, call_args(c) + "-o " + out + " --lora '" + kLora + name + ".safetensors'");
+    const auto r = run_cli(dir_, call_args(c) + "-m '" + kFix + "tiny-flux' -o " + out + " --lora '" + kLora + name + ".safetensors'");
     ASSERT_EQ(r.status, 0) << r.out;
     EXPECT_LE(max_rel(latents(dir_ / out), ref(kLora, name)), 1e-4) << name;
   }
 }
 
 TEST_F(CliLora, BadFilesAreClearErrorsAndLenientWarns) {
-  const std::string base = "generate -p x --steps 1 --width 32 --height 32 -o o.png ";
+  const std::string base = "generate -m '" + kFix + "tiny-flux' -p x --steps 1 --width 32 --height 32 -o o.png ";
   auto r = run_cli(dir_, base + "--lora missing.safetensors");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.out.find("missing.safetensors: no such file"), std::string::npos) << r.out;

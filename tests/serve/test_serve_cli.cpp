@@ -101,7 +101,7 @@ TEST(ServeCli, DefaultModelAndSigtermCancels) {
   ASSERT_GT(c.port, 0) << c.log;
   EXPECT_EQ(get(c.port, "/health")["status"], "ok");
   const json models = get(c.port, "/v1/models");
-  EXPECT_EQ(models["data"][0]["id"], "tiny-flux");
+  EXPECT_EQ(models["data"][0]["id"], "demo-flux");
   const std::string id = post_job(c.port, {{"prompt", "long"}, {"steps", 150}, {"width", 128}, {"height", 128}});
   wait_step(c.port, id, 1);
   kill(c.pid, SIGTERM);

@@ -39,7 +39,7 @@ std::vector<uint8_t> job_pixels(const TestServer& s, const json& body) {
 }
 
 std::vector<uint8_t> cli_pixels(const fs::path& dir, const std::string& extra) {
-  const auto r = diffq::testing::run_cli(dir, "generate -p 'a red fox' --steps 2 --width 32 --height 32 --seed 3 -o c.png " + extra);
+  const auto r = diffq::testing::run_cli(dir, "generate -m '" DIFFQ_SOURCE_DIR "/tests/fixtures/tiny-flux' -p 'a red fox' --steps 2 --width 32 --height 32 --seed 3 -o c.png " + extra);
   EXPECT_EQ(r.status, 0) << r.out;
   return diffq::io::read_png(dir / "c.png").rgb;
 }

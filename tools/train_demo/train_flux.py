@@ -95,6 +95,12 @@ def main():
     ap.add_argument("--ema", type=float, default=0.999)
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     ap.add_argument("--out", default=str(C.MODEL_DIR))
+    ap.add_argument("--train-text", action="store_true",
+                    help="train the CLIP and T5 encoders with the transformer (they start from build_text.py's random "
+                         "ones); without it they stay frozen")
+    ap.add_argument("--layers", type=int, nargs=2, default=None, metavar=("DOUBLE", "SINGLE"),
+                    help="transformer blocks (default: common.FLUX_CFG's)")
+    ap.add_argument("--heads", type=int, default=None, help="attention heads of 32 dims (default: common.FLUX_CFG's)")
     args = ap.parse_args()
     C.setup()
     import numpy as np
@@ -119,6 +125,9 @@ def main():
     cap_idx = torch.tensor([uniq.index(c) for c in caps]) if len(uniq) < 50 else \
         torch.tensor([{c: i for i, c in enumerate(uniq)}[c] for c in caps])
     empty = uniq.index("")
+    if args.train_text:  # ids of every caption, encoded per batch with gradients
+        ids_u = tok(uniq, padding="max_length", max_length=77, truncation=True, return_tensors="pt").input_ids
+        ids2_u = tok2(uniq, padding="max_length", max_length=C.MAX_SEQ, truncation=True, return_tensors="pt").input_ids
     with torch.no_grad():
         x = torch.from_numpy(images).permute(0, 3, 1, 2).float().div(127.5).sub(1.0)
         z = torch.cat([vae.encode(x[i:i + 256]).latent_dist.mean for i in range(0, args.n, 256)])
@@ -133,11 +142,21 @@ def main():
           f"mu {mu:.3f}, {clock():.0f}s", flush=True)
 
     torch.manual_seed(C.SEED + 20)
-    model = FluxTransformer2DModel(**C.FLUX_CFG)
-    ema = copy.deepcopy(model).eval().requires_grad_(False)
+    cfg = dict(C.FLUX_CFG)
+    if args.layers:
+        cfg.update(num_layers=args.layers[0], num_single_layers=args.layers[1])
+    if args.heads:
+        cfg.update(num_attention_heads=args.heads)
+    model = FluxTransformer2DModel(**cfg)
     n_params = sum(p.numel() for p in model.parameters())
-    print("transformer parameters:", n_params, flush=True)
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.99))
+    print("transformer parameters:", n_params, cfg, flush=True)
+    # What trains (and what the EMA follows): the transformer, and with --train-text the two text encoders.
+    trained = torch.nn.ModuleList([model] + ([clip, t5] if args.train_text else []))
+    if args.train_text:
+        trained.requires_grad_(True)
+    ema_all = copy.deepcopy(trained).eval().requires_grad_(False)
+    ema = ema_all[0]
+    opt = torch.optim.AdamW(trained.parameters(), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.99))
     warm = min(200, args.steps // 10 + 1)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / args.steps))))
@@ -152,18 +171,23 @@ def main():
         t = math.exp(mu) / (math.exp(mu) + (1 / u - 1))
         eps = torch.randn(x0.shape, generator=gen)
         xt = (1 - t[:, None, None]) * x0 + t[:, None, None] * eps
-        pred = model(hidden_states=xt, timestep=t, pooled_projections=pooled_u[ci],
-                     encoder_hidden_states=seq_u[ci], txt_ids=txt_ids, img_ids=img_ids, guidance=None,
+        if args.train_text:
+            pooled_b = clip(ids_u[ci], output_hidden_states=False).pooler_output
+            seq_b = t5(ids2_u[ci], output_hidden_states=False)[0]
+        else:
+            pooled_b, seq_b = pooled_u[ci], seq_u[ci]
+        pred = model(hidden_states=xt, timestep=t, pooled_projections=pooled_b,
+                     encoder_hidden_states=seq_b, txt_ids=txt_ids, img_ids=img_ids, guidance=None,
                      return_dict=False)[0]
         loss = (pred - (eps - x0)).pow(2).mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(trained.parameters(), 1.0)
         opt.step()
         sched.step()
         d = min(args.ema, (1 + step) / (10 + step))
         with torch.no_grad():
-            for pe, pm in zip(ema.parameters(), model.parameters()):
+            for pe, pm in zip(ema_all.parameters(), trained.parameters()):
                 pe.lerp_(pm, 1 - d)
         hist.append(loss.item())
         if step % 25 == 0 or step == args.steps - 1:
@@ -176,23 +200,26 @@ def main():
         vi, vc, _ = D.make_arrays(256, seed=C.SEED + 1)
         vx = torch.from_numpy(vi).permute(0, 3, 1, 2).float().div(127.5).sub(1.0)
         v0 = C.pack((vae.encode(vx).latent_dist.mean - sh) * sf)
-        vp, vs = encode_text(vc, tok, clip, tok2, t5)
+        text_ema = (tok, ema_all[1], tok2, ema_all[2]) if args.train_text else text
+        vp, vs = encode_text(vc, *text_ema)
+        vp_raw, vs_raw = encode_text(vc, tok, clip, tok2, t5)
         u = torch.sigmoid(torch.randn(256, generator=g))
         t = math.exp(mu) / (math.exp(mu) + (1 / u - 1))
         e = torch.randn(v0.shape, generator=g)
         vt = (1 - t[:, None, None]) * v0 + t[:, None, None] * e
         val = {}
-        for name, m in (("ema", ema), ("raw", model)):
-            p = m(hidden_states=vt, timestep=t, pooled_projections=vp, encoder_hidden_states=vs, txt_ids=txt_ids,
+        for name, m, pp, ss in (("ema", ema, vp, vs), ("raw", model, vp_raw, vs_raw)):
+            p = m(hidden_states=vt, timestep=t, pooled_projections=pp, encoder_hidden_states=ss, txt_ids=txt_ids,
                   img_ids=img_ids, guidance=None, return_dict=False)[0]
             val[name] = (p - (e - v0)).pow(2).mean().item()
     train_wall = clock()
     out = Path(args.out)
-    save_pipeline(ema, vae, text, getattr(torch, args.dtype), out)
+    save_pipeline(ema, vae, text_ema, getattr(torch, args.dtype), out)
     log = dict(steps=args.steps, n=args.n, batch=args.batch, lr=args.lr, train_wall_s=round(train_wall, 1),
                final_train_loss_last100=float(np.mean(hist[-100:])), heldout_loss_ema=val["ema"],
                heldout_loss_raw=val["raw"], transformer_params=n_params, mu=mu, max_sequence_length=C.MAX_SEQ,
-               dtype=args.dtype, threads=torch.get_num_threads())
+               dtype=args.dtype, threads=torch.get_num_threads(), train_text=args.train_text, transformer_config=cfg,
+               command="python train_flux.py " + " ".join(__import__("sys").argv[1:]))
     (C.WORK / "flux_log.json").write_text(json.dumps(log, indent=2) + "\n")
     print(json.dumps(log, indent=2), flush=True)
     prompts = [p for p, _, _ in D.adherence_prompts()[:8]]
