@@ -3,6 +3,8 @@
 // adapters (tests/fixtures/lora, tests/fixtures/lora-wan) and against the public API's own run in this process.
 #include <gtest/gtest.h>
 
+#include "common/latent_call.h"
+
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -79,16 +81,7 @@ TEST_F(CliLora, TwoLorasWithScalesEqualDiffusersAndTheApiPath) {
   p->load_lora(kLora + "peft_a.safetensors", "peft_a", 0.7);
   p->load_lora(kLora + "peft_b_alpha.safetensors", "peft_b_alpha", -0.4);
   p->set_adapters({"peft_a", "peft_b_alpha"}, {0.7, -0.4});
-  diffq::GenerateParams g;
-  g.prompt = c.at("prompt");
-  g.width = c.at("width");
-  g.height = c.at("height");
-  g.num_inference_steps = c.at("num_inference_steps");
-  g.guidance_scale = c.at("guidance_scale").get<double>();
-  g.seed = c.at("seed");
-  g.max_sequence_length = c.at("max_sequence_length");
-  g.output_latents_only = true;
-  EXPECT_LE(max_rel(got, p->generate(g).latents.to_f32_vector()), 1e-6);
+  EXPECT_LE(max_rel(got, p->generate(diffq::testing::latent_call(c)).latents.to_f32_vector()), 1e-6);
 
   // --fuse-lora: the same adapters merged into the weights; the JSON says so.
   const auto f = run_cli_env(dir_, "", call_args(c) + "-m '" + kFix + "tiny-flux' -o fused.safetensors --json --fuse-lora --lora '" + kLora +

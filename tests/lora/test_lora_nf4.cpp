@@ -16,6 +16,8 @@
 // flux-quantized's nf4 latents (cases.json "nf4_none_vs_flux_quantized"), which this test checks too.
 #include <gtest/gtest.h>
 
+#include "common/latent_call.h"
+
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -64,16 +66,7 @@ std::unique_ptr<diffq::DiffusionPipeline> nf4_pipeline() {
 
 Tensor run(diffq::DiffusionPipeline& p) {
   const auto& c = cases().at("call");
-  diffq::GenerateParams g;
-  g.prompt = c.at("prompt");
-  g.height = c.at("height");
-  g.width = c.at("width");
-  g.num_inference_steps = c.at("num_inference_steps");
-  g.guidance_scale = c.at("guidance_scale").get<double>();
-  g.max_sequence_length = c.at("max_sequence_length");
-  g.seed = c.at("seed");
-  g.output_latents_only = true;
-  return p.generate(g).latents;
+  return p.generate(diffq::testing::latent_call(c)).latents;
 }
 
 TEST(LoraNf4, ConfigIsTheNf4Shorthand) {  // what `diffq generate --quant nf4` passes (float32 compute)

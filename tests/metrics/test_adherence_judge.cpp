@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "common/error_of.h"
 #include "diffq/adherence.h"
 #include "diffq/error.h"
 #include "io/png.h"
@@ -16,6 +17,7 @@
 
 namespace fs = std::filesystem;
 using diffq::Tensor;
+using diffq::testing::error_of;
 
 namespace {
 const fs::path kJudge = DIFFQ_SOURCE_DIR "/models/demo-flux-classifier";
@@ -30,15 +32,6 @@ Tensor fixture_images() {
     std::copy(png.rgb.begin(), png.rgb.end(), t.data<uint8_t>() + i * 64 * 64 * 3);
   }
   return t;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const diffq::Error& e) {
-    return e.what();
-  }
-  return "";
 }
 }  // namespace
 

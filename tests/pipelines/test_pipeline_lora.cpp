@@ -4,6 +4,8 @@
 // bit-exact, unload back to the base pipeline, and a hotswap after compile() equal to eager.
 #include <gtest/gtest.h>
 
+#include "common/latent_call.h"
+
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -39,16 +41,7 @@ std::unique_ptr<diffq::DiffusionPipeline> tiny() {
 
 Tensor run(diffq::DiffusionPipeline& p) {
   const auto& c = cases().at("call");
-  diffq::GenerateParams g;
-  g.prompt = c.at("prompt");
-  g.height = c.at("height");
-  g.width = c.at("width");
-  g.num_inference_steps = c.at("num_inference_steps");
-  g.guidance_scale = c.at("guidance_scale").get<double>();
-  g.max_sequence_length = c.at("max_sequence_length");
-  g.seed = c.at("seed");
-  g.output_latents_only = true;
-  return p.generate(g).latents;
+  return p.generate(diffq::testing::latent_call(c)).latents;
 }
 
 TEST(PipelineLora, LoadSetAdaptersFuseUnfuseUnload) {
