@@ -153,7 +153,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--threads", type=int, default=0)
-    ap.add_argument("--prompt", default="a photo of a cat")
+    ap.add_argument("--prompt", default="two red circles on the left on a white background")  # = diffq bench's
     ap.add_argument("--save-output", default=None, help="the last timed output as planes [..., H, W] (.npy)")
     a = ap.parse_args()
 
