@@ -17,7 +17,8 @@ FolderDefaults FolderDefaults::read(const std::filesystem::path& folder) {
   if (!std::filesystem::is_regular_file(path)) return f;
   const io::JsonConfig c = io::read_json_config(path, kCtx);
   check(c.json().is_object(), kCtx, path.string(), ": expected a JSON object");
-  for (const auto& [key, v] : c.json().items()) {
+  for (const auto& item : c.json().items()) {
+    const std::string key = item.key();  // (a named copy: lambdas below capture it; clang refuses structured bindings)
     const auto integer = [&](std::optional<int64_t>& out) {
       const int64_t x = c.require<int64_t>(key);
       check(x >= 1, kCtx, path.string(), ": '", key, "' must be >= 1, got ", x);
