@@ -154,6 +154,8 @@ void run(const GenerateArgs& args) {
                         {"peak_rss_bytes", process_peak_rss_bytes()}, {"quantization", pipe->quantization()},
                         {"offload", offload_plan}, {"compile", a.compile}, {"autotune", a.autotune},
                         {"compile_stats", report}};
+    j["max_sequence_length"] = u.max_sequence_length;
+    if (u.true_cfg_scale) j["true_cfg"] = *u.true_cfg_scale;
     if (video) {
       j["num_frames"] = u.num_frames;
       j["fps"] = a.fps;

@@ -67,11 +67,16 @@ TEST_F(CliGenerate, ReadmeCommandWritesAPngWithItsParameters) {
   EXPECT_EQ(r.out.find("step 1/20"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("wrote circles.png"), std::string::npos) << r.out;
   // Explicit options still win over the folder's defaults.
-  const Result s = run_cli(dir_, "generate -p 'a red fox' -o fox.png --steps 2 --width 64 --height 48 --seed 5");
+  const Result s = run_cli(dir_, "generate -p 'a red fox' -o fox.png --steps 2 --width 64 --height 48 --seed 5 --json");
   ASSERT_EQ(s.status, 0) << s.out;
   const auto fox = diffq::io::read_png(dir_ / "fox.png");
   EXPECT_EQ(fox.height, 48);
   EXPECT_EQ(text_map(fox.text).at("steps"), "2");
+  // --json reports the folder's defaults that were used, not only the options given.
+  const auto j = nlohmann::json::parse(s.out);
+  EXPECT_EQ(j.at("steps"), 2);
+  EXPECT_EQ(j.at("max_sequence_length"), 32);
+  EXPECT_EQ(j.at("true_cfg"), 4.0);
 }
 
 TEST_F(CliGenerate, JsonSummaryBatchAndLatentsMatchTheLatentOutput) {

@@ -2,11 +2,12 @@
 // 20 fixed prompts and seeds (models/demo-flux-classifier/adherence_prompts.json) generated at the folder's
 // defaults (generation_defaults.json: 64x64, 20 steps, true CFG) and read back by the judge
 // (include/diffq/adherence.h), for the float32 and bfloat16 models and each quantization scheme.
-// The shipped weights are an early training run (models/demo-flux/README.md): they place the objects and pick the
-// background and (half the time) the colour, but rarely draw the right shape, so few prompts are right in all four
-// attributes (2/20 in float32). What is required for now is the attributes' sum: at least 40 of the 80
-// (colour + shape + count + position over the 20 prompts; measured 46-49 for every scheme below; chance is ~17,
-// and the same model without its true CFG scores 38). Issue 22 asks for most prompts right in all four: not met yet.
+// The shipped weights (session 12, models/demo-flux/README.md) get the background, colour, count and position of
+// most prompts right but rarely the shape, so only 5 of 20 prompts are right in all four attributes (float32).
+// Required per scheme: at least 3 of 20 right in all four AND at least 50 of the 80 attributes (colour + shape +
+// count + position over the 20 prompts). Measured: 4-5 right, 53-57 attributes for every scheme below; chance is
+// ~17 attributes, and the same model without its true CFG scores 2 right / 49, so losing CFG fails both bounds.
+// Issue 22 asks for most prompts right in all four: not met yet.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -23,6 +24,7 @@ struct Scheme {
   const char* name;
   diffq::DType dtype;
   const char* quant;  // a --quant shorthand on the transformer, "" none
+  int64_t min_right;       // of 20, all four attributes
   int64_t min_attributes;  // of 80
 };
 
@@ -50,17 +52,18 @@ TEST_P(DemoAdherence, DrawsMostPromptsRight) {
   int64_t attributes = 0;
   for (const auto& [k, n] : r.per_attribute) attributes += n;
   EXPECT_GE(attributes, s.min_attributes) << s.name << ": attributes right of 80";
+  EXPECT_GE(r.right, s.min_right) << s.name << ": prompts right in all four attributes of 20";
 }
 
 INSTANTIATE_TEST_SUITE_P(Schemes, DemoAdherence,
-                         ::testing::Values(Scheme{"float32", diffq::DType::f32, "", 40},
-                                           Scheme{"bfloat16", diffq::DType::bf16, "", 40},
-                                           Scheme{"int8wo", diffq::DType::bf16, "int8wo", 40},
-                                           Scheme{"fp8wo", diffq::DType::bf16, "fp8wo", 40},
-                                           Scheme{"nf4", diffq::DType::bf16, "nf4", 40},
-                                           Scheme{"q8_0", diffq::DType::bf16, "q8_0", 40},
-                                           Scheme{"q4_0", diffq::DType::bf16, "q4_0", 40},
-                                           Scheme{"int4wo", diffq::DType::bf16, "int4wo", 40}),
+                         ::testing::Values(Scheme{"float32", diffq::DType::f32, "", 3, 50},
+                                           Scheme{"bfloat16", diffq::DType::bf16, "", 3, 50},
+                                           Scheme{"int8wo", diffq::DType::bf16, "int8wo", 3, 50},
+                                           Scheme{"fp8wo", diffq::DType::bf16, "fp8wo", 3, 50},
+                                           Scheme{"nf4", diffq::DType::bf16, "nf4", 3, 50},
+                                           Scheme{"q8_0", diffq::DType::bf16, "q8_0", 3, 50},
+                                           Scheme{"q4_0", diffq::DType::bf16, "q4_0", 3, 50},
+                                           Scheme{"int4wo", diffq::DType::bf16, "int4wo", 3, 50}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

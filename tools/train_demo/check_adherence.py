@@ -17,11 +17,13 @@ import dataset as D
 import classifier as K
 
 
-def generate(folder, prompts, steps, dtype, true_cfg=1.0):
+def generate(folder, prompts, steps, dtype, true_cfg=1.0, vae=""):
     import numpy as np
     import torch
-    from diffusers import FluxPipeline
+    from diffusers import AutoencoderKL, FluxPipeline
     pipe = FluxPipeline.from_pretrained(str(folder), torch_dtype=getattr(torch, dtype))
+    if vae:  # another VAE folder (e.g. a fine-tuned decoder) in place of the pipeline's
+        pipe.vae = AutoencoderKL.from_pretrained(vae, torch_dtype=getattr(torch, dtype))
     pipe.set_progress_bar_config(disable=True)
     ims = []
     for p, _, seed in prompts:
@@ -53,12 +55,16 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--true-cfg", type=float, default=1.0, help="true CFG scale with negative prompt \"\" (1 = off)")
+    ap.add_argument("--seed-offset", type=int, default=0,
+                    help="add this to every seed: other draws of the same prompts, for choosing sampling settings "
+                         "(CFG scale, steps) without looking at the fixed check")
+    ap.add_argument("--vae", default="", help="an AutoencoderKL folder to use instead of the model's")
     ap.add_argument("--grid", default="")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     C.setup()
-    prompts = D.adherence_prompts()
-    images = generate(args.model, prompts, args.steps, args.dtype, args.true_cfg)
+    prompts = [(p, a, seed + args.seed_offset) for p, a, seed in D.adherence_prompts()]
+    images = generate(args.model, prompts, args.steps, args.dtype, args.true_cfg, args.vae)
     right, ok, rows = judge(images, prompts)
     for r in rows:
         print(("OK   " if r["right"] else "MISS ") + f"{r['prompt']!r} seed {r['seed']} -> {r['predicted']}")

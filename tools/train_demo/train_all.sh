@@ -11,14 +11,22 @@ export CUDA_VISIBLE_DEVICES= HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 W=${DEMO_WORK:-/tmp/demo-flux-work}; mkdir -p "$W"; export DEMO_WORK=$W
 run() { taskset -c "${DEMO_CORE:-0}" "$PY" "$@"; }
 if [[ "${1:-}" == quick ]]; then
-  VAE="--steps 60 --n 1000"; FLUX="--steps 40 --n 2000"; CLS="--steps 100 --n 2000"
+  VAE="--steps 60 --n 1000"; DEC="--steps 40 --n 1000"; CLS="--steps 100 --n 2000"
+  FLUX1="--steps 40 --n 2000 --train-text --layers 3 3"; FLUX2="--steps 20 --n 2000"; FLUX3="--steps 20 --n 2000"
 else
-  VAE="--steps 1500 --n 8000"; CLS="--steps 6000 --n 30000"
-  FLUX=${FLUX_ARGS:-"--steps 6000 --batch 16 --n 20000 --train-text --layers 3 3"}
+  # The shipped run, in stages (models/demo-flux/trained_run.json): a VAE, the transformer + text encoders from
+  # scratch, the VAE's decoder alone on its frozen latent space, then two continuations of the transformer.
+  VAE="--steps 1500 --n 8000"; DEC="--steps 7000 --n 20000 --lr 1e-3"; CLS="--steps 6000 --n 30000"
+  FLUX1="--steps 6000 --batch 16 --n 20000 --train-text --layers 3 3"
+  FLUX2="--steps 9000 --batch 16 --n 30000 --lr 5e-4"
+  FLUX3="--steps 2500 --batch 16 --n 30000 --lr 3e-4 --t-sampling uniform"
 fi
 run build_text.py 2>&1 | tee "$W/text.log"
 run train_vae.py $VAE 2>&1 | tee "$W/vae.log"
-run train_flux.py $FLUX 2>&1 | tee "$W/flux.log"
+run train_flux.py $FLUX1 --out "$W/stage1" 2>&1 | tee "$W/flux1.log"
+run train_vae.py --decoder-only $DEC 2>&1 | tee "$W/vae_decoder.log"
+run train_flux.py $FLUX2 --train-text --init "$W/stage1" --out "$W/stage2" 2>&1 | tee "$W/flux2.log"
+run train_flux.py $FLUX3 --train-text --init "$W/stage2" 2>&1 | tee "$W/flux3.log"   # -> models/demo-flux
 run classifier.py $CLS 2>&1 | tee "$W/classifier.log"
 for cfg in 1 4; do
   run check_adherence.py --true-cfg $cfg --grid "$W/adherence_cfg$cfg.png" --json "$W/adherence_cfg$cfg.json" 2>&1 |

@@ -4,7 +4,8 @@ FluxPipeline.save_pretrained to models/demo-flux/.
 
 Objective: x_t = (1 - t) x0 + t eps, the model predicts eps - x0 (MSE). t = FLUX's time shift of a logit-normal
 draw, exp(mu) / (exp(mu) + 1/u - 1) with u = sigmoid(N(0, 1)) and mu = calculate_shift(image tokens), the
-shift the pipeline applies to its sigmas at inference. Captions are dropped (-> "") with probability 0.1.
+shift the pipeline applies to its sigmas at inference (`--t-sampling uniform`: u ~ U(0, 1) instead, more
+high-noise steps). Captions are dropped (-> "") with probability 0.1.
 Text embeddings come from the frozen text encoders exactly as FluxPipeline computes them (T5 padded to
 MAX_SEQ tokens, CLIP pooled output at 77). The saved transformer is an EMA of the weights.
 
@@ -58,6 +59,10 @@ def save_pipeline(transformer, vae, text, dtype, out):
     pipe.save_pretrained(str(out), safe_serialization=True)
     for n, b in keep.items():
         (out / n).write_bytes(b)
+    for cfg in out.glob("*/config.json"):  # no path of the training machine in the shipped configs
+        d = json.loads(cfg.read_text())
+        if d.pop("_name_or_path", None) is not None:
+            cfg.write_text(json.dumps(d, indent=2, sort_keys=True) + "\n")
     # The Hub layout of FLUX checkpoints: CLIP as vocab.json + merges.txt, T5 with spiece.model + tokenizer.json.
     src = C.WORK / "text"
     (out / "tokenizer" / "tokenizer.json").unlink(missing_ok=True)
@@ -101,6 +106,13 @@ def main():
     ap.add_argument("--layers", type=int, nargs=2, default=None, metavar=("DOUBLE", "SINGLE"),
                     help="transformer blocks (default: common.FLUX_CFG's)")
     ap.add_argument("--heads", type=int, default=None, help="attention heads of 32 dims (default: common.FLUX_CFG's)")
+    ap.add_argument("--t-sampling", default="logit-normal", choices=["logit-normal", "uniform"],
+                    help="the draw u of the noise level before FLUX's time shift: sigmoid(N(0, 1)) (SD3/FLUX's choice, "
+                         "few samples near t = 1) or U(0, 1) (more weight on the high-noise steps, where the "
+                         "background and layout are decided)")
+    ap.add_argument("--init", default="",
+                    help="continue from a saved pipeline folder: its transformer (config and weights, as float32) and, "
+                         "with --train-text, its text encoders; --layers/--heads are then ignored")
     args = ap.parse_args()
     C.setup()
     import numpy as np
@@ -110,6 +122,11 @@ def main():
 
     clock = C.Clock()
     text = load_text()
+    if args.init:  # the text encoders trained with the transformer being continued
+        from transformers import CLIPTextModel, T5EncoderModel
+        text = (text[0], CLIPTextModel.from_pretrained(args.init, subfolder="text_encoder", torch_dtype=torch.float32).eval(),
+                text[2], T5EncoderModel.from_pretrained(args.init, subfolder="text_encoder_2",
+                                                        torch_dtype=torch.float32).eval())
     tok, clip, tok2, t5 = text
     vae = AutoencoderKL.from_pretrained(str(C.WORK / "vae")).eval()
     sf, sh = vae.config.scaling_factor, vae.config.shift_factor
@@ -147,7 +164,11 @@ def main():
         cfg.update(num_layers=args.layers[0], num_single_layers=args.layers[1])
     if args.heads:
         cfg.update(num_attention_heads=args.heads)
-    model = FluxTransformer2DModel(**cfg)
+    if args.init:
+        model = FluxTransformer2DModel.from_pretrained(args.init, subfolder="transformer", torch_dtype=torch.float32)
+        cfg = {k: model.config[k] for k in cfg}
+    else:
+        model = FluxTransformer2DModel(**cfg)
     n_params = sum(p.numel() for p in model.parameters())
     print("transformer parameters:", n_params, cfg, flush=True)
     # What trains (and what the EMA follows): the transformer, and with --train-text the two text encoders.
@@ -167,7 +188,8 @@ def main():
         x0 = z[idx]
         ci = cap_idx[idx].clone()
         ci[torch.rand(args.batch, generator=gen) < args.drop] = empty
-        u = torch.sigmoid(torch.randn(args.batch, generator=gen))
+        u = torch.sigmoid(torch.randn(args.batch, generator=gen)) if args.t_sampling == "logit-normal" else \
+            torch.rand(args.batch, generator=gen).clamp_min(1e-4)
         t = math.exp(mu) / (math.exp(mu) + (1 / u - 1))
         eps = torch.randn(x0.shape, generator=gen)
         xt = (1 - t[:, None, None]) * x0 + t[:, None, None] * eps
