@@ -111,8 +111,8 @@ def main():
                          "few samples near t = 1) or U(0, 1) (more weight on the high-noise steps, where the "
                          "background and layout are decided)")
     ap.add_argument("--init", default="",
-                    help="continue from a saved pipeline folder: its transformer (config and weights, as float32) and, "
-                         "with --train-text, its text encoders; --layers/--heads are then ignored")
+                    help="continue from a saved pipeline folder: its transformer (config and weights, as float32) and its "
+                         "text encoders (trained further with --train-text, else frozen); --layers/--heads are ignored")
     args = ap.parse_args()
     C.setup()
     import numpy as np
