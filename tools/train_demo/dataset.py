@@ -167,6 +167,37 @@ def vocabulary() -> list[str]:
     return sorted(words)
 
 
+# What a caption says, read back with the grammar above: the attribute heads of train_flux.py's --aux-attributes.
+LABELS = {"shape": SHAPES, "colour": COLOUR_NAMES, "count": COUNTS, "position": POSITIONS, "size": SIZES,
+          "background": BG_NAMES}
+_POSITION_WORDS = {"left": "left", "right": "right", "top": "top", "bottom": "bottom", "centre": "centre",
+                   "center": "centre"}
+
+
+def caption_labels(caption: str) -> dict[str, int]:
+    """Index into LABELS[k] of each attribute the caption states, -1 where it says nothing (or "" = dropped)."""
+    words = caption.split()
+    out = {k: -1 for k in LABELS}
+    shape_at = next((i for i, w in enumerate(words) if w in SHAPES or (w.endswith("s") and w[:-1] in SHAPES)), None)
+    if shape_at is None:
+        return out
+    out["shape"] = SHAPES.index(words[shape_at].removesuffix("s") if words[shape_at] not in SHAPES
+                                else words[shape_at])
+    count = next((c for c, ws in COUNT_WORDS.items() if words[0] in ws), None)
+    if count is not None:
+        out["count"] = COUNTS.index(count)
+    if shape_at >= 1 and words[shape_at - 1] in COLOUR_NAMES:
+        out["colour"] = COLOUR_NAMES.index(words[shape_at - 1])
+    if shape_at >= 2 and words[shape_at - 2] in SIZES:
+        out["size"] = SIZES.index(words[shape_at - 2])
+    for w in words[shape_at + 1:]:
+        if w in _POSITION_WORDS:
+            out["position"] = POSITIONS.index(_POSITION_WORDS[w])
+    if "background" in words and words.index("background") >= 1 and words[words.index("background") - 1] in BG_NAMES:
+        out["background"] = BG_NAMES.index(words[words.index("background") - 1])
+    return out
+
+
 # The 20 fixed prompts/seeds of the adherence check: every shape, colour, count and position appears.
 def adherence_prompts() -> list[tuple[str, Attributes, int]]:
     out = []

@@ -113,7 +113,14 @@ def main():
     ap.add_argument("--init", default="",
                     help="continue from a saved pipeline folder: its transformer (config and weights, as float32) and its "
                          "text encoders (trained further with --train-text, else frozen); --layers/--heads are ignored")
+    ap.add_argument("--aux-attributes", type=float, default=0.0, metavar="W",
+                    help="with --train-text: add W x the cross-entropy of small linear heads that read each caption's "
+                         "attributes (dataset.caption_labels: shape, colour, count, position, size, background) back "
+                         "from the CLIP pooled output and from every T5 token, so that the text embeddings carry "
+                         "every attribute the caption states (the heads are used in training only, not saved)")
     args = ap.parse_args()
+    if args.aux_attributes and not args.train_text:
+        ap.error("--aux-attributes trains the text encoders: give --train-text too")
     C.setup()
     import numpy as np
     import torch
@@ -145,6 +152,7 @@ def main():
     if args.train_text:  # ids of every caption, encoded per batch with gradients
         ids_u = tok(uniq, padding="max_length", max_length=77, truncation=True, return_tensors="pt").input_ids
         ids2_u = tok2(uniq, padding="max_length", max_length=C.MAX_SEQ, truncation=True, return_tensors="pt").input_ids
+    labels_u = torch.tensor([[D.caption_labels(c)[k] for k in D.LABELS] for c in uniq])  # [captions, attributes]
     with torch.no_grad():
         x = torch.from_numpy(images).permute(0, 3, 1, 2).float().div(127.5).sub(1.0)
         z = torch.cat([vae.encode(x[i:i + 256]).latent_dist.mean for i in range(0, args.n, 256)])
@@ -173,16 +181,23 @@ def main():
     print("transformer parameters:", n_params, cfg, flush=True)
     # What trains (and what the EMA follows): the transformer, and with --train-text the two text encoders.
     trained = torch.nn.ModuleList([model] + ([clip, t5] if args.train_text else []))
+    if args.aux_attributes:  # trained.[3]: per attribute a head on CLIP's pooled output and one on T5's tokens
+        torch.manual_seed(C.SEED + 23)
+        trained.append(torch.nn.ModuleDict({f"{enc}_{k}": torch.nn.Linear(64, len(v)) for enc in ("clip", "t5")
+                                            for k, v in D.LABELS.items()}))
     if args.train_text:
         trained.requires_grad_(True)
     ema_all = copy.deepcopy(trained).eval().requires_grad_(False)
     ema = ema_all[0]
-    opt = torch.optim.AdamW(trained.parameters(), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.99))
+    groups = [{"params": [p for m in trained[:3] for p in m.parameters()]}]
+    if args.aux_attributes:  # the new heads start from scratch: 10x the learning rate
+        groups.append({"params": list(trained[3].parameters()), "lr": 10 * args.lr})
+    opt = torch.optim.AdamW(groups, lr=args.lr, weight_decay=0.01, betas=(0.9, 0.99))
     warm = min(200, args.steps // 10 + 1)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / args.steps))))
     gen = torch.Generator().manual_seed(C.SEED + 21)
-    hist = []
+    hist, aux_hist = [], []
     for step in range(args.steps):
         idx = torch.randint(0, args.n, (args.batch,), generator=gen)
         x0 = z[idx]
@@ -201,7 +216,18 @@ def main():
         pred = model(hidden_states=xt, timestep=t, pooled_projections=pooled_b,
                      encoder_hidden_states=seq_b, txt_ids=txt_ids, img_ids=img_ids, guidance=None,
                      return_dict=False)[0]
-        loss = (pred - (eps - x0)).pow(2).mean()
+        flow = (pred - (eps - x0)).pow(2).mean()
+        loss = flow
+        if args.aux_attributes:
+            heads, lab = trained[3], labels_u[ci]  # lab [B, attributes], -1 = not stated
+            aux = 0.0
+            for j, k in enumerate(D.LABELS):
+                aux = aux + torch.nn.functional.cross_entropy(heads[f"clip_{k}"](pooled_b), lab[:, j], ignore_index=-1)
+                tok_logits = heads[f"t5_{k}"](seq_b)  # [B, MAX_SEQ, classes]: every token, padding included
+                aux = aux + torch.nn.functional.cross_entropy(
+                    tok_logits.flatten(0, 1), lab[:, j].repeat_interleave(seq_b.shape[1]), ignore_index=-1)
+            aux_hist.append(float(aux))
+            loss = loss + args.aux_attributes * aux
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trained.parameters(), 1.0)
@@ -211,9 +237,10 @@ def main():
         with torch.no_grad():
             for pe, pm in zip(ema_all.parameters(), trained.parameters()):
                 pe.lerp_(pm, 1 - d)
-        hist.append(loss.item())
+        hist.append(flow.item())
         if step % 25 == 0 or step == args.steps - 1:
-            print(f"step {step} loss {np.mean(hist[-100:]):.4f} lr {sched.get_last_lr()[0]:.2e} {clock():.0f}s",
+            aux_s = f" aux {np.mean(aux_hist[-100:]):.4f}" if aux_hist else ""
+            print(f"step {step} loss {np.mean(hist[-100:]):.4f}{aux_s} lr {sched.get_last_lr()[0]:.2e} {clock():.0f}s",
                   flush=True)
 
     # Final loss of the EMA weights on a fixed held-out batch (same t / noise draws every run).
@@ -239,7 +266,8 @@ def main():
     save_pipeline(ema, vae, text_ema, getattr(torch, args.dtype), out)
     log = dict(steps=args.steps, n=args.n, batch=args.batch, lr=args.lr, train_wall_s=round(train_wall, 1),
                final_train_loss_last100=float(np.mean(hist[-100:])), heldout_loss_ema=val["ema"],
-               heldout_loss_raw=val["raw"], transformer_params=n_params, mu=mu, max_sequence_length=C.MAX_SEQ,
+               heldout_loss_raw=val["raw"], final_aux_loss_last100=float(np.mean(aux_hist[-100:])) if aux_hist else None,
+               aux_attributes=args.aux_attributes, transformer_params=n_params, mu=mu, max_sequence_length=C.MAX_SEQ,
                dtype=args.dtype, threads=torch.get_num_threads(), train_text=args.train_text, transformer_config=cfg,
                command="python train_flux.py " + " ".join(__import__("sys").argv[1:]))
     (C.WORK / "flux_log.json").write_text(json.dumps(log, indent=2) + "\n")
