@@ -181,8 +181,8 @@ def caption_labels(caption: str) -> dict[str, int]:
     shape_at = next((i for i, w in enumerate(words) if w in SHAPES or (w.endswith("s") and w[:-1] in SHAPES)), None)
     if shape_at is None:
         return out
-    out["shape"] = SHAPES.index(words[shape_at].removesuffix("s") if words[shape_at] not in SHAPES
-                                else words[shape_at])
+    word = words[shape_at]
+    out["shape"] = SHAPES.index(word if word in SHAPES else word[:-1])
     count = next((c for c, ws in COUNT_WORDS.items() if words[0] in ws), None)
     if count is not None:
         out["count"] = COUNTS.index(count)

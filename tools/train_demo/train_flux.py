@@ -183,7 +183,8 @@ def main():
     trained = torch.nn.ModuleList([model] + ([clip, t5] if args.train_text else []))
     if args.aux_attributes:  # trained.[3]: per attribute a head on CLIP's pooled output and one on T5's tokens
         torch.manual_seed(C.SEED + 23)
-        trained.append(torch.nn.ModuleDict({f"{enc}_{k}": torch.nn.Linear(64, len(v)) for enc in ("clip", "t5")
+        width = {"clip": clip.config.hidden_size, "t5": t5.config.d_model}
+        trained.append(torch.nn.ModuleDict({f"{enc}_{k}": torch.nn.Linear(width[enc], len(v)) for enc in width
                                             for k, v in D.LABELS.items()}))
     if args.train_text:
         trained.requires_grad_(True)
