@@ -170,8 +170,7 @@ def vocabulary() -> list[str]:
 # What a caption says, read back with the grammar above: the attribute heads of train_flux.py's --aux-attributes.
 LABELS = {"shape": SHAPES, "colour": COLOUR_NAMES, "count": COUNTS, "position": POSITIONS, "size": SIZES,
           "background": BG_NAMES}
-_POSITION_WORDS = {"left": "left", "right": "right", "top": "top", "bottom": "bottom", "centre": "centre",
-                   "center": "centre"}
+_POSITION_WORDS = {phrase.split()[-1]: pos for pos, phrases in POSITION_PHRASES.items() for phrase in phrases}
 
 
 def caption_labels(caption: str) -> dict[str, int]:
