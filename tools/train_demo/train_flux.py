@@ -72,6 +72,30 @@ def save_pipeline(transformer, vae, text, dtype, out):
     del torch
 
 
+def grow(model, extra_double, extra_single):
+    """The transformer with `extra_double` double-stream and `extra_single` single-stream blocks appended, each
+    starting as the identity (adaLN-Zero: its modulation linears are zero, so every gate is 0 and the residual stream
+    passes unchanged), so the grown model computes what `model` did and training adds capacity from there."""
+    import torch
+    from diffusers import FluxTransformer2DModel
+    cfg = {k: model.config[k] for k in C.FLUX_CFG}
+    n_double, n_single = cfg["num_layers"], cfg["num_single_layers"]
+    cfg.update(num_layers=n_double + extra_double, num_single_layers=n_single + extra_single)
+    new = FluxTransformer2DModel(**cfg)  # new blocks: the default init, then their modulation zeroed
+    missing, unexpected = new.load_state_dict(model.state_dict(), strict=False)
+    assert not unexpected, unexpected
+    assert all(k.startswith(("transformer_blocks.", "single_transformer_blocks.")) for k in missing), missing
+    with torch.no_grad():
+        for blk in new.transformer_blocks[n_double:]:
+            for lin in (blk.norm1.linear, blk.norm1_context.linear):
+                lin.weight.zero_()
+                lin.bias.zero_()
+        for blk in new.single_transformer_blocks[n_single:]:
+            blk.norm.linear.weight.zero_()
+            blk.norm.linear.bias.zero_()
+    return new
+
+
 def sample_grid(folder, path, prompts, steps=20):
     import torch
     from diffusers import FluxPipeline
@@ -113,12 +137,20 @@ def main():
     ap.add_argument("--init", default="",
                     help="continue from a saved pipeline folder: its transformer (config and weights, as float32) and its "
                          "text encoders (trained further with --train-text, else frozen); --layers/--heads are ignored")
+    ap.add_argument("--vae", default="",
+                    help="the AutoencoderKL folder whose encoder makes the training latents and which is saved with the "
+                         "pipeline (default: $DEMO_WORK/vae, train_vae.py's)")
+    ap.add_argument("--grow", type=int, nargs=2, default=None, metavar=("DOUBLE", "SINGLE"),
+                    help="with --init: append this many double- and single-stream blocks that start as the identity "
+                         "(train_flux.grow), then train the deeper model")
     ap.add_argument("--aux-attributes", type=float, default=0.0, metavar="W",
                     help="with --train-text: add W x the cross-entropy of small linear heads that read each caption's "
                          "attributes (dataset.caption_labels: shape, colour, count, position, size, background) back "
                          "from the CLIP pooled output and from every T5 token, so that the text embeddings carry "
                          "every attribute the caption states (the heads are used in training only, not saved)")
     args = ap.parse_args()
+    if args.grow and not args.init:
+        ap.error("--grow deepens a trained transformer: give --init too")
     if args.aux_attributes and not args.train_text:
         ap.error("--aux-attributes trains the text encoders: give --train-text too")
     C.setup()
@@ -135,7 +167,7 @@ def main():
                 text[2], T5EncoderModel.from_pretrained(args.init, subfolder="text_encoder_2",
                                                         torch_dtype=torch.float32).eval())
     tok, clip, tok2, t5 = text
-    vae = AutoencoderKL.from_pretrained(str(C.WORK / "vae")).eval()
+    vae = AutoencoderKL.from_pretrained(args.vae or str(C.WORK / "vae"), torch_dtype=torch.float32).eval()
     sf, sh = vae.config.scaling_factor, vae.config.shift_factor
 
     images, caps, _ = D.make_arrays(args.n, seed=C.SEED)
@@ -174,6 +206,17 @@ def main():
         cfg.update(num_attention_heads=args.heads)
     if args.init:
         model = FluxTransformer2DModel.from_pretrained(args.init, subfolder="transformer", torch_dtype=torch.float32)
+        if args.grow:
+            old, model = model, grow(model, *args.grow)
+            with torch.no_grad():  # the grown model computes what the old one did (same inputs, same output)
+                k = torch.arange(4)
+                inp = dict(hidden_states=z[k], timestep=torch.full((4,), 0.5), pooled_projections=pooled_u[k],
+                           encoder_hidden_states=seq_u[k], txt_ids=txt_ids, img_ids=img_ids, guidance=None,
+                           return_dict=False)
+                diff = (old(**inp)[0] - model(**inp)[0]).abs().max().item()
+            print(f"grown by {args.grow[0]} double + {args.grow[1]} single blocks: output change {diff:.2e}", flush=True)
+            assert diff < 1e-5, diff
+            del old
         cfg = {k: model.config[k] for k in cfg}
     else:
         model = FluxTransformer2DModel(**cfg)
