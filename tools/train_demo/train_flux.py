@@ -148,7 +148,16 @@ def main():
                          "attributes (dataset.caption_labels: shape, colour, count, position, size, background) back "
                          "from the CLIP pooled output and from every T5 token, so that the text embeddings carry "
                          "every attribute the caption states (the heads are used in training only, not saved)")
+    ap.add_argument("--shape-groups", action="store_true",
+                    help="train on dataset.make_shape_groups: every layout drawn with each of the 5 shapes, a batch made "
+                         "of whole groups sharing their noise and t (--batch a multiple of 5), so what only the shape "
+                         "word changes is seen side by side")
+    ap.add_argument("--shape-contrast", type=float, default=0.0, metavar="L",
+                    help="with --shape-groups: subtract L x the squared distance of each prediction from the target "
+                         "of the same layout with the next shape (pushes the shapes' predictions apart)")
     args = ap.parse_args()
+    if (args.shape_groups or args.shape_contrast) and (args.batch % len(D.SHAPES) or not args.shape_groups):
+        ap.error("--shape-groups needs --batch a multiple of 5; --shape-contrast needs --shape-groups")
     if args.grow and not args.init:
         ap.error("--grow deepens a trained transformer: give --init too")
     if args.aux_attributes and not args.train_text:
@@ -170,7 +179,11 @@ def main():
     vae = AutoencoderKL.from_pretrained(args.vae or str(C.WORK / "vae"), torch_dtype=torch.float32).eval()
     sf, sh = vae.config.scaling_factor, vae.config.shift_factor
 
-    images, caps, _ = D.make_arrays(args.n, seed=C.SEED)
+    if args.shape_groups:
+        images, caps, _ = D.make_shape_groups(args.n // len(D.SHAPES), seed=C.SEED)
+        args.n = len(caps)
+    else:
+        images, caps, _ = D.make_arrays(args.n, seed=C.SEED)
     uniq = sorted(set(caps) | {""})
     pooled_u, seq_u = [], []
     for i in range(0, len(uniq), 256):
@@ -243,14 +256,16 @@ def main():
     gen = torch.Generator().manual_seed(C.SEED + 21)
     hist, aux_hist = [], []
     for step in range(args.steps):
-        idx = torch.randint(0, args.n, (args.batch,), generator=gen)
+        k = len(D.SHAPES) if args.shape_groups else 1  # k samples share a layout, a noise and a t
+        idx = torch.randint(0, args.n // k, (args.batch // k,), generator=gen)
+        idx = (idx[:, None] * k + torch.arange(k)).flatten()
         x0 = z[idx]
         ci = cap_idx[idx].clone()
         ci[torch.rand(args.batch, generator=gen) < args.drop] = empty
-        u = torch.sigmoid(torch.randn(args.batch, generator=gen)) if args.t_sampling == "logit-normal" else \
-            torch.rand(args.batch, generator=gen).clamp_min(1e-4)
-        t = math.exp(mu) / (math.exp(mu) + (1 / u - 1))
-        eps = torch.randn(x0.shape, generator=gen)
+        u = torch.sigmoid(torch.randn(args.batch // k, generator=gen)) if args.t_sampling == "logit-normal" else \
+            torch.rand(args.batch // k, generator=gen).clamp_min(1e-4)
+        t = (math.exp(mu) / (math.exp(mu) + (1 / u - 1))).repeat_interleave(k)
+        eps = torch.randn((args.batch // k, *x0.shape[1:]), generator=gen).repeat_interleave(k, 0)
         xt = (1 - t[:, None, None]) * x0 + t[:, None, None] * eps
         if args.train_text:
             pooled_b = clip(ids_u[ci], output_hidden_states=False).pooler_output
@@ -262,10 +277,16 @@ def main():
                      return_dict=False)[0]
         flow = (pred - (eps - x0)).pow(2).mean()
         loss = flow
+        if args.shape_contrast:  # the target of the same layout and noise with the next shape of the group
+            other = (eps - x0).view(-1, k, *x0.shape[1:]).roll(-1, dims=1).flatten(0, 1)
+            kept = (ci != empty).float()[:, None, None]  # not where the caption was dropped
+            loss = loss - args.shape_contrast * ((pred - other).pow(2) * kept).mean()
         if args.aux_attributes:
             heads, lab = trained[3], labels_u[ci]  # lab [B, attributes], -1 = not stated
             aux = 0.0
             for j, k in enumerate(D.LABELS):
+                if (lab[:, j] < 0).all():  # no caption of the batch states it (cross_entropy would be nan, grad 0)
+                    continue
                 aux = aux + torch.nn.functional.cross_entropy(heads[f"clip_{k}"](pooled_b), lab[:, j], ignore_index=-1)
                 tok_logits = heads[f"t5_{k}"](seq_b)  # [B, MAX_SEQ, classes]: every token, padding included
                 aux = aux + torch.nn.functional.cross_entropy(
@@ -311,7 +332,7 @@ def main():
     log = dict(steps=args.steps, n=args.n, batch=args.batch, lr=args.lr, train_wall_s=round(train_wall, 1),
                final_train_loss_last100=float(np.mean(hist[-100:])), heldout_loss_ema=val["ema"],
                heldout_loss_raw=val["raw"], final_aux_loss_last100=float(np.mean(aux_hist[-100:])) if aux_hist else None,
-               aux_attributes=args.aux_attributes, transformer_params=n_params, mu=mu, max_sequence_length=C.MAX_SEQ,
+               aux_attributes=args.aux_attributes, shape_groups=args.shape_groups, shape_contrast=args.shape_contrast, transformer_params=n_params, mu=mu, max_sequence_length=C.MAX_SEQ,
                dtype=args.dtype, threads=torch.get_num_threads(), train_text=args.train_text, transformer_config=cfg,
                command="python train_flux.py " + " ".join(__import__("sys").argv[1:]))
     (C.WORK / "flux_log.json").write_text(json.dumps(log, indent=2) + "\n")
