@@ -158,10 +158,6 @@ def make_arrays(n: int, seed: int = 0, size: int = IMAGE_SIZE):
     return images, caps, attrs
 
 
-def shape_word(a: Attributes, shape: str) -> str:
-    return shape + ("s" if a.count > 1 else "")
-
-
 def make_shape_groups(n_groups: int, seed: int = 0, size: int = IMAGE_SIZE):
     """Like make_arrays, in groups of len(SHAPES): one draw of the attributes, the placement and the caption, drawn
     once with every shape (same positions, sizes, angles; the caption's shape word swapped). Each image and caption

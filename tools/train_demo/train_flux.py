@@ -256,16 +256,16 @@ def main():
     gen = torch.Generator().manual_seed(C.SEED + 21)
     hist, aux_hist = [], []
     for step in range(args.steps):
-        k = len(D.SHAPES) if args.shape_groups else 1  # k samples share a layout, a noise and a t
-        idx = torch.randint(0, args.n // k, (args.batch // k,), generator=gen)
-        idx = (idx[:, None] * k + torch.arange(k)).flatten()
+        grp = len(D.SHAPES) if args.shape_groups else 1  # grp samples share a layout, a noise and a t
+        idx = torch.randint(0, args.n // grp, (args.batch // grp,), generator=gen)
+        idx = (idx[:, None] * grp + torch.arange(grp)).flatten()
         x0 = z[idx]
         ci = cap_idx[idx].clone()
         ci[torch.rand(args.batch, generator=gen) < args.drop] = empty
-        u = torch.sigmoid(torch.randn(args.batch // k, generator=gen)) if args.t_sampling == "logit-normal" else \
-            torch.rand(args.batch // k, generator=gen).clamp_min(1e-4)
-        t = (math.exp(mu) / (math.exp(mu) + (1 / u - 1))).repeat_interleave(k)
-        eps = torch.randn((args.batch // k, *x0.shape[1:]), generator=gen).repeat_interleave(k, 0)
+        u = torch.sigmoid(torch.randn(args.batch // grp, generator=gen)) if args.t_sampling == "logit-normal" else \
+            torch.rand(args.batch // grp, generator=gen).clamp_min(1e-4)
+        t = (math.exp(mu) / (math.exp(mu) + (1 / u - 1))).repeat_interleave(grp)
+        eps = torch.randn((args.batch // grp, *x0.shape[1:]), generator=gen).repeat_interleave(grp, 0)
         xt = (1 - t[:, None, None]) * x0 + t[:, None, None] * eps
         if args.train_text:
             pooled_b = clip(ids_u[ci], output_hidden_states=False).pooler_output
@@ -278,7 +278,7 @@ def main():
         flow = (pred - (eps - x0)).pow(2).mean()
         loss = flow
         if args.shape_contrast:  # the target of the same layout and noise with the next shape of the group
-            other = (eps - x0).view(-1, k, *x0.shape[1:]).roll(-1, dims=1).flatten(0, 1)
+            other = (eps - x0).view(-1, grp, *x0.shape[1:]).roll(-1, dims=1).flatten(0, 1)
             kept = (ci != empty).float()[:, None, None]  # not where the caption was dropped
             loss = loss - args.shape_contrast * ((pred - other).pow(2) * kept).mean()
         if args.aux_attributes:
@@ -332,7 +332,8 @@ def main():
     log = dict(steps=args.steps, n=args.n, batch=args.batch, lr=args.lr, train_wall_s=round(train_wall, 1),
                final_train_loss_last100=float(np.mean(hist[-100:])), heldout_loss_ema=val["ema"],
                heldout_loss_raw=val["raw"], final_aux_loss_last100=float(np.mean(aux_hist[-100:])) if aux_hist else None,
-               aux_attributes=args.aux_attributes, shape_groups=args.shape_groups, shape_contrast=args.shape_contrast, transformer_params=n_params, mu=mu, max_sequence_length=C.MAX_SEQ,
+               aux_attributes=args.aux_attributes, shape_groups=args.shape_groups, shape_contrast=args.shape_contrast,
+               transformer_params=n_params, mu=mu, max_sequence_length=C.MAX_SEQ,
                dtype=args.dtype, threads=torch.get_num_threads(), train_text=args.train_text, transformer_config=cfg,
                command="python train_flux.py " + " ".join(__import__("sys").argv[1:]))
     (C.WORK / "flux_log.json").write_text(json.dumps(log, indent=2) + "\n")
