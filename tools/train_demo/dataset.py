@@ -16,6 +16,7 @@ model also answers short prompts ("a red circle"). Deterministic: sample(i, seed
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -170,7 +171,7 @@ def make_shape_groups(n_groups: int, seed: int = 0, size: int = IMAGE_SIZE):
         base = random_attributes(rng)
         state = rng.bit_generator.state
         for j, shape in enumerate(SHAPES):
-            a = Attributes(shape, base.colour, base.count, base.position, base.size, base.background)
+            a = dataclasses.replace(base, shape=shape)
             rng.bit_generator.state = state  # the same placement and angles for every shape
             images[g * len(SHAPES) + j] = np.asarray(render(a, rng, size))
             cap_rng = np.random.default_rng([seed, g, 2])  # the same optional parts and synonyms

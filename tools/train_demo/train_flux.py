@@ -156,8 +156,10 @@ def main():
                     help="with --shape-groups: subtract L x the squared distance of each prediction from the target "
                          "of the same layout with the next shape (pushes the shapes' predictions apart)")
     args = ap.parse_args()
-    if (args.shape_groups or args.shape_contrast) and (args.batch % len(D.SHAPES) or not args.shape_groups):
-        ap.error("--shape-groups needs --batch a multiple of 5; --shape-contrast needs --shape-groups")
+    if args.shape_groups and args.batch % len(D.SHAPES):
+        ap.error(f"--shape-groups needs --batch a multiple of {len(D.SHAPES)}, got {args.batch}")
+    if args.shape_contrast and not args.shape_groups:
+        ap.error("--shape-contrast compares the shapes of a group: give --shape-groups too")
     if args.grow and not args.init:
         ap.error("--grow deepens a trained transformer: give --init too")
     if args.aux_attributes and not args.train_text:
