@@ -96,6 +96,46 @@ def grow(model, extra_double, extra_single):
     return new
 
 
+def widen(model, heads):
+    """The transformer with `heads` attention heads (twice the trained model's), computing what `model` did
+    (Net2Net): every doubled dimension holds each old unit twice (new unit i is old unit (i // 2W) * W + i % W,
+    W the old width; so heads h and h + H share old head h's weights, and the 6/3/2 modulation chunks and the MLP's
+    hidden units are doubled chunk by chunk). A layer reading doubled units splits each old weight between the two
+    copies as a and 1 - a (a drawn in [0.3, 0.7] per weight): the sum, hence the output, is unchanged, and as the
+    copies' outgoing weights differ, their gradients differ and training makes them diverge. LayerNorm over
+    [x, x] equals [LayerNorm(x)] twice, and head_dim stays 32, so attention scale and RoPE are unchanged."""
+    import torch
+    from diffusers import FluxTransformer2DModel
+    cfg = {k: model.config[k] for k in C.FLUX_CFG}
+    w = cfg["num_attention_heads"] * cfg["attention_head_dim"]
+    if heads != 2 * cfg["num_attention_heads"]:
+        raise SystemExit(f"--widen doubles the heads: {cfg['num_attention_heads']} -> "
+                         f"{2 * cfg['num_attention_heads']}, got {heads}")
+    cfg.update(num_attention_heads=heads)
+    new = FluxTransformer2DModel(**cfg)
+    g = torch.Generator().manual_seed(C.SEED + 24)
+
+    def src(n):  # old unit of each of n new units
+        i = torch.arange(n)
+        return (i // (2 * w)) * w + i % w
+
+    target = new.state_dict()
+    sd = {}
+    for k, t in model.state_dict().items():
+        shp = target[k].shape
+        for d in range(t.ndim):
+            if shp[d] == t.shape[d]:
+                continue
+            assert shp[d] == 2 * t.shape[d] and t.shape[d] % w == 0, (k, tuple(t.shape), tuple(shp))
+            t = t.index_select(d, src(shp[d]))
+            if d == 1:  # reads doubled units: split each weight between its two copies
+                a = 0.3 + 0.4 * torch.rand((shp[0], shp[1] // (2 * w), 1, w), generator=g)
+                t = (t.view(shp[0], -1, 2, w) * torch.cat([a, 1 - a], 2)).view(shp)
+        sd[k] = t.contiguous()
+    new.load_state_dict(sd, strict=True)
+    return new
+
+
 def sample_grid(folder, path, prompts, steps=20):
     import torch
     from diffusers import FluxPipeline
@@ -143,6 +183,9 @@ def main():
     ap.add_argument("--grow", type=int, nargs=2, default=None, metavar=("DOUBLE", "SINGLE"),
                     help="with --init: append this many double- and single-stream blocks that start as the identity "
                          "(train_flux.grow), then train the deeper model")
+    ap.add_argument("--widen", type=int, default=None, metavar="HEADS",
+                    help="with --init: continue with twice the heads (and width), starting from the trained "
+                         "model's function (Net2Net, see widen())")
     ap.add_argument("--aux-attributes", type=float, default=0.0, metavar="W",
                     help="with --train-text: add W x the cross-entropy of small linear heads that read each caption's "
                          "attributes (dataset.caption_labels: shape, colour, count, position, size, background) back "
@@ -162,6 +205,8 @@ def main():
         ap.error("--shape-contrast compares the shapes of a group: give --shape-groups too")
     if args.grow and not args.init:
         ap.error("--grow deepens a trained transformer: give --init too")
+    if args.widen and not args.init:
+        ap.error("--widen widens a trained transformer: give --init too")
     if args.aux_attributes and not args.train_text:
         ap.error("--aux-attributes trains the text encoders: give --train-text too")
     C.setup()
@@ -221,16 +266,22 @@ def main():
         cfg.update(num_attention_heads=args.heads)
     if args.init:
         model = FluxTransformer2DModel.from_pretrained(args.init, subfolder="transformer", torch_dtype=torch.float32)
+        changes = []
         if args.grow:
-            old, model = model, grow(model, *args.grow)
-            with torch.no_grad():  # the grown model computes what the old one did (same inputs, same output)
+            changes.append((f"grown by {args.grow[0]} double + {args.grow[1]} single blocks",
+                            lambda m: grow(m, *args.grow)))
+        if args.widen:
+            changes.append((f"widened to {args.widen} heads", lambda m: widen(m, args.widen)))
+        for how, change in changes:
+            old, model = model, change(model)
+            with torch.no_grad():  # the changed model computes what the old one did (same inputs, same output)
                 k = torch.arange(4)
                 inp = dict(hidden_states=z[k], timestep=torch.full((4,), 0.5), pooled_projections=pooled_u[k],
                            encoder_hidden_states=seq_u[k], txt_ids=txt_ids, img_ids=img_ids, guidance=None,
                            return_dict=False)
                 diff = (old(**inp)[0] - model(**inp)[0]).abs().max().item()
-            print(f"grown by {args.grow[0]} double + {args.grow[1]} single blocks: output change {diff:.2e}", flush=True)
-            assert diff < 1e-5, diff
+            print(f"{how}: output change {diff:.2e}", flush=True)
+            assert diff < 1e-4, diff
             del old
         cfg = {k: model.config[k] for k in cfg}
     else:
