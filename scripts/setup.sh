@@ -27,6 +27,11 @@ fi
 if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH=/usr/local/cuda/bin:$PATH
 fi
+# A CUDA build uses cuDNN's fused attention and convolution through the cuDNN frontend's headers
+# (installed into .deps/ by scripts/cudnn-frontend.sh; without them CMake builds the simple kernels only).
+if command -v nvcc >/dev/null 2>&1; then
+  ./scripts/cudnn-frontend.sh
+fi
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release ${DIFFQ_CMAKE_ARGS:-}
 if [ -n "${DIFFQ_SETUP_TARGET:-}" ]; then
