@@ -208,6 +208,7 @@ std::unique_ptr<DiffusionPipeline> load_for_combo(const BenchArgs& a, const Comb
   const auto t0 = std::chrono::steady_clock::now();
   PipelineOptions po;
   po.dtype = c.dtype;
+  po.device = Device::parse(a.device);
   if (!c.quant.empty()) po.quantization_config_json = quantization_config_from_shorthand(c.quant, c.dtype, {"transformer"});
   auto pipe = DiffusionPipeline::from_pretrained(a.model, po);
   if (c.lora) apply_loras(*pipe, a.loras, {}, /*lenient=*/false, /*fuse=*/false, /*quiet=*/true);
@@ -269,7 +270,9 @@ nlohmann::json worker_row(const BenchArgs& a, const Combo& c, double load_s, con
       {"peak_rss_bytes", std::max(t.load_peak_rss, t.gen_peak_rss)},
       {"generate_peak_rss_bytes", t.gen_peak_known ? nlohmann::json(t.gen_peak_rss) : nlohmann::json(nullptr)},
       {"peak_alloc_bytes", memory_stats(Device::cpu()).peak_bytes},
-      {"peak_device_bytes", nullptr},
+      {"device", pipe.device().str()},
+      {"peak_device_bytes", pipe.device().is_cpu() ? nlohmann::json(nullptr)
+                                                    : nlohmann::json(memory_stats(pipe.device()).peak_bytes)},
       // The machine and kernels behind these figures (diffq info), as this worker ran them.
       {"system", nlohmann::json::parse(to_json(system_info()))}};
   nlohmann::json loras = nlohmann::json::array();

@@ -109,6 +109,7 @@ void run(const GenerateArgs& args) {
   PipelineOptions po;
   po.dtype = dtype;
   po.transformer_file = a.transformer_file;
+  po.device = Device::parse(a.device);
   po.quantization_config_json = cli_quantization_config(a.quant, a.quant_config, a.quantize, dtype);
   auto pipe = DiffusionPipeline::from_pretrained(model, po);
   // LoRAs before offloading (fuse refuses offloaded weights) and before compiling (the graph reads them).
@@ -154,6 +155,8 @@ void run(const GenerateArgs& args) {
                         {"peak_rss_bytes", process_peak_rss_bytes()}, {"quantization", pipe->quantization()},
                         {"offload", offload_plan}, {"compile", a.compile}, {"autotune", a.autotune},
                         {"compile_stats", report}};
+    j["device"] = pipe->device().str();
+    if (!pipe->device().is_cpu()) j["peak_device_bytes"] = memory_stats(pipe->device()).peak_bytes;
     j["max_sequence_length"] = u.max_sequence_length;
     if (u.true_cfg_scale) j["true_cfg"] = *u.true_cfg_scale;
     if (video) {
@@ -189,10 +192,14 @@ void run(const GenerateArgs& args) {
       }
     }
   }
-  if (a.stats)
+  if (a.stats) {
     std::fprintf(stderr, "stats: peak allocator (cpu) %.1f MiB, peak RSS %.1f MiB\n",
                  double(memory_stats(Device::cpu()).peak_bytes) / 1048576.0,
                  double(process_peak_rss_bytes()) / 1048576.0);
+    if (!pipe->device().is_cpu())
+      std::fprintf(stderr, "stats: peak allocator (%s) %.1f MiB\n", pipe->device().str().c_str(),
+                   double(memory_stats(pipe->device()).peak_bytes) / 1048576.0);
+  }
 }
 
 }  // namespace
@@ -222,6 +229,8 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--height", a->height, "height (default: as width)")->check(CLI::Range(int64_t(1), int64_t(16384)));
   cmd->add_option("--max-sequence-length", a->max_seq, "T5 tokens (default 512, at most 512)");
   cmd->add_option("--dtype", a->dtype, "compute dtype: float32 | bfloat16 | float16");
+  cmd->add_option("--device", a->device,
+                  "where the pipeline runs: cpu (default) | cuda | cuda:N (weights uploaded once at load)");
   cmd->add_option("-o,--output", a->output,
                   "output PNG (default out.png; with --num-images N: <stem>-0.png ...; with --output-type latent: "
                   "a safetensors file); video pipelines: .mp4 (default out.mp4) or .webp (animated)");

@@ -12,6 +12,7 @@ namespace diffq::cli {
 struct GenerateArgs {
   std::string model, prompt, prompt_2, negative, negative_2, output, latents_in, latents_out, dtype = "float32";
   std::string transformer_file, output_type = "image";
+  std::string device = "cpu";  // --device cpu | cuda | cuda:N (PipelineOptions::device)
   std::string quant, quant_config, quantize;  // --quant shorthand | --quant-config file; --quantize components
   std::string offload, max_memory, max_host_memory;
   bool offload_drop_cache = false;

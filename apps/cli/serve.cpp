@@ -29,7 +29,7 @@ extern "C" void on_signal(int signo) {
 
 struct ServeArgs {
   std::vector<std::string> models;
-  std::string dtype = "float32", quant, quant_config, quantize, offload, compile, max_memory;
+  std::string dtype = "float32", quant, quant_config, quantize, offload, compile, max_memory, device = "cpu";
   std::string host = "127.0.0.1", api_key, results_dir, lora_dir;
   int port = 7860;
   int64_t max_queue = 64, max_body = 1 << 20, keep_jobs = 256, preview_every = 1;
@@ -53,6 +53,8 @@ void run(const ServeArgs& a) {
   o.load.quantization_config_json = cli_quantization_config(a.quant, a.quant_config, a.quantize, dtype);
   o.load.offload = a.offload;
   o.load.compile = a.compile;
+  o.load.device = a.device;
+  check_execution_device(Device::parse(a.device));  // before binding the port: no backend / no GPU
   o.host = a.host;
   o.port = a.port;
   o.api_key = a.api_key;
@@ -104,6 +106,7 @@ void add_serve_command(CLI::App& app) {
                   "pipeline folder, or name=folder; repeat for several (the first is the default; default: the "
                   "bundled demo model models/demo-flux)");
   cmd->add_option("--dtype", a->dtype, "compute dtype: float32 | bfloat16 | float16");
+  cmd->add_option("--device", a->device, "where the models run: cpu (default) | cuda | cuda:N");
   cmd->add_option("--quant", a->quant, "quantize while loading (as diffq generate --quant)");
   cmd->add_option("--quant-config", a->quant_config, "PipelineQuantizationConfig as JSON file");
   cmd->add_option("--quantize", a->quantize, "components for --quant, comma-separated");

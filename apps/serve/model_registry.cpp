@@ -80,6 +80,7 @@ void ModelRegistry::load(ModelEntry& e) {
   const DType dtype = parse_dtype(opt_.dtype);
   po.dtype = dtype;
   po.quantization_config_json = opt_.quantization_config_json;
+  po.device = Device::parse(opt_.device);
   std::fprintf(stderr, "serve: loading %s (%s) from %s\n", e.name.c_str(), e.pipeline_class.c_str(),
                e.folder.string().c_str());
   auto pipe = DiffusionPipeline::from_pretrained(e.folder, po);

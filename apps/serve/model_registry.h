@@ -21,6 +21,7 @@ struct LoadOptions {
   std::string quantization_config_json;  // PipelineQuantizationConfig (the CLI builds it from --quant ...)
   std::string offload;          // as DiffusionPipeline::enable_offload
   std::string compile;          // "" | full | regional
+  std::string device = "cpu";   // PipelineOptions::device: cpu | cuda | cuda:N
 };
 
 struct ModelEntry {

@@ -14,6 +14,12 @@ struct MemoryStats {
   int64_t current_bytes = 0;  // bytes held by live allocations
   int64_t peak_bytes = 0;     // max of current_bytes since the last reset
   int64_t num_allocs = 0;     // allocations made since start
+  // What the allocator holds from the device: a caching allocator's segments (live blocks plus the
+  // cache it reuses without asking the driver), like torch's reserved bytes. The CPU allocator keeps
+  // no cache of its own: there reserved equals current, and device mallocs are 0.
+  int64_t reserved_bytes = 0;
+  int64_t peak_reserved_bytes = 0;  // max of reserved_bytes since the last reset
+  int64_t num_device_mallocs = 0;   // raw device allocations (cudaMalloc) since start
 };
 
 class Allocator {
@@ -23,8 +29,11 @@ class Allocator {
   virtual void deallocate(void* p, size_t nbytes) = 0;
   virtual Device device() const = 0;
 
-  MemoryStats stats() const;
-  void reset_peak();
+  // Virtual so that a caching allocator adds its reserved bytes (the base fills the rest).
+  virtual MemoryStats stats() const;
+  virtual void reset_peak();
+  // Returns cached memory no live allocation uses to the device (no-op without a cache).
+  virtual void empty_cache() {}
 
  protected:
   void record_alloc(size_t nbytes);
@@ -39,6 +48,9 @@ Allocator& allocator_for(Device d);
 
 MemoryStats memory_stats(Device d);
 void reset_peak_memory_stats(Device d);
+// Returns the device allocator's unused cached memory to the driver (torch.cuda.empty_cache); live
+// tensors are untouched. A no-op on the CPU.
+void empty_cache(Device d);
 
 // Hands freed heap memory back to the OS (malloc_trim on glibc; no-op elsewhere). glibc keeps freed
 // chunks (and whole per-thread arenas) mapped otherwise, so RSS would stay at its high-water mark after
@@ -50,8 +62,5 @@ int64_t process_peak_rss_bytes();
 // Restarts the peak (Linux >= 4.0); false when the kernel refuses.
 bool reset_peak_rss();
 
-// Registered by the CUDA backend at static-init time when it is linked in.
-using AllocatorFactory = Allocator& (*)(int index);
-void register_cuda_allocator(AllocatorFactory f);
 
 }  // namespace diffq

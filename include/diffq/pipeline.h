@@ -39,10 +39,20 @@ struct PipelineOptions {
   bool convert_pre_quantized = false;
   std::filesystem::path transformer_file;  // single-file transformer (FLUX: .safetensors / .gguf)
   bool load_text_encoders = true;
+  // Where the pipeline runs (Diffusers' pipe.to("cuda")): every component's weights are uploaded there
+  // once at load, latents and prompt embeddings live there, the image comes back once. A device this
+  // build or machine cannot run (no CUDA backend, no GPU, an op or quantized scheme without a kernel
+  // there) is a clear error at load, never a silent CPU run.
+  Device device = Device::cpu();
   // Builtin models ("builtin:flux-small", ...): the seed of their random weights (the random prompt
   // embeddings they are fed use seed + 1).
   uint64_t builtin_seed = 0;
 };
+
+// Throws a clear Error unless a pipeline can run on `d` here: the build has its backend (CUDA builds
+// need nvcc at configure time), the machine has the device, and every op the pipelines call has a
+// kernel there. DiffusionPipeline::from_pretrained checks PipelineOptions::device with it before loading.
+void check_execution_device(Device d);
 
 // What one generation asks for. 0 / nullopt / empty means "the pipeline's default" (see defaults()).
 struct GenerateParams {
@@ -137,6 +147,8 @@ class DiffusionPipeline {
   virtual ComponentBytes component_bytes(const std::string& component) const { return {}; }
   // One line saying what was loaded: "folder: ..." or, for a builtin, "builtin: random-weight transformer ...".
   virtual std::string description() const { return ""; }
+  // The execution device (PipelineOptions::device).
+  virtual Device device() const { return Device::cpu(); }
 
   // ---- step caching (include/diffq/cache.h; Diffusers' transformer.enable_cache(config)) ----
   // On every transformer of the pipeline, each with its own per-context ("cond"/"uncond") state.

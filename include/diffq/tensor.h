@@ -92,10 +92,14 @@ class Tensor {
   const std::shared_ptr<Storage>& storage() const { return storage_; }
   std::string str() const;  // "Tensor[2, 3] bfloat16 cpu"
 
-  // Pointer to element 0 of this view (real storages only).
+  // Pointer to element 0 of this view (real storages only), on whatever device holds it (kernels).
   void* data_ptr() const;
+  // Typed host pointer for code that reads or writes elements on the CPU: throws, naming the tensor,
+  // when the tensor lives on another device (copy it with .to(Device::cpu()) first), so a pipeline
+  // placed on a GPU never dereferences device memory on the host.
+  void* host_data_ptr() const;
   template <class T>
-  T* data() const { return static_cast<T*>(data_ptr()); }
+  T* data() const { return static_cast<T*>(host_data_ptr()); }
 
   // ---- views: metadata only, never copy ----
   Tensor view(const Shape& shape) const;            // needs compatible strides; one -1 allowed

@@ -7,18 +7,19 @@
 #include <malloc.h>
 #endif
 
+#include "backend/device_interface.h"
 #include "diffq/error.h"
-
-#ifdef DIFFQ_HAS_CUDA
-namespace diffq::backend::cuda {
-Allocator& device_allocator(int index);  // backend/cuda/allocator.cpp
-}
-#endif
 
 namespace diffq {
 
 MemoryStats Allocator::stats() const {
-  return {current_.load(), peak_.load(), count_.load()};
+  MemoryStats s;
+  s.current_bytes = current_.load();
+  s.peak_bytes = peak_.load();
+  s.num_allocs = count_.load();
+  s.reserved_bytes = s.current_bytes;  // no cache: what is held is what is live
+  s.peak_reserved_bytes = s.peak_bytes;
+  return s;
 }
 
 void Allocator::reset_peak() { peak_.store(current_.load()); }
@@ -85,33 +86,24 @@ class CpuAllocator final : public Allocator {
   Device device() const override { return Device::cpu(); }
 };
 
-AllocatorFactory& cuda_factory() {
-#ifdef DIFFQ_HAS_CUDA
-  // Named directly (not only registered) so the allocator works before any op ran and is linked in
-  // even when diffq comes from a static library.
-  static AllocatorFactory f = &backend::cuda::device_allocator;
-#else
-  static AllocatorFactory f = nullptr;
-#endif
-  return f;
+Allocator& host_allocator() {
+  static CpuAllocator cpu;
+  return cpu;
 }
 
 }  // namespace
 
-void register_cuda_allocator(AllocatorFactory f) { cuda_factory() = f; }
-
 Allocator& allocator_for(Device d) {
-  if (d.is_cpu()) {
-    static CpuAllocator cpu;
-    return cpu;
-  }
-  check(cuda_factory() != nullptr, "memory",
-        "device ", d.str(), " requested but this build of diffq has no CUDA backend");
-  return cuda_factory()(d.index);
+  if (d.is_cpu()) return host_allocator();
+  // Every other device's allocator comes from its backend's device interface (src/backend/), which
+  // says clearly when this build has no such backend or the machine no such device.
+  backend::require_device(d, "memory");
+  return backend::device_interface(d.kind)->allocator(d.index);
 }
 
 MemoryStats memory_stats(Device d) { return allocator_for(d).stats(); }
 void reset_peak_memory_stats(Device d) { allocator_for(d).reset_peak(); }
+void empty_cache(Device d) { allocator_for(d).empty_cache(); }
 
 void return_freed_memory_to_os() {
 #if defined(__GLIBC__)

@@ -180,6 +180,12 @@ void* Tensor::data_ptr() const {
   return static_cast<uint8_t*>(storage_->data()) + offset_ * int64_t(dtype_size(dtype_));
 }
 
+void* Tensor::host_data_ptr() const {
+  check(!defined() || device().is_cpu(), "tensor", "host access to ", str(),
+        ": its bytes live on the device; copy it with .to(cpu) first");
+  return data_ptr();
+}
+
 // ---- views ----------------------------------------------------------------------------------------
 
 namespace {

@@ -1,51 +1,24 @@
-#include "offload/cuda_home.h"
+#include "offload/device_host_home.h"
 
-#include "diffq/error.h"
-
-#ifdef DIFFQ_HAS_CUDA
-#include <cuda_runtime_api.h>
-
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 
+#include "backend/device_interface.h"
+#include "diffq/error.h"
 #include "diffq/memory.h"
 #include "offload/param_group.h"
-#endif
 
 namespace diffq::offload {
-
-#ifndef DIFFQ_HAS_CUDA
-
-std::unique_ptr<GroupHome> make_cuda_host_home(Device onload_device, bool) {
-  fail("offload", "onload device ", onload_device.str(), " requested but this build of diffq has no CUDA backend");
-}
-
-#else
 
 namespace {
 constexpr const char* kCtx = "offload";
 
-void cuda_ok(cudaError_t e, const char* what, int device) {
-  check(e == cudaSuccess, kCtx, what, " on cuda:", device, " failed: ", cudaGetErrorString(e));
-}
-
-// One non-blocking side stream per device for all transfers.
-cudaStream_t side_stream(int device) {
-  static std::mutex mu;
-  static cudaStream_t streams[64] = {};
-  std::lock_guard<std::mutex> lock(mu);
-  if (!streams[device]) {
-    cuda_ok(cudaSetDevice(device), "cudaSetDevice", device);
-    cuda_ok(cudaStreamCreateWithFlags(&streams[device], cudaStreamNonBlocking), "cudaStreamCreate", device);
-  }
-  return streams[device];
-}
-
-class CudaHostHome final : public GroupHome {
+class DeviceHostHome final : public GroupHome {
  public:
-  CudaHostHome(Device d, bool low_mem) : device_(d), low_mem_(low_mem) {}
-  ~CudaHostHome() override {
-    if (host_ && !low_mem_) cudaFreeHost(host_);
+  DeviceHostHome(Device d, bool low_mem, backend::DeviceInterface& dev) : device_(d), low_mem_(low_mem), dev_(dev) {}
+  ~DeviceHostHome() override {
+    if (host_ && !low_mem_) dev_.free_pinned(host_);
     if (host_ && low_mem_) std::free(host_);
   }
 
@@ -55,7 +28,7 @@ class CudaHostHome final : public GroupHome {
       host_ = std::aligned_alloc(64, (n + 63) / 64 * 64);
       check(host_ != nullptr, kCtx, "group '", g.id(), "': out of host memory (", n, " bytes)");
     } else {
-      cuda_ok(cudaHostAlloc(&host_, n, cudaHostAllocPortable), "cudaHostAlloc", device_.index);
+      host_ = dev_.alloc_pinned(n, device_.index);
     }
     g.pack_into(host_);
     release(g);
@@ -63,13 +36,7 @@ class CudaHostHome final : public GroupHome {
 
   std::shared_ptr<PoolBuffer> fetch(const ParamGroup& g, BufferPool& pool) override {
     auto buf = pool.acquire(g.packed_bytes());
-    cuda_ok(cudaSetDevice(device_.index), "cudaSetDevice", device_.index);
-    cudaStream_t s = side_stream(device_.index);
-    if (buf->fence) cuda_ok(cudaStreamWaitEvent(s, static_cast<cudaEvent_t>(buf->fence.get()), 0),
-                            "cudaStreamWaitEvent", device_.index);
-    cuda_ok(cudaMemcpyAsync(buf->data, host_, g.packed_bytes(), cudaMemcpyHostToDevice, s), "cudaMemcpyAsync",
-            device_.index);
-    cuda_ok(cudaStreamSynchronize(s), "cudaStreamSynchronize", device_.index);
+    dev_.upload_on_side_stream(device_.index, buf->data, host_, g.packed_bytes(), buf->fence);
     std::lock_guard<std::mutex> lock(mu_);
     onloaded_ = buf;
     return buf;
@@ -82,12 +49,7 @@ class CudaHostHome final : public GroupHome {
       buf = onloaded_.lock();
       onloaded_.reset();
     }
-    if (buf) {
-      cudaEvent_t ev;
-      cuda_ok(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate", device_.index);
-      cuda_ok(cudaEventRecord(ev, 0), "cudaEventRecord", device_.index);  // the compute (legacy) stream
-      buf->fence = std::shared_ptr<void>(ev, [](void* e) { cudaEventDestroy(static_cast<cudaEvent_t>(e)); });
-    }
+    if (buf) buf->fence = dev_.record_fence(device_.index);
     auto* base = static_cast<uint8_t*>(host_);
     for (const auto& s : g.slots()) {
       auto view = Storage::borrow(base + s.offset, s.nbytes, Device::cpu(), nullptr);
@@ -110,17 +72,18 @@ class CudaHostHome final : public GroupHome {
  private:
   Device device_;
   bool low_mem_;
+  backend::DeviceInterface& dev_;
   void* host_ = nullptr;
   std::mutex mu_;
   std::weak_ptr<PoolBuffer> onloaded_;
 };
 }  // namespace
 
-std::unique_ptr<GroupHome> make_cuda_host_home(Device onload_device, bool low_cpu_mem_usage) {
-  check(onload_device.is_cuda(), kCtx, "make_cuda_host_home: ", onload_device.str(), " is not a CUDA device");
-  return std::make_unique<CudaHostHome>(onload_device, low_cpu_mem_usage);
+std::unique_ptr<GroupHome> make_device_host_home(Device onload_device, bool low_cpu_mem_usage) {
+  check(!onload_device.is_cpu(), kCtx, "make_device_host_home: ", onload_device.str(), " is not an accelerator");
+  backend::require_device(onload_device, kCtx);
+  return std::make_unique<DeviceHostHome>(onload_device, low_cpu_mem_usage,
+                                          *backend::device_interface(onload_device.kind));
 }
-
-#endif
 
 }  // namespace diffq::offload

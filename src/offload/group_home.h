@@ -1,7 +1,7 @@
 // Where an offloaded group's bytes live between uses, and how they come back to the onload device.
 //   HostHome    the bytes stay in host memory; with a CPU onload device nothing moves (Diffusers on CPU).
 //   DiskHome    a hash-keyed safetensors file (disk_home.h): onload reads it into a pool buffer.
-//   CudaHostHome pinned host copies copied on a side stream (cuda_home.h; CUDA builds).
+//   DeviceHostHome pinned host copies uploaded on the device's transfer stream (device_host_home.h).
 #pragma once
 
 #include <memory>

@@ -4,7 +4,7 @@
 
 #include "diffq/error.h"
 #include "diffq/memory.h"
-#include "offload/cuda_home.h"
+#include "offload/device_host_home.h"
 
 namespace diffq::offload {
 
@@ -40,7 +40,7 @@ class RootHook final : public OffloadHook {
 std::unique_ptr<GroupHome> make_home(const GroupOffloadOptions& o, const std::shared_ptr<DiskFileCounters>& c) {
   if (!o.offload_to_disk_path.empty())
     return std::make_unique<DiskHome>(o.offload_to_disk_path, o.config_fingerprint, c, o.drop_page_cache);
-  if (o.onload_device.is_cuda()) return make_cuda_host_home(o.onload_device, o.low_cpu_mem_usage);
+  if (o.onload_device.is_cuda()) return make_device_host_home(o.onload_device, o.low_cpu_mem_usage);
   return std::make_unique<HostHome>();
 }
 }  // namespace

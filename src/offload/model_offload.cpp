@@ -2,7 +2,7 @@
 
 #include "diffq/error.h"
 #include "diffq/memory.h"
-#include "offload/cuda_home.h"
+#include "offload/device_host_home.h"
 #include "offload/group_partition.h"
 #include "offload/offload_hook.h"
 
@@ -37,7 +37,7 @@ std::shared_ptr<ModelOffloadChain> ModelOffloadChain::apply(const NamedModules& 
     if (!o.offload_to_disk_path.empty())
       g->set_home(std::make_unique<DiskHome>(o.offload_to_disk_path, o.config_fingerprint + "|" + name, c->disk_));
     else if (o.device.is_cuda())
-      g->set_home(make_cuda_host_home(o.device, false));
+      g->set_home(make_device_host_home(o.device, false));
     else
       g->set_home(std::make_unique<HostHome>());
     g->home().adopt(*g);

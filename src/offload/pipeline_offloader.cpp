@@ -6,9 +6,7 @@
 
 #include "diffq/error.h"
 
-#ifdef DIFFQ_HAS_CUDA
-#include "backend/cuda/runtime.h"
-#endif
+#include "backend/device_interface.h"
 
 namespace diffq::offload {
 
@@ -37,9 +35,8 @@ std::vector<std::string> split_seq(std::string_view seq) {
 }  // namespace
 
 std::optional<Device> default_accelerator() {
-#ifdef DIFFQ_HAS_CUDA
-  if (backend::cuda::device_count() > 0) return Device::cuda(0);
-#endif
+  const backend::DeviceInterface* cuda = backend::device_interface(DeviceKind::cuda);
+  if (cuda && cuda->device_count(nullptr) > 0) return Device::cuda(0);
   return std::nullopt;
 }
 

@@ -2,19 +2,13 @@
 #include <chrono>
 #include <mutex>
 
+#include "backend/device_interface.h"
+#include "backend/register_backends.h"
 #include "diffq/error.h"
 #include "ops/op.h"
 #include "ops/op_profile.h"
 #include "ops/trace.h"
 
-namespace diffq::backend::cpu {
-void register_kernels();
-}
-#ifdef DIFFQ_HAS_CUDA
-namespace diffq::backend::cuda {
-void register_kernels();
-}
-#endif
 
 namespace diffq::ops {
 
@@ -30,12 +24,7 @@ Table& table() {
 
 void ensure_registered() {
   static std::once_flag once;
-  std::call_once(once, [] {
-    backend::cpu::register_kernels();
-#ifdef DIFFQ_HAS_CUDA
-    backend::cuda::register_kernels();
-#endif
-  });
+  std::call_once(once, [] { backend::register_all_kernels(); });
 }
 
 constexpr std::array<std::string_view, kNumOps> kNames = {
@@ -66,10 +55,7 @@ Tensor execute(const OpCall& call) {
   Device where = meta.device;
   if (call.kind == OpKind::to_device && !meta.device.is_cuda()) where = call.inputs[0].device();
   KernelFn fn = find_kernel(call.kind, where.kind);
-#ifndef DIFFQ_HAS_CUDA
-  check(fn != nullptr || !where.is_cuda(), op_name(call.kind), "device ", where.str(),
-        " requested but this build of diffq has no CUDA backend");
-#endif
+  if (!fn) backend::require_device(where, op_name(call.kind));  // no backend / no device: say which
   check(fn != nullptr, op_name(call.kind), "no kernel for device ", where.str(),
         " in this build of diffq");
   if (op_profile_enabled()) {

@@ -19,6 +19,7 @@
 #include "modules/quantize_on_load.h"
 #include "pipelines/compile_report.h"
 #include "pipelines/flux_pipeline.h"
+#include "pipelines/pipeline_device.h"
 #include "pipelines/folder_defaults.h"
 #include "pipelines/pipeline_loras.h"
 #include "pipelines/public_builtin.h"
@@ -57,7 +58,7 @@ T value_or(const std::optional<T>& v, T d) {
 template <class Out>
 GenerateResult result_of(const Out& out, const GenerateParams& in) {
   GenerateResult r;
-  r.latents = out.latents;
+  r.latents = out.latents.to(Device::cpu());  // handed out on the host
   r.steps_run = out.steps_run;
   r.interrupted = out.interrupted;
   r.encode_prompt_s = out.encode_prompt_s;
@@ -113,6 +114,7 @@ class AdapterBase : public DiffusionPipeline, public detail::PipelineAccess {
   std::string enable_offload(const std::string& spec, bool drop_page_cache) override {
     auto sp = offload::parse_offload_spec(spec);
     sp.drop_page_cache = drop_page_cache;
+    offload_onto_execution_device(sp);
     offload::apply(offloader(), components(), offload_seq(), sp);
     return sp.str();
   }
@@ -120,11 +122,21 @@ class AdapterBase : public DiffusionPipeline, public detail::PipelineAccess {
     offload::MemoryBudget b;
     b.max_memory = offload::parse_size(max_memory);
     if (!max_host_memory.empty()) b.max_host_memory = offload::parse_size(max_host_memory);
-    const auto plan = offload::plan_memory(offload::measure_footprints(components()), b);
+    auto plan = offload::plan_memory(offload::measure_footprints(components()), b);
+    offload_onto_execution_device(plan.spec);
     offload::apply(offloader(), components(), offload_seq(), plan.spec);
     return plan.str();
   }
   CompileReport compile_report() const override { return make_compile_report(compiled_modules(), autotuned_); }
+
+  // Places the pipeline on its execution device (PipelineOptions::device): checked before loading by
+  // from_pretrained, the weights uploaded here once.
+  void place_on(Device d) {
+    device_ = d;
+    set_execution_device(d);
+    place_components(components(), d);
+  }
+  Device device() const override { return device_; }
 
   void compile(const std::string& mode, bool autotune) override {
     compile_mode_ = mode;
@@ -161,6 +173,16 @@ class AdapterBase : public DiffusionPipeline, public detail::PipelineAccess {
  protected:
   virtual void apply_compile(const std::string& mode, bool autotune) = 0;
   virtual void apply_cache(const CacheOptions& opt) = 0;
+  virtual void set_execution_device(Device d) = 0;
+  // Offloading on an accelerator (Diffusers: pipe.to("cuda") then enable_model_cpu_offload() moves the
+  // weights home first): the components go back to the host and the offload hooks onload them to the
+  // execution device when used.
+  void offload_onto_execution_device(offload::OffloadSpec& sp) {
+    if (device_.is_cpu() || sp.mode == offload::OffloadMode::none) return;
+    place_components(components(), Device::cpu());
+    sp.device = device_;
+  }
+  Device device_ = Device::cpu();
   void finish_report(CacheReport& r) const {
     if (cache_.method != CacheOptions::Method::none && compile_mode_ == "full")
       r.note = "compile full was applied as regional: the cache decides inside the block loop";
@@ -264,6 +286,7 @@ class FluxAdapter final : public AdapterBase {
     else p_->transformer->compile_repeated_blocks(o);
   }
   void apply_cache(const CacheOptions& opt) override { p_->transformer->enable_cache(opt, "transformer"); }
+  void set_execution_device(Device d) override { p_->device = d; }
   std::map<std::string, std::string> quantization() const override { return p_->quantization; }
 
  protected:
@@ -376,6 +399,7 @@ class WanAdapter final : public AdapterBase {
     if (p_->transformer) p_->transformer->enable_cache(opt, "transformer");
     if (p_->transformer_2) p_->transformer_2->enable_cache(opt, "transformer_2");
   }
+  void set_execution_device(Device d) override { p_->device = d; }
   std::map<std::string, std::string> quantization() const override { return p_->quantization; }
 
  protected:
@@ -444,9 +468,14 @@ std::string DiffusionPipeline::pipeline_class_of(const std::filesystem::path& fo
 std::unique_ptr<DiffusionPipeline> DiffusionPipeline::from_pretrained(const std::filesystem::path& folder,
                                                                       const PipelineOptions& opt) {
   const std::string cls = pipeline_class_of(folder);
+  require_execution_device(opt.device);  // before anything loads: no backend / no device / missing op kernels
+  const auto placed = [&opt](auto adapter) {
+    adapter->place_on(opt.device);
+    return std::unique_ptr<DiffusionPipeline>(std::move(adapter));
+  };
   if (const auto b = builtin_name(folder)) {
-    if (cls == "FluxPipeline") return std::make_unique<FluxAdapter>(make_builtin_flux(*b, opt), folder);
-    return std::make_unique<WanAdapter>(make_builtin_wan(*b, opt), folder);
+    if (cls == "FluxPipeline") return placed(std::make_unique<FluxAdapter>(make_builtin_flux(*b, opt), folder));
+    return placed(std::make_unique<WanAdapter>(make_builtin_wan(*b, opt), folder));
   }
   if (cls == "FluxPipeline") {
     FluxPipelineLoadOptions lo;
@@ -454,7 +483,7 @@ std::unique_ptr<DiffusionPipeline> DiffusionPipeline::from_pretrained(const std:
     lo.transformer_file = opt.transformer_file;
     lo.quantization_config = parse_quant(opt.quantization_config_json);
     lo.convert_pre_quantized = opt.convert_pre_quantized;
-    return std::make_unique<FluxAdapter>(FluxPipeline::from_pretrained(folder, opt.dtype, lo), folder);
+    return placed(std::make_unique<FluxAdapter>(FluxPipeline::from_pretrained(folder, opt.dtype, lo), folder));
   }
   if (cls == "WanPipeline") {
     WanPipelineLoadOptions lo;
@@ -462,7 +491,7 @@ std::unique_ptr<DiffusionPipeline> DiffusionPipeline::from_pretrained(const std:
     lo.load_text_encoder = opt.load_text_encoders;
     lo.quantization_config = parse_quant(opt.quantization_config_json);
     lo.convert_pre_quantized = opt.convert_pre_quantized;
-    return std::make_unique<WanAdapter>(WanPipeline::from_pretrained(folder, opt.dtype, lo), folder);
+    return placed(std::make_unique<WanAdapter>(WanPipeline::from_pretrained(folder, opt.dtype, lo), folder));
   }
   fail(kCtx, (folder / "model_index.json").string(), ": _class_name \"", cls,
        "\" is not a pipeline diffq runs (FluxPipeline, WanPipeline)");

@@ -116,8 +116,8 @@ FluxPromptEmbeds FluxPipeline::encode_prompt_ids(const Tensor& clip_ids, const T
   check(t5_ids.shape()[1] <= 512, kCtx, "max_sequence_length cannot be greater than 512, got ", t5_ids.shape()[1]);
   const DType d = transformer->compute_dtype();
   FluxPromptEmbeds e;
-  e.pooled_prompt_embeds = (*text_encoder)(clip_ids).pooler_output.to(d);
-  e.prompt_embeds = (*text_encoder_2)(t5_ids).to(d);
+  e.pooled_prompt_embeds = (*text_encoder)(clip_ids.to(device)).pooler_output.to(d);
+  e.prompt_embeds = (*text_encoder_2)(t5_ids.to(device)).to(d);
   return e;
 }
 
@@ -179,6 +179,12 @@ FluxOutput FluxPipeline::operator()(const FluxCallOptions& opt) {
   }
   check(defined(o.prompt_embeds) && defined(o.pooled_prompt_embeds), kCtx,
         "a prompt, or prompt_embeds and pooled_prompt_embeds, are required");
+  // Everything the transformer sees lives on the execution device (given embeddings may come from the host).
+  o.prompt_embeds = o.prompt_embeds.to(device);
+  o.pooled_prompt_embeds = o.pooled_prompt_embeds.to(device);
+  if (defined(o.negative_prompt_embeds)) o.negative_prompt_embeds = o.negative_prompt_embeds.to(device);
+  if (defined(o.negative_pooled_prompt_embeds))
+    o.negative_pooled_prompt_embeds = o.negative_pooled_prompt_embeds.to(device);
   check(o.prompt_embeds.dim() == 3 && o.prompt_embeds.shape()[2] == tcfg.joint_attention_dim, kCtx,
         "prompt_embeds must be [B, T, ", tcfg.joint_attention_dim, "]");
   const int64_t B = o.prompt_embeds.shape()[0], T = o.prompt_embeds.shape()[1];
@@ -225,15 +231,15 @@ FluxOutput FluxPipeline::operator()(const FluxCallOptions& opt) {
   if (defined(o.latents)) {
     check(o.latents.shape() == Shape{B, grid.seq_len(), C * 4}, kCtx, "latents must be packed [", B, ", ",
           grid.seq_len(), ", ", C * 4, "]");
-    latents = o.latents.to(ldt).contiguous();
+    latents = o.latents.to(ldt).contiguous().to(device);
   } else {
-    Generator gen(o.seed);
-    latents = flux::pack_latents(randn_tensor({B, C, grid.h, grid.w}, gen, ldt));
+    Generator gen(o.seed);  // torch.Generator("cpu"): the noise is drawn on the host, then uploaded
+    latents = flux::pack_latents(randn_tensor({B, C, grid.h, grid.w}, gen, ldt)).to(device);
   }
-  const Tensor img_ids = flux::prepare_latent_image_ids(grid.h / 2, grid.w / 2, ldt);
-  const Tensor txt_ids = flux::prepare_text_ids(T, ldt);
+  const Tensor img_ids = flux::prepare_latent_image_ids(grid.h / 2, grid.w / 2, ldt).to(device);
+  const Tensor txt_ids = flux::prepare_text_ids(T, ldt).to(device);
   Tensor neg_txt_ids;
-  if (do_true_cfg) neg_txt_ids = flux::prepare_text_ids(o.negative_prompt_embeds.shape()[1], ldt);
+  if (do_true_cfg) neg_txt_ids = flux::prepare_text_ids(o.negative_prompt_embeds.shape()[1], ldt).to(device);
 
   // ---- timesteps ----
   const auto& sc = scheduler->config();
@@ -247,7 +253,7 @@ FluxOutput FluxPipeline::operator()(const FluxCallOptions& opt) {
   const int64_t N = int64_t(timesteps.size());
 
   Tensor guidance;
-  if (tcfg.guidance_embeds) guidance = Tensor::full({B}, o.guidance_scale, DType::f32);
+  if (tcfg.guidance_embeds) guidance = Tensor::full({B}, o.guidance_scale, DType::f32).to(device);
 
   // ---- denoising loop ----
   scheduler->set_begin_index(0);
@@ -260,7 +266,8 @@ FluxOutput FluxPipeline::operator()(const FluxCallOptions& opt) {
     const float t = timesteps[size_t(i)];
     // t.expand(B).to(latents.dtype) / 1000, computed in latents' dtype.
     const float t_rounded = Tensor::full({1}, double(t), ldt).to_f32_vector()[0];
-    const Tensor timestep = Tensor::from_vector(std::vector<float>(size_t(B), t_rounded / 1000.0f), {B}, ldt);
+    const Tensor timestep =
+        Tensor::from_vector(std::vector<float>(size_t(B), t_rounded / 1000.0f), {B}, ldt).to(device);
     if (step_cache) step_cache->set_context("cond");  // transformer.cache_context("cond")
     Tensor v = (*transformer)(latents, o.prompt_embeds, o.pooled_prompt_embeds, timestep, guidance, txt_ids,
                               img_ids);
@@ -288,7 +295,7 @@ FluxOutput FluxPipeline::operator()(const FluxCallOptions& opt) {
   const auto& vcfg = vae->config();
   Tensor z = flux::unpack_latents(latents, o.height, o.width, vsf);
   z = flux::scale_latents_for_vae(z, vcfg.scaling_factor, vcfg.shift_factor.value_or(0.0));
-  Tensor image = vae->decode(z);
+  Tensor image = vae->decode(z).to(Device::cpu());  // the one copy back to the host
   out.image_f32 = io::denormalize_image(image);
   out.image_u8 = io::image_to_uint8(out.image_f32);
   out.decode_s = clock.lap();

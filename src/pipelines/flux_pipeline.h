@@ -153,6 +153,9 @@ class FluxPipeline {
   // the source's label.
   std::map<std::string, std::string> converted_from;
   std::filesystem::path transformer_file;  // the single file the transformer came from, if any
+  // Where the denoising runs (pipeline_device.h): prompt embeddings, ids, latents and timesteps are made
+  // or moved there; the image comes back to the host once, after the VAE.
+  Device device = Device::cpu();
 
   // ---- offloading: Diffusers' API; the engine is src/offload (docs/offload.md) ----
   static constexpr const char* model_cpu_offload_seq = "text_encoder->text_encoder_2->transformer->vae";

@@ -151,7 +151,7 @@ Tensor WanPipeline::encode_prompt(const std::vector<std::string>& prompts, int64
   check(text_encoder && tokenizer, kCtx, "the text encoder is not loaded");
   // Diffusers: the encoder's output in the text encoder's dtype, then cast to the transformer's.
   const DType text_dtype = text_encoder->encoder.final_layer_norm.weight.dtype();
-  const Tensor e = wan_encode_prompt(*text_encoder, *tokenizer, prompts, max_sequence_length, text_dtype);
+  const Tensor e = wan_encode_prompt(*text_encoder, *tokenizer, prompts, max_sequence_length, text_dtype, 1, device);
   return e.to(first_transformer().compute_dtype());
 }
 
@@ -234,7 +234,7 @@ WanOutput WanPipeline::operator()(const WanCallOptions& opt) {
   check(o.prompt_embeds.dim() == 3 && o.prompt_embeds.shape()[2] == tcfg.text_dim, kCtx,
         "prompt_embeds must be [B, L, ", tcfg.text_dim, "], got ", shape_str(o.prompt_embeds.shape()));
   const int64_t B = o.prompt_embeds.shape()[0];
-  Tensor cond = o.prompt_embeds.to(tdt);
+  Tensor cond = o.prompt_embeds.to(tdt).to(device);  // given embeddings may come from the host
   Tensor uncond;
   if (do_cfg) {
     check(defined(o.negative_prompt_embeds), kCtx,
@@ -243,7 +243,7 @@ WanOutput WanPipeline::operator()(const WanCallOptions& opt) {
               o.negative_prompt_embeds.shape()[2] == tcfg.text_dim,
           kCtx, "negative_prompt_embeds must be [", B, ", L, ", tcfg.text_dim, "], got ",
           shape_str(o.negative_prompt_embeds.shape()));
-    uncond = o.negative_prompt_embeds.to(tdt);
+    uncond = o.negative_prompt_embeds.to(tdt).to(device);
   }
 
   const double encode_prompt_s = clock.lap();
@@ -257,10 +257,10 @@ WanOutput WanPipeline::operator()(const WanCallOptions& opt) {
   if (defined(o.latents)) {
     check(o.latents.shape() == lshape, kCtx, "latents must be ", shape_str(lshape), ", got ",
           shape_str(o.latents.shape()));
-    latents = o.latents.to(DType::f32).contiguous();
+    latents = o.latents.to(DType::f32).contiguous().to(device);
   } else {
-    Generator gen(o.seed);
-    latents = randn_tensor(lshape, gen, DType::f32);
+    Generator gen(o.seed);  // torch.Generator("cpu"): the noise is drawn on the host, then uploaded
+    latents = randn_tensor(lshape, gen, DType::f32).to(device);
   }
   const int64_t seq_len = lshape[2] * (lshape[3] / tcfg.patch_size[1]) * (lshape[4] / tcfg.patch_size[2]);
   if (expand_timesteps) {
@@ -295,8 +295,9 @@ WanOutput WanPipeline::operator()(const WanCallOptions& opt) {
     const double g = high ? o.guidance_scale : g2;
     const Tensor x = latents.to(tdt);
     // t.expand(B) in the scheduler's timestep dtype, or (expand_timesteps) t for every token, float32.
-    const Tensor timestep = expand_timesteps ? Tensor::full({B, seq_len}, t, DType::f32)
-                                             : Tensor::full({B}, t, scheduler->timestep_dtype());
+    const Tensor timestep = (expand_timesteps ? Tensor::full({B, seq_len}, t, DType::f32)
+                                              : Tensor::full({B}, t, scheduler->timestep_dtype()))
+                                .to(device);
     cache::StepCache* step_cache = model.step_cache();
     if (step_cache) step_cache->set_context("cond");  // current_model.cache_context("cond")
     Tensor v = model(x, timestep, cond);
@@ -327,10 +328,10 @@ WanOutput WanPipeline::operator()(const WanCallOptions& opt) {
         "the VAE config's latents_mean / latents_std need z_dim = ", z, " values");
   std::vector<float> mean(vcfg.latents_mean.begin(), vcfg.latents_mean.end()), inv_std;
   for (double sd : vcfg.latents_std) inv_std.push_back(1.0f / float(sd));  // float32 1.0 / tensor(std)
-  const Tensor mean_t = Tensor::from_vector(mean, {1, z, 1, 1, 1}, DType::f32).to(vdt);
-  const Tensor inv_std_t = Tensor::from_vector(inv_std, {1, z, 1, 1, 1}, DType::f32).to(vdt);
+  const Tensor mean_t = Tensor::from_vector(mean, {1, z, 1, 1, 1}, DType::f32).to(vdt).to(device);
+  const Tensor inv_std_t = Tensor::from_vector(inv_std, {1, z, 1, 1, 1}, DType::f32).to(vdt).to(device);
   const Tensor zl = ops::add(ops::div(latents.to(vdt), inv_std_t), mean_t);
-  const Tensor video = vae->decode(zl);  // [B, 3, F, H, W]
+  const Tensor video = vae->decode(zl).to(Device::cpu());  // [B, 3, F, H, W]: the one copy back to the host
   const int64_t F = video.shape()[2], H = video.shape()[3], W = video.shape()[4];
   const Tensor frames = video.permute({0, 2, 1, 3, 4}).reshape({B * F, video.shape()[1], H, W});
   out.frames_f32 = io::denormalize_image(frames).view({B, F, H, W, video.shape()[1]});

@@ -117,6 +117,9 @@ class WanPipeline {
   std::unique_ptr<WanScheduler> scheduler;
   std::unique_ptr<t5::T5EncoderModel> text_encoder;  // UMT5 (or T5) encoder; may be null
   std::unique_ptr<tokenizers::T5Tokenizer> tokenizer;
+  // Where the denoising runs (pipeline_device.h): prompt embeddings, latents and timesteps are made or
+  // moved there; the frames come back to the host once, after the VAE.
+  Device device = Device::cpu();
   std::optional<double> boundary_ratio;  // model_index.json
   bool expand_timesteps = false;         // model_index.json (TI2V-5B)
 

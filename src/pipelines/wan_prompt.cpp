@@ -10,7 +10,7 @@ namespace diffq {
 
 Tensor wan_encode_prompt(t5::T5EncoderModel& text_encoder, const tokenizers::T5Tokenizer& tokenizer,
                          const std::vector<std::string>& prompts, int64_t max_sequence_length, DType dtype,
-                         int64_t num_videos_per_prompt) {
+                         int64_t num_videos_per_prompt, Device device) {
   check(!prompts.empty(), "wan", "no prompt given");
   check(max_sequence_length >= 1, "wan", "max_sequence_length must be >= 1, got ", max_sequence_length);
   check(num_videos_per_prompt >= 1, "wan", "num_videos_per_prompt must be >= 1, got ", num_videos_per_prompt);
@@ -24,7 +24,7 @@ Tensor wan_encode_prompt(t5::T5EncoderModel& text_encoder, const tokenizers::T5T
     for (int64_t s = 0; s < L; ++s) m[s] = e.attention_mask[size_t(s)];
     lengths[size_t(b)] = int64_t(std::count_if(m, m + L, [](int64_t v) { return v > 0; }));
   }
-  const Tensor h = text_encoder(ids, mask).to(dtype);  // [B, L, d_model]
+  const Tensor h = text_encoder(ids.to(device), mask.to(device)).to(dtype);  // [B, L, d_model]
   const int64_t D = h.size(2);
   std::vector<Tensor> rows;  // each [1, L, D]: the real tokens, then zeros
   for (int64_t b = 0; b < B; ++b) {

@@ -14,9 +14,10 @@
 
 namespace diffq {
 
-// -> prompt_embeds [B * num_videos_per_prompt, max_sequence_length, d_model] in `dtype`.
+// -> prompt_embeds [B * num_videos_per_prompt, max_sequence_length, d_model] in `dtype`, on `device` (the
+// pipeline's execution device: the token ids and mask are uploaded there).
 Tensor wan_encode_prompt(t5::T5EncoderModel& text_encoder, const tokenizers::T5Tokenizer& tokenizer,
                          const std::vector<std::string>& prompts, int64_t max_sequence_length, DType dtype,
-                         int64_t num_videos_per_prompt = 1);
+                         int64_t num_videos_per_prompt = 1, Device device = Device::cpu());
 
 }  // namespace diffq

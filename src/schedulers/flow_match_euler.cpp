@@ -282,7 +282,9 @@ Tensor FlowMatchEulerDiscreteScheduler::step(const Tensor& model_output, float t
     for (size_t k = 0; k < s.size(); ++k) prev[k] = s[k] + prod_r[k];
   }
   step_index_ = i + 1;
-  return Tensor::from_vector(prev, sample.shape(), out_dt);
+  // The update is computed on the host (bit-exact with torch's rounding); the result goes back to the
+  // sample's device (a pipeline on a GPU copies the latents down and up once per step).
+  return Tensor::from_vector(prev, sample.shape(), out_dt).to(sample.device());
 }
 
 }  // namespace diffq

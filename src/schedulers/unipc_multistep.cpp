@@ -467,7 +467,7 @@ Tensor UniPCMultistepScheduler::step(const Tensor& model_output, int64_t timeste
   last_sample_ = std::move(x);
   if (lower_order_nums_ < config_.solver_order) ++lower_order_nums_;
   step_index_ = i + 1;
-  return Tensor::from_vector(prev.v, sample.shape(), prev.dt);
+  return Tensor::from_vector(prev.v, sample.shape(), prev.dt).to(sample.device());  // host maths, back to the sample's device
 }
 
 }  // namespace diffq

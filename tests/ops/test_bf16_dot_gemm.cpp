@@ -169,7 +169,8 @@ TEST_P(Bf16DotThroughGemm, DefaultDispatchMatchesReferenceAndParts) {
 
 INSTANTIATE_TEST_SUITE_P(Threads, Bf16DotThroughGemm, ::testing::Values(1, 2));
 
-// Which bf16 kernel runs: the pair kernel by default where usable (every shape, after oneDNN on AMX);
+// Which bf16 kernel runs: oneDNN's AMX matmul first where oneDNN has AMX bf16 tiles, else the pair kernel
+// where usable (every shape);
 // a lower SIMD target or diffq-widen / openblas / onednn turn it off.
 TEST(Bf16DotChoice, DefaultWhereUsableAndLowerPathsForceable) {
   const cpu::Tuning def;
@@ -187,7 +188,14 @@ TEST(Bf16DotChoice, DefaultWhereUsableAndLowerPathsForceable) {
     EXPECT_FALSE(cpu::gemm_bf16_uses_dot(1152, 3072, t)) << int(k);
   }
   if (!usable) GTEST_SKIP() << "needs AVX512-BF16 for the rest (avx512_bf16=" << cpu::cpu_features().avx512_bf16 << ")";
-  EXPECT_NE(cpu::gemm_kernel_name(true).find("vdpbf16ps"), std::string::npos) << cpu::gemm_kernel_name(true);
+  // The name `diffq info` prints is the kernel the dispatch runs at 1024x1024: oneDNN's where it has AMX
+  // tiles for bf16 (Sapphire Rapids and later), else the pair kernel. Derived as the dispatch decides it,
+  // so the test holds on AMX, AVX512-BF16-only and forced-lower CPUs alike.
+  const char* expected_kernel = cpu::gemm_bf16_uses_onednn(1024, 1024, def) ? "oneDNN" : "vdpbf16ps";
+  EXPECT_EQ(cpu::gemm_bf16_uses_onednn(1024, 1024, def), cpu::onednn_bf16_uses_amx());
+  EXPECT_NE(cpu::gemm_kernel_name(true).find(expected_kernel), std::string::npos)
+      << "expected " << expected_kernel << " (onednn_bf16_uses_amx=" << cpu::onednn_bf16_uses_amx()
+      << "), got " << cpu::gemm_kernel_name(true);
   cpu::force_simd_target("AVX2");
   EXPECT_FALSE(cpu::bf16_dot_gemm_usable());
   EXPECT_FALSE(cpu::gemm_bf16_uses_dot(1152, 3072, def));

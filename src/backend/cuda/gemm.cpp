@@ -5,10 +5,13 @@
 // in float32 and the result cast once to the output dtype, as the CPU backend does. matmul's batch
 // dims broadcast: a 2-D right operand folds the batch into M (one GEMM); otherwise both operands are
 // expanded to the common batch shape (a copy) and run as one strided-batched GEMM.
-// The column-major layouts given to cuBLASLt come from gemm_plan.h (checked on the CPU by a test).
+// The column-major layouts given to cuBLASLt come from gemm_plan.h (checked on the CPU by a test); the
+// built plans (descriptor, layouts, algorithm) are cached per shape (GemmKey), so the heuristic runs once
+// per shape, not per call.
 #include <cublasLt.h>
 
 #include <array>
+#include <memory>
 #include <climits>
 #include <cstdint>
 #include <mutex>
@@ -69,6 +72,8 @@ struct Layout {
     }
   }
   ~Layout() { cublasLtMatrixLayoutDestroy(h); }
+  Layout(const Layout&) = delete;
+  Layout& operator=(const Layout&) = delete;
 };
 
 // Largest power of two (at most 256) dividing the address: cuBLASLt's heuristic assumes 256-byte
@@ -94,38 +99,44 @@ Tensor eager_cast(const Tensor& t, DType d) {
   return eager_contiguous(ops::execute(ops::OpCall{OpKind::cast, {t}, a}));
 }
 
-// D[batch][M, N] (row-major, contiguous) = X[batch][M, K] * W^T (w_nk: W stored [N, K]) or X * W
-// (W stored [K, N]), + bias[N]. All operands contiguous, of dtype dt; W has the batch too when
-// w_batched (else batch must be 1).
-void gemm(const char* ctx, int idx, DType dt, const void* x, const void* w, bool w_nk, bool w_batched,
-          const void* bias, void* d, int64_t M, int64_t N, int64_t K, int64_t batch) {
-  LtDevice& dev = lt_device(idx, ctx);
-  check(w_batched || batch == 1, ctx, "cuda: an unbatched weight needs batch 1");
-  check(batch <= INT32_MAX, ctx, "cuda: batch ", batch, " too large for cuBLASLt");
-  const cudaDataType_t t = lt_type(dt);
+// A built cuBLASLt plan: descriptor, the three layouts and the heuristic's algorithm for one GemmKey.
+// The bias pointer changes per call: it is set on the descriptor right before the matmul is queued,
+// under the plan's own lock (cublasLtMatmul reads the descriptor when it is called).
+struct LtPlan {
   cublasLtMatmulDesc_t desc = nullptr;
-  check_lt(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), ctx, "cublasLtMatmulDescCreate", idx);
-  struct DescOwner {
-    cublasLtMatmulDesc_t h;
-    ~DescOwner() { cublasLtMatmulDescDestroy(h); }
-  } desc_owner{desc};
-  const GemmPlan p = plan_gemm(M, N, K, w_nk, w_batched, batch);
-  const cublasOperation_t ta = p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
-  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
-  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
-  if (bias) {
-    const cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
-    check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep)), ctx,
-             "set epilogue BIAS", idx);
-    check_lt(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
-             ctx, "set bias pointer", idx);
-    const cudaDataType_t bt = t;
-    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt));
+  std::unique_ptr<Layout> la, lb, ld;
+  cublasLtMatmulAlgo_t algo{};
+  std::mutex mu;
+  ~LtPlan() {
+    if (desc) cublasLtMatmulDescDestroy(desc);
   }
-  const int32_t nb = int32_t(batch);
-  const Layout la(t, p.a.rows, p.a.cols, p.a.ld, w_batched ? nb : 1, p.a.batch_stride, ctx, idx);
-  const Layout lb(t, p.b.rows, p.b.cols, p.b.ld, nb, p.b.batch_stride, ctx, idx);
-  const Layout ld(t, p.d.rows, p.d.cols, p.d.ld, nb, p.d.batch_stride, ctx, idx);
+};
+
+PlanCache<GemmKey, LtPlan, GemmKeyHash>& gemm_plans() {
+  static PlanCache<GemmKey, LtPlan, GemmKeyHash> cache;
+  return cache;
+}
+
+std::shared_ptr<LtPlan> build_plan(const char* ctx, const GemmKey& key, LtDevice& dev) {
+  const int idx = key.device;
+  auto plan = std::make_shared<LtPlan>();
+  const cudaDataType_t t = lt_type(DType(key.dtype));
+  check_lt(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), ctx, "cublasLtMatmulDescCreate", idx);
+  const GemmPlan p = plan_gemm(key.m, key.n, key.k, key.w_nk, key.w_batched, key.batch);
+  const cublasOperation_t ta = p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
+  cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
+  cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
+  if (key.bias) {
+    const cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+    check_lt(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep)), ctx,
+             "set epilogue BIAS", idx);
+    const cudaDataType_t bt = t;
+    cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt));
+  }
+  const int32_t nb = int32_t(key.batch);
+  plan->la = std::make_unique<Layout>(t, p.a.rows, p.a.cols, p.a.ld, key.w_batched ? nb : 1, p.a.batch_stride, ctx, idx);
+  plan->lb = std::make_unique<Layout>(t, p.b.rows, p.b.cols, p.b.ld, nb, p.b.batch_stride, ctx, idx);
+  plan->ld = std::make_unique<Layout>(t, p.d.rows, p.d.cols, p.d.ld, nb, p.d.batch_stride, ctx, idx);
   cublasLtMatmulPreference_t pref = nullptr;
   check_lt(cublasLtMatmulPreferenceCreate(&pref), ctx, "cublasLtMatmulPreferenceCreate", idx);
   struct PrefOwner {
@@ -134,21 +145,41 @@ void gemm(const char* ctx, int idx, DType dt, const void* x, const void* w, bool
   } pref_owner{pref};
   const uint64_t ws = kWorkspaceBytes;
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
-  const uint32_t al_a = alignment_of(w), al_b = alignment_of(x), al_d = alignment_of(d);
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a));
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b));
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof(al_d));
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d));
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &key.align_w, sizeof(key.align_w));
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key.align_x, sizeof(key.align_x));
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.align_d, sizeof(key.align_d));
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.align_d, sizeof(key.align_d));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  check_lt(cublasLtMatmulAlgoGetHeuristic(dev.handle, desc, la.h, lb.h, ld.h, ld.h, pref, 1, &result, &found),
+  check_lt(cublasLtMatmulAlgoGetHeuristic(dev.handle, plan->desc, plan->la->h, plan->lb->h, plan->ld->h, plan->ld->h,
+                                          pref, 1, &result, &found),
            ctx, "cublasLtMatmulAlgoGetHeuristic", idx);
-  check(found > 0, ctx, "cuda:", idx, ": cuBLASLt has no algorithm for ", dtype_name(dt), " M=", M, " N=", N,
-        " K=", K, " batch=", batch);
-  const float alpha = 1.0f, beta = 0.0f;
+  check(found > 0, ctx, "cuda:", idx, ": cuBLASLt has no algorithm for ", dtype_name(DType(key.dtype)), " M=", key.m,
+        " N=", key.n, " K=", key.k, " batch=", key.batch);
+  plan->algo = result.algo;
+  return plan;
+}
+
+// D[batch][M, N] (row-major, contiguous) = X[batch][M, K] * W^T (w_nk: W stored [N, K]) or X * W
+// (W stored [K, N]), + bias[N]. All operands contiguous, of dtype dt; W has the batch too when
+// w_batched (else batch must be 1). The plan of this shape comes from the cache (built on first use).
+void gemm(const char* ctx, int idx, DType dt, const void* x, const void* w, bool w_nk, bool w_batched,
+          const void* bias, void* d, int64_t M, int64_t N, int64_t K, int64_t batch) {
+  // First: the handle, its workspace and every call below belong to cuda:idx, not the current device.
   DeviceGuard guard(idx);
-  check_lt(cublasLtMatmul(dev.handle, desc, &alpha, w, la.h, x, lb.h, &beta, d, ld.h, d, ld.h, &result.algo,
-                          dev.workspace, kWorkspaceBytes, nullptr),
+  LtDevice& dev = lt_device(idx, ctx);
+  check(w_batched || batch == 1, ctx, "cuda: an unbatched weight needs batch 1");
+  check(batch <= INT32_MAX, ctx, "cuda: batch ", batch, " too large for cuBLASLt");
+  const GemmKey key{idx, int(dt), M, N, K, batch, w_nk, w_batched, bias != nullptr,
+                    alignment_of(w), alignment_of(x), alignment_of(d)};
+  const std::shared_ptr<LtPlan> plan = gemm_plans().get_or_build(key, [&] { return build_plan(ctx, key, dev); });
+  const float alpha = 1.0f, beta = 0.0f;
+  std::lock_guard<std::mutex> lock(plan->mu);
+  if (bias)
+    check_lt(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
+             ctx, "set bias pointer", idx);
+  check_lt(cublasLtMatmul(dev.handle, plan->desc, &alpha, w, plan->la->h, x, plan->lb->h, &beta, d, plan->ld->h, d,
+                          plan->ld->h, &plan->algo, dev.workspace, kWorkspaceBytes, nullptr),
            ctx, "cublasLtMatmul", idx);
 }
 
@@ -226,6 +257,8 @@ void matmul(const OpCall& c, Tensor& out) {
 }
 
 }  // namespace
+
+PlanCacheStats gemm_plan_cache_stats() { return gemm_plans().stats(); }
 
 void register_gemm_kernels() {
   ops::register_kernel(OpKind::linear, DeviceKind::cuda, linear);

@@ -5,7 +5,11 @@
 // [N, K], used transposed; matmul: stored [K, N]) and its B is the activation X[M, K] (K x M, ld K).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
+
+#include "backend/cuda/plan_cache.h"
 
 namespace diffq::backend::cuda {
 
@@ -33,5 +37,32 @@ inline GemmPlan plan_gemm(int64_t M, int64_t N, int64_t K, bool w_nk, bool w_bat
   p.d = LtMatrix{uint64_t(N), uint64_t(M), N, M * N};
   return p;
 }
+
+// What a cuBLASLt plan (descriptor, layouts and the heuristic's algorithm) depends on: one plan per key is
+// built on first use and reused by every later call of that shape (gemm.cpp), so no heuristic query
+// runs per call. The bias pointer is not part of it (set per call); whether there is a bias is, since it
+// selects the epilogue. Alignments are: the heuristic's algorithm may need 16-byte aligned operands.
+struct GemmKey {
+  int device = 0;
+  int dtype = 0;  // DType as int: the operands' and the output's
+  int64_t m = 0, n = 0, k = 0, batch = 1;
+  bool w_nk = true, w_batched = false, bias = false;
+  uint32_t align_w = 0, align_x = 0, align_d = 0;
+  bool operator==(const GemmKey&) const = default;
+};
+
+struct GemmKeyHash {
+  size_t operator()(const GemmKey& k) const {
+    size_t h = 0;
+    for (uint64_t v : {uint64_t(k.device), uint64_t(k.dtype), uint64_t(k.m), uint64_t(k.n), uint64_t(k.k),
+                       uint64_t(k.batch), uint64_t(k.w_nk) | uint64_t(k.w_batched) << 1 | uint64_t(k.bias) << 2,
+                       uint64_t(k.align_w), uint64_t(k.align_x), uint64_t(k.align_d)})
+      hash_combine(h, v);
+    return h;
+  }
+};
+
+// The counters of gemm.cpp's plan cache (a GPU test checks that a repeated shape hits).
+PlanCacheStats gemm_plan_cache_stats();
 
 }  // namespace diffq::backend::cuda

@@ -262,7 +262,7 @@ Tensor T5EncoderModel::forward(const Tensor& input_ids, const Tensor& attention_
     std::vector<float> p(size_t(B * S));
     const std::vector<double> m = attention_mask.to(Device::cpu()).to_f64_vector();
     for (size_t i = 0; i < p.size(); ++i) p[i] = m[i] != 0.0 ? 0.f : -FLT_MAX;  // float32's finfo.min
-    pad = Tensor::from_vector(p, {B, 1, 1, S});
+    pad = Tensor::from_vector(p, {B, 1, 1, S}).to(x.device());
   }
   // The relative-position bias plus the padding mask, for block i: T5 computes it once from block 0 and
   // reuses it; UMT5 computes it in every block from that block's own table.

@@ -1,0 +1,51 @@
+// One device interface per device kind: what the layers above the backends may ask of a device (is it
+// there, its allocator, wait for its work) without naming a backend. The CPU's is always registered;
+// the CUDA backend registers its own (src/backend/register_backends.cpp is the one place that knows
+// which backends this build has). Tests register a fake one to run a whole pipeline on a "device"
+// host-side (tests/pipelines/fake_device.h).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "diffq/device.h"
+#include "diffq/memory.h"
+
+namespace diffq::backend {
+
+class DeviceInterface {
+ public:
+  virtual ~DeviceInterface() = default;
+  // Devices of this kind present now; 0 with *why_none saying why (the runtime's words). Never throws.
+  virtual int device_count(std::string* why_none) const = 0;
+  // The allocator of device `index` (created on first use).
+  virtual Allocator& allocator(int index) = 0;
+  // Blocks until every queued operation on device `index` finished (timings, handing results out).
+  virtual void synchronize(int index) = 0;
+
+  // ---- what offloading needs (src/offload/device_host_home.cpp) ----
+  // Page-locked host memory for fast asynchronous uploads (nullptr-free: throws when refused).
+  virtual void* alloc_pinned(size_t nbytes, int index) = 0;
+  virtual void free_pinned(void* p) = 0;
+  // A fence: an event recorded now on device `index`'s compute stream (its kernels queued so far).
+  virtual std::shared_ptr<void> record_fence(int index) = 0;
+  // Copies host -> device on device `index`'s transfer stream after `wait` (a fence, may be empty) and
+  // returns when the copy is done; the compute stream's kernels queued after the return see the bytes.
+  virtual void upload_on_side_stream(int index, void* dst, const void* src, size_t nbytes,
+                                     const std::shared_ptr<void>& wait) = 0;
+};
+
+// Registers backends once (idempotent, thread-safe): every entry point below calls it.
+void ensure_backends_registered();
+
+// The interface of a device kind; nullptr when this build has no backend for it.
+DeviceInterface* device_interface(DeviceKind k);
+// Replaces the interface of `k` (a backend's registration, or a test's fake); returns the previous one.
+DeviceInterface* set_device_interface(DeviceKind k, DeviceInterface* d);
+
+// Throws a clear Error, prefixed `[ctx]`, unless `d` is a device this build and machine can run:
+// "this build of diffq has no CUDA backend (...)", "no CUDA device present (...)", "only N present".
+void require_device(Device d, std::string_view ctx);
+
+}  // namespace diffq::backend

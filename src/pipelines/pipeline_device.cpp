@@ -1,0 +1,46 @@
+#include "pipelines/pipeline_device.h"
+
+#include "backend/device_interface.h"
+#include "diffq/pipeline.h"
+#include "diffq/error.h"
+#include "modules/module.h"
+#include "ops/op.h"
+
+namespace diffq {
+
+namespace {
+constexpr const char* kCtx = "pipeline";
+}  // namespace
+
+void require_execution_device(Device d) {
+  backend::require_device(d, kCtx);
+  if (d.is_cpu()) return;
+  for (size_t i = 0; i < size_t(ops::OpKind::count_); ++i) {
+    const auto k = static_cast<ops::OpKind>(i);
+    check(ops::find_kernel(k, d.kind) != nullptr, kCtx, "op ", ops::op_name(k), " has no kernel for ", d.str(),
+          " in this build of diffq, so no pipeline can run there yet (run on the cpu)");
+  }
+}
+
+void check_execution_device(Device d) { require_execution_device(d); }
+
+void place_components(const offload::NamedModules& components, Device d) {
+  if (!d.is_cpu()) {
+    // Quantized linears run through their scheme's own kernels; no scheme has one on an accelerator yet
+    // (dequantizing on the host every step would be the silent fallback this refuses).
+    for (const auto& [name, m] : components) {
+      if (!m) continue;
+      for (const auto& [pname, p] : m->named_parameters())
+        check(!p->is_quantized(), kCtx, name, ".", pname, ": the quantized linear (scheme ",
+              p->quantized().scheme(), ") has no kernel for ", d.str(),
+              " in this build of diffq; run the quantized pipeline on the cpu, or load it unquantized");
+    }
+  }
+  for (const auto& [name, m] : components) {
+    if (!m) continue;
+    for (const auto& [pname, p] : m->named_parameters())
+      if (p->defined()) p->move_to(d);
+  }
+}
+
+}  // namespace diffq

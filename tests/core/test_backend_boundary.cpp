@@ -1,0 +1,86 @@
+// The device-generic core (issue 35): nothing outside src/backend names a backend. The layers above
+// the backends (quant, compile, offload, core, models, pipelines, and the rest of src/) include no
+// backend/cuda header, no CUDA runtime header and test no DIFFQ_HAS_CUDA: devices are reached through
+// src/backend/device_interface.h and the op dispatcher alone (src/backend/register_backends.cpp is the
+// one place that knows which backends a build has).
+// The CPU backend's headers are still included from quant and compile (quantized linears and fused
+// kernels call backend/cpu directly until the quantized linear becomes an op with per-device kernels):
+// those files are listed below as a ratchet: a file not on the list that includes backend/cpu fails,
+// and so does a listed file that no longer does (take it off the list), so the list only shrinks.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path kRoot = DIFFQ_SOURCE_DIR;
+
+const char* kLayers[] = {"quant", "compile", "offload", "core", "models", "pipelines", "modules", "ops",
+                         "io",    "lora",    "cache",   "schedulers", "tokenizers", "metrics"};
+
+// Files above the backends that still include backend/cpu (to be emptied by the linear_q redesign).
+const std::set<std::string> kCpuIncludesLeft = {
+    "src/compile/autotune.cpp",         "src/compile/autotune.h",
+    "src/compile/autotune_cache.cpp",   "src/compile/autotune_cache.h",
+    "src/compile/compiled_graph.h",     "src/compile/fused_kernel.cpp",
+    "src/compile/placed_linear.cpp",    "src/core/runtime.cpp",
+    "src/modules/random_init.cpp",      "src/quant/autoround/autoround_weight.cpp",
+    "src/quant/bnb/bnb_4bit.cpp",       "src/quant/bnb/bnb_int8.cpp",
+    "src/quant/bnb/bnb_kernels.cpp",    "src/quant/dequant_linear.cpp",
+    "src/quant/gguf/dequant_simd.cpp",  "src/quant/gguf/gguf_quants.cpp",
+    "src/quant/gguf/gguf_weight.cpp",   "src/quant/nunchaku/nunchaku.cpp",
+    "src/quant/quanto/quanto.cpp",      "src/quant/sdnq/sdnq_weight.cpp",
+    "src/quant/torchao/affine_int8_weight.cpp", "src/quant/torchao/dequant_kernels.cpp",
+    "src/quant/torchao/float8_weight.cpp",      "src/quant/torchao/int8_dynamic_linear.cpp",
+    "src/quant/torchao/torchao_weight.cpp"};
+
+std::vector<std::string> sources_above_the_backends() {
+  std::vector<std::string> out;
+  for (const char* layer : kLayers) {
+    const fs::path dir = kRoot / "src" / layer;
+    if (!fs::exists(dir)) continue;
+    for (const auto& e : fs::recursive_directory_iterator(dir)) {
+      const std::string ext = e.path().extension().string();
+      if (e.is_regular_file() && (ext == ".h" || ext == ".cpp" || ext == ".inc" || ext == ".cu" || ext == ".cuh"))
+        out.push_back(fs::relative(e.path(), kRoot).generic_string());
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+bool contains(const std::string& file, const std::string& needle) {
+  std::ifstream in(kRoot / file);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.find(needle) != std::string::npos) return true;
+  return false;
+}
+
+TEST(BackendBoundary, NoLayerAboveTheBackendsNamesCuda) {
+  const auto files = sources_above_the_backends();
+  ASSERT_GT(files.size(), 200u) << "the scan found too few sources under " << kRoot;
+  for (const auto& f : files)
+    for (const char* needle : {"backend/cuda", "cuda_runtime", "cuda.h>", "DIFFQ_HAS_CUDA", "cudaMalloc"})
+      EXPECT_FALSE(contains(f, needle)) << f << " names the CUDA backend (" << needle
+                                        << "): reach devices through src/backend/device_interface.h";
+}
+
+TEST(BackendBoundary, CpuBackendIncludesOnlyShrink) {
+  std::set<std::string> found;
+  for (const auto& f : sources_above_the_backends())
+    if (contains(f, "\"backend/cpu/")) found.insert(f);
+  for (const auto& f : found)
+    EXPECT_TRUE(kCpuIncludesLeft.count(f)) << f << " includes a backend/cpu header: go through ops:: or the device "
+                                              "interface instead";
+  for (const auto& f : kCpuIncludesLeft)
+    EXPECT_TRUE(found.count(f)) << f << " no longer includes backend/cpu: take it off kCpuIncludesLeft";
+}
+
+}  // namespace

@@ -1,0 +1,139 @@
+// A fake accelerator for host-side placement tests: while a FakeDevice is alive, "cuda:0" is a device
+// whose memory is host memory and whose op kernels are the CPU backend's, run on CPU aliases of the same
+// bytes. Every op call is recorded with the devices of its inputs and output, so a test can run a whole
+// pipeline "on the GPU" here and check where each tensor lived: an op that mixes devices is refused by
+// the dispatcher, a host read of device memory (Tensor::data<T>) throws, and a kernel that is handed a
+// host tensor is recorded as a violation. It replaces the CUDA backend's device interface and kernels
+// for its lifetime (in CUDA builds too) and restores them after; every tensor made on it must be gone
+// before it is destroyed.
+#pragma once
+
+#include <array>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backend/device_interface.h"
+#include "diffq/error.h"
+#include "diffq/memory.h"
+#include "diffq/tensor.h"
+#include "ops/op.h"
+
+namespace diffq::testing {
+
+struct FakeOpRecord {
+  ops::OpKind kind;
+  Device out;
+  std::vector<Device> inputs;  // undefined optional inputs are left out
+  size_t out_bytes = 0;
+};
+
+class FakeDevice final : public backend::DeviceInterface {
+ public:
+  FakeDevice() {
+    instance() = this;
+    for (size_t k = 0; k < kOps; ++k) {
+      saved_[k] = ops::find_kernel(ops::OpKind(k), DeviceKind::cuda);
+      cpu_[k] = ops::find_kernel(ops::OpKind(k), DeviceKind::cpu);
+    }
+    install(std::make_index_sequence<kOps>{});
+    previous_ = backend::set_device_interface(DeviceKind::cuda, this);
+  }
+  ~FakeDevice() override {
+    backend::set_device_interface(DeviceKind::cuda, previous_);
+    for (size_t k = 0; k < kOps; ++k) ops::register_kernel(ops::OpKind(k), DeviceKind::cuda, saved_[k]);
+    instance() = nullptr;
+  }
+  FakeDevice(const FakeDevice&) = delete;
+  FakeDevice& operator=(const FakeDevice&) = delete;
+
+  // ---- backend::DeviceInterface ----
+  int device_count(std::string*) const override { return 1; }
+  Allocator& allocator(int) override { return alloc_; }
+  void synchronize(int) override {}
+  void* alloc_pinned(size_t nbytes, int) override { return std::aligned_alloc(64, (nbytes + 63) / 64 * 64); }
+  void free_pinned(void* p) override { std::free(p); }
+  std::shared_ptr<void> record_fence(int) override { return std::make_shared<int>(0); }
+  void upload_on_side_stream(int, void* dst, const void* src, size_t n, const std::shared_ptr<void>&) override {
+    std::memcpy(dst, src, n);
+  }
+
+  // ---- what ran ----
+  std::vector<FakeOpRecord> records() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return records_;
+  }
+  void clear_records() {
+    std::lock_guard<std::mutex> lock(mu_);
+    records_.clear();
+  }
+  int64_t live_bytes() const { return alloc_.stats().current_bytes; }
+
+ private:
+  static constexpr size_t kOps = size_t(ops::OpKind::count_);
+
+  class HostBackedAllocator final : public Allocator {
+   public:
+    void* allocate(size_t nbytes) override {
+      void* p = std::aligned_alloc(64, (std::max<size_t>(nbytes, 1) + 63) / 64 * 64);
+      if (!p) fail("fake_device", "out of memory allocating ", nbytes, " bytes");
+      record_alloc(nbytes);
+      return p;
+    }
+    void deallocate(void* p, size_t nbytes) override {
+      std::free(p);
+      record_free(nbytes);
+    }
+    Device device() const override { return Device::cuda(0); }
+  };
+
+  static FakeDevice*& instance() {
+    static FakeDevice* d = nullptr;
+    return d;
+  }
+
+  // A CPU view of the same bytes (the fake device's memory is host memory).
+  static Tensor host_alias(const Tensor& t) {
+    if (!t.defined() || t.device().is_cpu()) return t;
+    auto st = Storage::borrow(t.storage()->data(), t.storage()->nbytes(), Device::cpu(), t.storage());
+    return Tensor(st, t.shape(), t.strides(), t.offset(), t.dtype());
+  }
+
+  template <size_t K>
+  static void kernel(const ops::OpCall& c, Tensor& out) {
+    FakeDevice* self = instance();
+    constexpr auto kind = ops::OpKind(K);
+    FakeOpRecord r{kind, out.device(), {}, out.nbytes()};
+    ops::OpCall host = c;
+    for (Tensor& t : host.inputs) {
+      if (t.defined()) r.inputs.push_back(t.device());
+      t = host_alias(t);
+    }
+    Tensor host_out = host_alias(out);
+    {
+      std::lock_guard<std::mutex> lock(self->mu_);
+      self->records_.push_back(r);
+    }
+    if (kind == ops::OpKind::to_device) {  // host <-> "device": both are host bytes, any view
+      self->cpu_[size_t(ops::OpKind::copy)](ops::OpCall{ops::OpKind::copy, {host.inputs[0]}, {}}, host_out);
+      return;
+    }
+    check(self->cpu_[K] != nullptr, "fake_device", "no CPU kernel for ", ops::op_name(kind));
+    self->cpu_[K](host, host_out);
+  }
+
+  template <size_t... K>
+  void install(std::index_sequence<K...>) {
+    (ops::register_kernel(ops::OpKind(K), DeviceKind::cuda, &FakeDevice::kernel<K>), ...);
+  }
+
+  HostBackedAllocator alloc_;
+  std::array<ops::KernelFn, kOps> saved_{}, cpu_{};
+  backend::DeviceInterface* previous_ = nullptr;
+  mutable std::mutex mu_;
+  std::vector<FakeOpRecord> records_;
+};
+
+}  // namespace diffq::testing

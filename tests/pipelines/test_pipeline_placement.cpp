@@ -1,0 +1,187 @@
+// Where a pipeline placed on an accelerator (PipelineOptions::device) runs each op, checked host-side on
+// a fake device (fake_device.h: "cuda:0" backed by host memory and the CPU kernels, every op recorded).
+// The placed run must give the CPU run's bits, run every model op on the device, upload the weights
+// once at load (none during generation), keep the latents there, and bring back only small per-step
+// copies (the host scheduler maths) and the image once. What this cannot show: that the CUDA kernels
+// are right (the GPU op tables do that) or fast (the device check).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+
+#include "common/error_of.h"
+#include "diffq/error.h"
+#include "diffq/pipeline.h"
+#include "diffq/quantization.h"
+#include "fake_device.h"
+#include "pipeline_test_util.h"
+
+namespace diffq {
+namespace {
+
+using testing::error_of;
+const std::filesystem::path kFixtures = "tests/fixtures";
+
+struct Placed {
+  GenerateResult result;
+  std::vector<testing::FakeOpRecord> load_ops, generate_ops;
+};
+
+GenerateParams small_call(bool video) {
+  GenerateParams g;
+  g.prompt = "a red fox";
+  g.height = g.width = video ? 16 : 32;
+  if (video) g.num_frames = 5;
+  g.num_inference_steps = 2;
+  g.max_sequence_length = 16;
+  g.seed = 7;
+  return g;
+}
+
+GenerateResult run_on_cpu(const std::filesystem::path& folder, const GenerateParams& g) {
+  auto pipe = DiffusionPipeline::from_pretrained(folder, {.dtype = DType::f32});
+  return pipe->generate(g);
+}
+
+Placed run_on_fake_gpu(testing::FakeDevice& dev, const std::filesystem::path& folder, const GenerateParams& g,
+                       const std::string& offload = "") {
+  Placed p;
+  dev.clear_records();
+  PipelineOptions po{.dtype = DType::f32};
+  po.device = Device::cuda(0);
+  auto pipe = DiffusionPipeline::from_pretrained(folder, po);
+  EXPECT_EQ(pipe->device(), Device::cuda(0));
+  if (!offload.empty()) pipe->enable_offload(offload);
+  p.load_ops = dev.records();
+  dev.clear_records();
+  p.result = pipe->generate(g);
+  p.generate_ops = dev.records();
+  return p;
+}
+
+// Every op the generation ran: on the device, with its inputs on the device (to_device aside).
+void expect_all_on_device(const std::vector<testing::FakeOpRecord>& ops, const std::string& what) {
+  for (const auto& r : ops) {
+    if (r.kind == ops::OpKind::to_device) continue;
+    EXPECT_TRUE(r.out.is_cuda()) << what << ": " << ops::op_name(r.kind) << " ran on " << r.out.str();
+    for (const Device& d : r.inputs)
+      EXPECT_TRUE(d.is_cuda()) << what << ": " << ops::op_name(r.kind) << " was given a " << d.str() << " input";
+  }
+  EXPECT_GT(ops.size(), 100u) << what << ": the models' ops were not run on the fake device";
+}
+
+// Bytes uploaded (host -> device) and downloaded by the generation's to_device calls.
+std::pair<size_t, size_t> transfer_bytes(const std::vector<testing::FakeOpRecord>& ops) {
+  size_t up = 0, down = 0;
+  for (const auto& r : ops)
+    if (r.kind == ops::OpKind::to_device) (r.out.is_cpu() ? down : up) += r.out_bytes;
+  return {up, down};
+}
+
+size_t weight_bytes_uploaded(const std::vector<testing::FakeOpRecord>& ops) {
+  size_t up = 0;
+  for (const auto& r : ops)
+    if (r.kind == ops::OpKind::to_device && r.out.is_cuda()) up += r.out_bytes;
+  return up;
+}
+
+TEST(PipelinePlacement, FluxOnAFakeDeviceMatchesTheCpuBitForBit) {
+  const auto folder = kFixtures / "tiny-flux";
+  const GenerateParams g = small_call(false);
+  const GenerateResult cpu = run_on_cpu(folder, g);
+  testing::FakeDevice dev;
+  {
+    Placed p = run_on_fake_gpu(dev, folder, g);
+    expect_all_on_device(p.generate_ops, "flux");
+    ASSERT_TRUE(p.result.images_u8.defined());
+    EXPECT_TRUE(p.result.images_u8.device().is_cpu());
+    EXPECT_TRUE(p.result.latents.device().is_cpu());
+    EXPECT_EQ(testing::rel_err(p.result.latents, cpu.latents), 0.0);
+    EXPECT_EQ(testing::psnr_u8(p.result.images_u8, cpu.images_u8), std::numeric_limits<double>::infinity());
+    // Weights went up once, at load; the generation moved only activations-sized tensors.
+    const size_t weights = weight_bytes_uploaded(p.load_ops);
+    EXPECT_GT(weights, size_t(100000));
+    const auto [up, down] = transfer_bytes(p.generate_ops);
+    EXPECT_LT(up, weights / 4) << "the generation uploaded " << up << " bytes (weights: " << weights << ")";
+    // Down: the latents per step for the host scheduler maths, and the image once.
+    EXPECT_LT(down, size_t(64) * 1024) << down;
+  }
+  EXPECT_EQ(dev.live_bytes(), 0) << "device memory still held after the pipeline is gone";
+}
+
+TEST(PipelinePlacement, WanOnAFakeDeviceMatchesTheCpuBitForBit) {
+  const auto folder = kFixtures / "tiny-wan";
+  const GenerateParams g = small_call(true);
+  const GenerateResult cpu = run_on_cpu(folder, g);
+  testing::FakeDevice dev;
+  {
+    Placed p = run_on_fake_gpu(dev, folder, g);
+    expect_all_on_device(p.generate_ops, "wan");
+    ASSERT_TRUE(p.result.videos_u8.defined());
+    EXPECT_EQ(testing::rel_err(p.result.latents, cpu.latents), 0.0);
+    EXPECT_EQ(testing::psnr_u8(p.result.videos_u8, cpu.videos_u8), std::numeric_limits<double>::infinity());
+    const size_t weights = weight_bytes_uploaded(p.load_ops);
+    const auto [up, down] = transfer_bytes(p.generate_ops);
+    EXPECT_LT(up, weights / 4) << up;
+    (void)down;
+  }
+  EXPECT_EQ(dev.live_bytes(), 0);
+}
+
+TEST(PipelinePlacement, ModelOffloadOntoTheDeviceMatchesTheCpu) {
+  // Diffusers' pipe.to("cuda") then enable_model_cpu_offload(): the weights go home and each component
+  // is onloaded to the execution device when called.
+  const auto folder = kFixtures / "tiny-flux";
+  const GenerateParams g = small_call(false);
+  const GenerateResult cpu = run_on_cpu(folder, g);
+  testing::FakeDevice dev;
+  {
+    Placed p = run_on_fake_gpu(dev, folder, g, "model");
+    expect_all_on_device(p.generate_ops, "flux + model offload");
+    EXPECT_EQ(testing::rel_err(p.result.latents, cpu.latents), 0.0);
+    EXPECT_EQ(testing::psnr_u8(p.result.images_u8, cpu.images_u8), std::numeric_limits<double>::infinity());
+  }
+}
+
+TEST(PipelinePlacement, QuantizedSchemeWithoutADeviceKernelIsAClearErrorAtLoad) {
+  testing::FakeDevice dev;
+  PipelineOptions po{.dtype = DType::f32};
+  po.device = Device::cuda(0);
+  po.quantization_config_json = quantization_config_from_shorthand("int8wo", DType::f32, {"transformer"});
+  const std::string e = error_of([&] { DiffusionPipeline::from_pretrained(kFixtures / "tiny-flux", po); });
+  EXPECT_NE(e.find("has no kernel for cuda:0"), std::string::npos) << e;
+  EXPECT_NE(e.find("transformer."), std::string::npos) << e;
+  EXPECT_NE(e.find("scheme"), std::string::npos) << e;
+  EXPECT_EQ(dev.live_bytes(), 0) << "nothing may be uploaded before the refusal";
+}
+
+TEST(PipelinePlacement, AnOpWithoutADeviceKernelIsAClearErrorBeforeLoading) {
+  testing::FakeDevice dev;
+  // Take one kernel away from the fake device, as a backend lacking it would.
+  const ops::KernelFn conv = ops::find_kernel(ops::OpKind::conv2d, DeviceKind::cuda);
+  ops::register_kernel(ops::OpKind::conv2d, DeviceKind::cuda, nullptr);
+  PipelineOptions po{.dtype = DType::f32};
+  po.device = Device::cuda(0);
+  const std::string e = error_of([&] { DiffusionPipeline::from_pretrained(kFixtures / "tiny-flux", po); });
+  ops::register_kernel(ops::OpKind::conv2d, DeviceKind::cuda, conv);
+  EXPECT_NE(e.find("op conv2d has no kernel for cuda:0"), std::string::npos) << e;
+  EXPECT_EQ(dev.live_bytes(), 0);
+}
+
+TEST(PipelinePlacement, NoGpuIsAClearErrorAtLoad) {
+  // The real device interface: in a CPU-only build there is no CUDA backend; in a CUDA build on a
+  // machine without a GPU there is no device. On a machine with a GPU this test has nothing to show.
+  std::string why;
+  const backend::DeviceInterface* cuda = backend::device_interface(DeviceKind::cuda);
+  if (cuda && cuda->device_count(&why) > 0) GTEST_SKIP() << "a CUDA device is present";
+  PipelineOptions po{.dtype = DType::f32};
+  po.device = Device::cuda(0);
+  const std::string e = error_of([&] { DiffusionPipeline::from_pretrained(kFixtures / "tiny-flux", po); });
+  EXPECT_NE(e.find(cuda ? "no CUDA device present" : "has no CUDA backend"), std::string::npos) << e;
+  EXPECT_NE(e.find("cuda:0"), std::string::npos) << e;
+  po.device = Device::cuda(3);
+  EXPECT_NE(error_of([&] { check_execution_device(Device::cuda(3)); }).find("cuda:3"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace diffq
