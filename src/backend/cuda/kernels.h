@@ -22,5 +22,10 @@ void register_norm_kernels();    // norm.cu: softmax, layer_norm, rms_norm, rope
 void register_layout_kernels();  // layout.cu: concat
 void register_attention_kernels();  // attention.cu: sdpa
 void register_gemm_kernels();    // gemm.cpp: linear, matmul (cuBLASLt)
+void register_group_norm_kernels();    // group_norm.cu: group_norm
+void register_channel_norm_kernels();  // channel_norm.cu: channel_norm
+void register_upsample_kernels();      // upsample.cu: upsample_nearest2x
+void register_embedding_kernels();     // embedding.cu: embedding
+void register_absmax_kernels();        // absmax.cu: absmax_blocks
 
 }  // namespace diffq::backend::cuda

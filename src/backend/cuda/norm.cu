@@ -2,13 +2,17 @@
 // max over any dims). Inputs are any strided views of float32/float16/bfloat16 (mixed dtypes for the
 // optional weights), math in f32 with row statistics accumulated in f64, one rounding to the output
 // dtype: the formulas of the CPU backend (src/backend/cpu/norm.cpp, softmax.cpp, rope.cpp,
-// reduce.cpp), which is the reference tests/cuda/test_cuda_op_table.cpp holds these to.
+// reduce.cpp), which is the reference tests/cuda/test_cuda_op_table.cpp holds these to. reduce also
+// takes integer inputs (int8, uint8, int32, int64, bool) as the CPU: sum and max exact in int64 (the
+// sum wraps), mean = double(sum) / count, each stored into x's dtype (convert_int.cuh).
 // One block per row (output element for reduce); threads stride over the row.
 #include <cmath>
 #include <cstdint>
 #include <string>
 
+#include "backend/cuda/block_reduce.cuh"
 #include "backend/cuda/convert.cuh"
+#include "backend/cuda/convert_int.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/runtime.h"
 #include "backend/cuda/strided.cuh"
@@ -210,13 +214,42 @@ __global__ void reduce_kernel(In x, void* out, DType ot, int64_t nout, int64_t R
   }
 }
 
+// Integer x: the same walk with exact int64 accumulation.
+__global__ void reduce_int_kernel(const void* x, StridedView v, DType xt, void* out, DType ot, int64_t nout,
+                                  int64_t R, ops::ReduceFn fn) {
+  for (int64_t o = blockIdx.x; o < nout; o += gridDim.x) {
+    const int64_t base = o * R;
+    int64_t acc;
+    if (fn == ops::ReduceFn::max) {
+      acc = INT64_MIN;
+      for (int64_t j = threadIdx.x; j < R; j += blockDim.x) {
+        const int64_t e = load_i64(x, xt, v.offset_of(base + j));
+        acc = e > acc ? e : acc;
+      }
+      acc = block_max_i64(acc);
+    } else {
+      uint64_t s = 0;
+      for (int64_t j = threadIdx.x; j < R; j += blockDim.x) s += uint64_t(load_i64(x, xt, v.offset_of(base + j)));
+      acc = block_sum_i64(int64_t(s));
+    }
+    if (threadIdx.x == 0) {
+      if (fn == ops::ReduceFn::mean) store_from_f64(out, ot, o, double(acc) / double(R));
+      else store_i64(out, ot, o, acc);
+    }
+  }
+}
+
 void reduce(const OpCall& c, Tensor& out) {
   const Tensor& x = c.inputs[0];
   const auto fn = ops::ReduceFn(c.attrs.i0);
   check(c.attrs.i0 >= 0 && c.attrs.i0 <= int64_t(ops::ReduceFn::max), "reduce", "unknown function ", c.attrs.i0);
-  check(is_kernel_float(x.dtype()), "reduce", "cuda: ", x.str(),
-        " is not supported yet (float32, float16, bfloat16 are)");
-  check_out(out, "reduce");
+  const bool integer = is_kernel_int(x.dtype());
+  check(integer || is_kernel_float(x.dtype()), "reduce", "cuda: ", x.str(),
+        " is not supported (float32, float16, bfloat16, int8, uint8, int32, int64, bool are)");
+  if (integer)
+    check(out.dtype() == x.dtype(), "reduce", "cuda: output ", out.str(), " must have the dtype of ", x.str());
+  else
+    check_out(out, "reduce");
   std::vector<bool> red(size_t(x.dim()), c.attrs.ints.empty());
   for (int64_t d : c.attrs.ints) red[size_t(d < 0 ? d + x.dim() : d)] = true;
   std::vector<int64_t> perm;
@@ -232,8 +265,16 @@ void reduce(const OpCall& c, Tensor& out) {
   if (nout == 0) return;
   check(R > 0, "reduce", "cuda: reducing an empty dim of ", x.str(), " is not supported");
   const Tensor xp = x.dim() ? x.permute(perm) : x;
-  const In xi = input_of(xp, xp.shape(), "reduce");
   const int idx = out.device().index;
+  if (integer) {
+    const StridedView v = make_views(xp.shape(), {&xp}, "reduce")[0];
+    DeviceGuard guard(idx);
+    reduce_int_kernel<<<blocks_for(nout), kThreads>>>(xp.data_ptr(), v, x.dtype(), out.data_ptr(), out.dtype(),
+                                                      nout, R, fn);
+    check_cuda(cudaGetLastError(), "reduce: kernel launch", idx);
+    return;
+  }
+  const In xi = input_of(xp, xp.shape(), "reduce");
   DeviceGuard guard(idx);
   reduce_kernel<<<blocks_for(nout), kThreads>>>(xi, out.data_ptr(), out.dtype(), nout, R, fn);
   check_cuda(cudaGetLastError(), "reduce: kernel launch", idx);

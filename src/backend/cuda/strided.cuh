@@ -45,8 +45,22 @@ inline std::vector<StridedView> make_views(const Shape& shape, const std::vector
   std::vector<Shape> st(tensors.size(), Shape(rank, 0));
   for (size_t k = 0; k < tensors.size(); ++k) {
     const Tensor& t = *tensors[k];
-    const size_t lead = rank - size_t(t.dim());
-    for (size_t i = lead; i < rank; ++i) st[k][i] = t.shape()[i - lead] == 1 ? 0 : t.strides()[i - lead];
+    // Right-aligned as numpy broadcasting. A view with more dims than `shape` (a norm weight kept as
+    // [1, 1, n] for a rank-1 walk) is read through its trailing dims; its extra leading dims must be
+    // size 1 (they never move the offset). Without this, rank - dim wrapped around and such a view
+    // read element 0 everywhere.
+    const size_t dims = size_t(t.dim()), extra = dims > rank ? dims - rank : 0;
+    for (size_t i = 0; i < extra; ++i)
+      check(t.shape()[i] == 1, ctx, "cuda: ", t.str(), " has more dims than the ", rank,
+            "-d shape ", shape_str(shape), " it is read as, and its extra leading dim ", i, " is ",
+            t.shape()[i], ", not 1");
+    const size_t lead = rank - (dims - extra);  // dims of `shape` the view lacks (broadcast)
+    for (size_t i = lead; i < rank; ++i) {
+      const size_t j = i - lead + extra;  // the view's own dim aligned with dim i
+      check(t.shape()[j] == 1 || t.shape()[j] == shape[i], ctx, "cuda: ", t.str(), " does not broadcast to ",
+            shape_str(shape));
+      st[k][i] = t.shape()[j] == 1 ? 0 : t.strides()[j];
+    }
   }
   // Merge dim i into dim i+1 (walking inner to outer) where every view steps evenly across both.
   Shape sh;
