@@ -22,6 +22,7 @@
 #include "diffq/runtime.h"
 #include "diffq_git_commit.h"
 #if DIFFQ_HAS_CUDA
+#include "backend/cuda/cudnn_info.h"
 #include "backend/cuda/runtime.h"
 #endif
 
@@ -98,6 +99,10 @@ SystemInfo system_info() {
   };
 
 #if DIFFQ_HAS_CUDA
+  // Which CUDA attention and convolution run, and the cuDNN behind them (cudnn_handle.cpp).
+  s.kernels.push_back({"cuda attention", backend::cuda::cuda_sdpa_kernel_description()});
+  s.kernels.push_back({"cuda conv2d", backend::cuda::cuda_conv2d_kernel_description()});
+  s.kernels.push_back({"cuda cudnn", backend::cuda::cudnn_version_description()});
   for (const auto& d : backend::cuda::list_devices(&s.gpus_none_reason))
     s.gpus.push_back({d.index, d.name, std::to_string(d.cc_major) + "." + std::to_string(d.cc_minor), d.memory_bytes});
 #else

@@ -5,10 +5,14 @@
 // strided views (float32/float16/bfloat16; the mask additive float or boolean, broadcast to
 // [B, H, Sq, Sk]); math in f32, one rounding to the output dtype. A row with every key masked is 0,
 // as torch. This is the simple, correct kernel, not the fast one: no tensor cores, keys one at a time.
+// It is the reference and fallback of cuDNN's fused flash attention (cudnn_sdpa.cpp), which takes the
+// bf16/fp16 unmasked calls first (sdpa_select below; DIFFQ_CUDA_SDPA=simple keeps them here).
 #include <cmath>
 #include <cstdint>
 
 #include "backend/cuda/convert.cuh"
+#include "backend/cuda/cudnn_info.h"
+#include "backend/cuda/cudnn_ops.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/runtime.h"
 #include "diffq/error.h"
@@ -113,8 +117,15 @@ void sdpa(const OpCall& c, Tensor& out) {
   check_cuda(cudaGetLastError(), "sdpa: kernel launch", idx);
 }
 
+// cuDNN's fused flash attention where it takes the call (cudnn_sdpa.cpp: bf16/fp16, no mask, ...),
+// this kernel otherwise and whenever DIFFQ_CUDA_SDPA=simple.
+void sdpa_select(const OpCall& c, Tensor& out) {
+  if (!sdpa_forced_simple() && cudnn_sdpa(c, out)) return;
+  sdpa(c, out);
+}
+
 }  // namespace
 
-void register_attention_kernels() { ops::register_kernel(OpKind::sdpa, DeviceKind::cuda, sdpa); }
+void register_attention_kernels() { ops::register_kernel(OpKind::sdpa, DeviceKind::cuda, sdpa_select); }
 
 }  // namespace diffq::backend::cuda

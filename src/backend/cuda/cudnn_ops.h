@@ -1,0 +1,34 @@
+// The cuDNN paths of the CUDA backend as the rest of it sees them (no CUDA or cuDNN header, so
+// attention.cu and the host-side tests include it): sdpa through cuDNN's fused flash attention
+// (cudnn_sdpa.cpp) and conv2d through cuDNN's convolution (cudnn_conv.cpp), each with a plan cache.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "backend/cuda/plan_cache.h"
+#include "ops/op.h"
+
+namespace diffq::backend::cuda {
+
+// Runs sdpa (q, k, v[, mask] -> out) through cuDNN and returns true, or returns false, touching
+// nothing, when cuDNN does not take the call (float32, masks, head dims not multiples of 8, a build
+// without cuDNN, a shape cuDNN rejects): the caller runs the simple kernel then.
+bool cudnn_sdpa(const ops::OpCall& c, Tensor& out);
+
+// conv2d on CUDA (registered by register_cudnn_kernels, kernels.h, where cuDNN is built). sdpa needs no
+// registration of its own: attention.cu's kernel asks cudnn_sdpa first.
+void cudnn_conv2d(const ops::OpCall& c, Tensor& out);
+
+struct CudnnOpStats {
+  PlanCacheStats plans;        // the op's plan cache
+  int64_t runs = 0;            // calls that ran on cuDNN
+  std::string last_rejection;  // why cuDNN last declined a call (sdpa: the simple kernel ran instead)
+};
+CudnnOpStats cudnn_sdpa_stats();
+CudnnOpStats cudnn_conv2d_stats();
+// Empty the op's plan cache and zero its counters (tests).
+void cudnn_sdpa_reset();
+void cudnn_conv2d_reset();
+
+}  // namespace diffq::backend::cuda
