@@ -5,6 +5,7 @@
 #include <array>
 #include <mutex>
 
+#include "backend/cuda/allocator.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/runtime.h"
 #include "backend/device_interface.h"
@@ -61,6 +62,10 @@ class CudaDeviceInterface final : public DeviceInterface {
     DeviceGuard guard(index);
     cudaStream_t s = transfer_stream(index);
     if (wait) check_cuda(cudaStreamWaitEvent(s, static_cast<cudaEvent_t>(wait.get()), 0), "cudaStreamWaitEvent", index);
+    // No fence: dst may be a fresh allocation, which the caching allocator may have taken from a tensor whose
+    // kernels are still queued on the compute stream (allocator.h). The synchronisation below ends this
+    // stream's use before the block can be freed, so no record_stream is needed.
+    else wait_for_compute_stream(index, s);
     check_cuda(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync", index);
     check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize", index);
   }
