@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/source_dir.h"
 #include "diffq/tensor.h"
 #include "io/safetensors.h"
 #include "ops/ops.h"
@@ -19,8 +20,7 @@
 namespace diffq::testing {
 
 inline void expect_sdpa_matches_torch(Device dev) {
-  const auto f = io::SafetensorsFile::open(std::filesystem::path(DIFFQ_SOURCE_DIR) / "tests" / "fixtures" /
-                                           "ops" / "sdpa_masked.safetensors");
+  const auto f = io::SafetensorsFile::open(fixtures_dir() / "ops" / "sdpa_masked.safetensors");
   int cases = 0, zero_rows = 0;
   for (const std::string name : {"additive_f32", "bool_f32", "no_keys_f32", "additive_bf16", "bool_bf16", "no_keys_bf16"}) {
     SCOPED_TRACE(name);
