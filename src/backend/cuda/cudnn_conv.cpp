@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "diffq/error.h"
+
 #if DIFFQ_HAS_CUDNN
 #include "backend/cuda/cudnn_graph.h"
 #include "backend/cuda/cudnn_plan_keys.h"
@@ -158,7 +160,10 @@ void cudnn_conv2d(const ops::OpCall& c, Tensor& out) {
       if (mode == ConvPadMode::cudnn) key.pad = {pt, pl, pb, pr};
       key.bias = has_bias && fused;
       key.pad_mode = mode;
-      const std::shared_ptr<ConvPlan> plan = plans().get_or_build(key, [&] { return build(key, dev.handle); });
+      const std::shared_ptr<ConvPlan> plan = plans().get_or_build(key, [&] {
+        std::lock_guard<std::mutex> lock(dev.mu);  // the handle is not to be used by two threads at once
+        return build(key, dev.handle);
+      });
       if (!plan->graph) {
         rejections += cat(rejections.empty() ? "" : "; ", mode == ConvPadMode::cudnn ? "cuDNN padding" : "padded copy",
                           fused ? ", bias fused: " : ", bias apart: ", plan->rejected);

@@ -118,7 +118,10 @@ bool cudnn_sdpa(const ops::OpCall& c, Tensor& out) {
   key.scale = float(c.attrs.f0 > 0 ? c.attrs.f0 : 1.0 / std::sqrt(double(D)));
   key.mask = SdpaMaskKind::none;
   CudnnDevice& dev = cudnn_device(idx, "sdpa");
-  const std::shared_ptr<SdpaPlan> plan = plans().get_or_build(key, [&] { return build(key, dev.handle); });
+  const std::shared_ptr<SdpaPlan> plan = plans().get_or_build(key, [&] {
+        std::lock_guard<std::mutex> lock(dev.mu);  // the handle is not to be used by two threads at once
+        return build(key, dev.handle);
+      });
   if (!plan->graph) return decline(cat("cuDNN rejected B=", key.B, " H=", key.H, " Sq=", key.Sq, " Sk=", Sk, " D=", D,
                                        " Dv=", Dv, " ", dtype_name(dt), ": ", plan->rejected));
   std::unordered_map<int64_t, void*> pack = {
