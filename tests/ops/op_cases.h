@@ -128,6 +128,13 @@ inline void elementwise_cases(Table& t) {
     t.add(op, {I({2, 1000}), I({2, 1000}, f32, C, g2)}, f);
     t.add(op, {I({64, 1031}), I({1031}, f32, C, g2)}, f);  // many chunks, run in parallel
     t.add(op, {I({5, 10007}, bf16, T), I({10007}, f32, C, g2)}, f, 1e-2);
+    // More integer dtypes (values that neither overflow nor divide by zero, so the CPU's wrapping and
+    // the reference's saturating casts agree), and an integer with a float (the float path; an integer
+    // output is truncated).
+    if (fn != BinaryFn::mul) t.add(op, {I({3, 5}, DType::i8, C, Gen::small_int), I({5}, DType::i8, C, Gen::nonzero)}, f, 0.0);
+    t.add(op, {I({2, 6}, DType::boolean, T, Gen::small_int), I({2, 6}, DType::boolean, C, Gen::nonzero)}, f, 0.0);
+    t.add(op, {I({4, 7}, i32, C, Gen::small_int), I({7}, f32, C, g2)}, f, 0.0);
+    t.add(op, {I({4, 7}, f32, S), I({4, 1}, i64, C, Gen::nonzero)}, f);
   }
 
   using ops::ScalarFn;
@@ -152,6 +159,9 @@ inline void elementwise_cases(Table& t) {
     t.add(op, {I({3, 4, 5}, f16, P, sc.g)}, f, 2e-3);
     if (sc.fn != ScalarFn::pow || sc.s == 2.0 || sc.s == 3.0)
       t.add(op, {I({4, 9}, i32, C, Gen::small_int)}, f, 0.0);
+    // Every scalar on int64 views and on int8 (int8 pow saturates: computed in double, as the reference).
+    t.add(op, {I({3, 4}, i64, T, Gen::small_int)}, f, 0.0);
+    t.add(op, {I({2, 9}, DType::i8, C, Gen::small_int)}, f, 0.0);
   }
 
   auto cl = [](const std::vector<Tensor>& x) { return ops::clamp(x[0], -0.5, 0.75); };
@@ -159,6 +169,10 @@ inline void elementwise_cases(Table& t) {
   t.add("clamp", {I({5, 17}, f32, T)}, cl);
   t.add("clamp", {I({3, 9}, bf16, S)}, cl, 1e-2);
   t.add("clamp", {I({3, 9}, i64, C, Gen::small_int)},
+        [](const std::vector<Tensor>& x) { return ops::clamp(x[0], -3, 7); }, 0.0);
+  t.add("clamp", {I({4, 5}, i32, P, Gen::small_int)},
+        [](const std::vector<Tensor>& x) { return ops::clamp(x[0], -2.5, 3.5); }, 0.0);
+  t.add("clamp", {I({6}, DType::boolean, C, Gen::small_int)},
         [](const std::vector<Tensor>& x) { return ops::clamp(x[0], -3, 7); }, 0.0);
 }
 
@@ -204,6 +218,8 @@ inline void norm_cases(Table& t) {
   t.add("layer_norm", {I({6, 33}, f32, T), I({33}, f32, S), I({33}, f32, O)}, ln);
   t.add("layer_norm", {I({3, 4, 20}, f32, E), I({20}), absent()}, ln);
   t.add("layer_norm", {I({5, 24}, f16), I({24}, f32), I({24}, f32)}, ln, 2e-3);
+  // Parameters with extra leading size-1 dims (a weight kept as [1, 1, n]).
+  t.add("layer_norm", {I({3, 17}), I({1, 1, 17}), I({1, 17}, f32, S)}, ln);
 
   auto rms = [](const std::vector<Tensor>& x) { return ops::rms_norm(x[0], x[1], 1e-6); };
   t.add("rms_norm", {I({4, 128}), I({128})}, rms);
@@ -213,6 +229,8 @@ inline void norm_cases(Table& t) {
   t.add("rms_norm", {I({2, 3, 67}, bf16, P), I({67}, f32)}, rms, 1e-2);
   t.add("rms_norm", {I({9, 40}, f32, T), I({40}, f32, S)}, rms);
   t.add("rms_norm", {I({2, 5120}), I({5120})}, rms);
+  t.add("rms_norm", {I({2, 3, 40}), I({1, 1, 40})}, rms);
+  t.add("rms_norm", {I({4, 64}, bf16), I({1, 1, 64}, bf16, S)}, rms, 1e-2);
 
   auto gn = [](int64_t g) {
     return [g](const std::vector<Tensor>& x) { return ops::group_norm(x[0], g, x[1], x[2], 1e-6); };
@@ -227,6 +245,8 @@ inline void norm_cases(Table& t) {
   t.add("channel_norm", {I({2, 6, 5, 7}, f32, P), I({6}, f32, S)}, chn(2.0));
   t.add("channel_norm", {I({2, 6, 5, 7}, bf16, P), I({6}, f32)}, chn(2.0), 1e-2);
   t.add("channel_norm", {I({2, 8, 6, 5}, f16), I({8}, f16)}, chn(std::sqrt(8.0)), 2e-3);
+  // Wan's layout: video [N, C, T, H, W] in bf16, gamma kept as [C, 1, 1, 1].
+  t.add("channel_norm", {I({1, 12, 3, 4, 5}, bf16), I({12, 1, 1, 1}, bf16)}, chn(std::sqrt(12.0)), 1e-2);
   t.add("group_norm", {I({2, 6, 5, 7}), I({6}), I({6})}, gn(3));
   t.add("group_norm", {I({1, 32, 3, 3}), I({32}), I({32})}, gn(32));
   t.add("group_norm", {I({2, 4, 9}), absent(), absent()}, gn(2));
@@ -240,6 +260,9 @@ inline void norm_cases(Table& t) {
   t.add("group_norm", {I({2, 6, 5, 7}, bf16, P), I({6}, bf16), absent()}, gn(3), 1e-2);
   t.add("group_norm", {I({2, 8, 6, 5}, f16), I({8}, f16), I({8}, f16)}, gn(2), 2e-3);
   t.add("group_norm", {I({1, 8, 70, 70}), absent(), I({8})}, gn(2));
+  // The VAEs' bf16 (32 groups), with parameters of another dtype and shape.
+  t.add("group_norm", {I({1, 64, 24, 24}, bf16), I({64}, bf16), I({64}, bf16)}, gn(32), 1e-2);
+  t.add("group_norm", {I({2, 8, 6, 5}, bf16, T), I({1, 8, 1, 1}, bf16), I({8}, f32)}, gn(4), 1e-2);
 }
 
 inline void rope_attention_cases(Table& t) {
@@ -331,6 +354,8 @@ inline void conv_layout_cases(Table& t) {
   t.add("upsample", {I({2, 3, 4, 5}, bf16, T)}, up, 0.0);
   t.add("upsample", {I({2, 3, 4, 5}, f32, P)}, up, 0.0);
   t.add("upsample", {I({2, 3, 4, 5}, i32, S, Gen::small_int)}, up, 0.0);
+  t.add("upsample", {I({1, 4, 16, 16}, bf16)}, up, 0.0);
+  t.add("upsample", {I({1, 2, 3, 3}, i64, E, Gen::small_int)}, up, 0.0);
 
   for (int64_t dim : {0, 1, -1}) {
     auto cc = [dim](const std::vector<Tensor>& x) { return ops::concat(x, dim); };
@@ -351,6 +376,9 @@ inline void conv_layout_cases(Table& t) {
   t.add("embedding", {Ids({4, 3}, 6, i64, View::transposed), I({6, 5}, f32, T)}, em, 0.0);
   t.add("embedding", {Ids({2, 2}, 3, i32, View::strided), I({3, 4}, f16, S)}, em, 0.0);
   t.add("embedding", {Ids({1}, 1), I({1, 1})}, em, 0.0);
+  // T5's and CLIP's: int64 ids into a bf16 table.
+  t.add("embedding", {Ids({2, 77}, 1000), I({1000, 64}, bf16)}, em, 0.0);
+  t.add("embedding", {Ids({1, 33}, 500, i64, View::offset), I({500, 32}, f16, T)}, em, 0.0);
 }
 
 inline void reduce_cases(Table& t) {
@@ -372,6 +400,12 @@ inline void reduce_cases(Table& t) {
     if (fn != ReduceFn::mean) t.add(op, {I({4, 9}, i32, C, Gen::small_int)}, f0, 0.0);
     if (fn != ReduceFn::mean) t.add(op, {I({4, 9}, i64, T, Gen::small_int)}, f0, 0.0);
     t.add(op, {I({3, 6}, f16)}, f0, 2e-3);
+    // Integer mean too (double(sum) / count, truncated), over several dims, and booleans.
+    t.add(op, {I({3, 4, 5}, i64, P, Gen::small_int)},
+          [fn](const std::vector<Tensor>& x) { return ops::reduce(x[0], fn, {0, 2}, true); }, 0.0);
+    t.add(op, {I({5, 7}, DType::boolean, C, Gen::small_int)}, f0, 0.0);
+    t.add(op, {I({4, 9}, i32, C, Gen::small_int)},
+          [fn](const std::vector<Tensor>& x) { return ops::reduce(x[0], fn, {}, false); }, 0.0);
   }
 
   auto am = [](int64_t b) {
@@ -384,6 +418,7 @@ inline void reduce_cases(Table& t) {
   t.add("absmax", {I({5, 8}, f32, T)}, am(4), 0.0);
   t.add("absmax", {I({5, 8}, f16, S)}, am(8), 0.0);
   t.add("absmax", {I({4, 4096})}, am(64), 0.0);
+  t.add("absmax", {I({7, 256}, bf16, T)}, am(128), 0.0);
 }
 
 }  // namespace cases_detail
