@@ -229,3 +229,14 @@ TEST(CudaPlainAllocator, EveryAllocationIsACudaMalloc) {
   empty_cache(gpu());  // nothing cached: a no-op
   EXPECT_EQ(backend::cuda::caching_pool_stats(0).num_device_mallocs, 0);
 }
+
+// The CPU allocator caches nothing of its own: reserved is what is live, empty_cache does nothing.
+TEST(CpuMemoryStats, ReservedEqualsCurrentAndEmptyCacheIsANoOp) {
+  const Tensor t = Tensor::empty({1000}, DType::f32);
+  const MemoryStats s = memory_stats(Device::cpu());
+  EXPECT_EQ(s.reserved_bytes, s.current_bytes);
+  EXPECT_EQ(s.peak_reserved_bytes, s.peak_bytes);
+  EXPECT_EQ(s.num_device_mallocs, 0);
+  empty_cache(Device::cpu());
+  EXPECT_EQ(memory_stats(Device::cpu()).current_bytes, s.current_bytes);
+}
