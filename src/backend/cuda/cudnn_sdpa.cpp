@@ -117,7 +117,13 @@ bool cudnn_sdpa(const ops::OpCall& c, Tensor& out) {
   key.o = sdpa_key_strides(sizes4(out), strides4(out));
   key.scale = float(c.attrs.f0 > 0 ? c.attrs.f0 : 1.0 / std::sqrt(double(D)));
   key.mask = SdpaMaskKind::none;
-  CudnnDevice& dev = cudnn_device(idx, "sdpa");
+  CudnnDevice* devp = nullptr;
+  try {  // a cuDNN that cannot start here (wrong major version, engine libraries missing): the simple kernel
+    devp = &cudnn_device(idx, "sdpa");
+  } catch (const Error& e) {
+    return decline(e.what());
+  }
+  CudnnDevice& dev = *devp;
   const std::shared_ptr<SdpaPlan> plan = plans().get_or_build(key, [&] {
         std::lock_guard<std::mutex> lock(dev.mu);  // the handle is not to be used by two threads at once
         return build(key, dev.handle);
