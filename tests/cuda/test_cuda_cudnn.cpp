@@ -3,9 +3,10 @@
 // CUDA kernel: bf16/fp16, head dims 64 and 128, Sq != Sk, strided views (used in place or copied first),
 // FLUX's joint shape scaled down and at full size, Wan's self (32760 tokens) and cross attention
 // (sampled rows), the plan caches hitting on the second call, and the calls cuDNN must leave to the
-// simple kernel (masks, float32, DIFFQ_CUDA_SDPA=simple). The CudnnInfo tests need no GPU.
+// simple kernel (masks, float32, DIFFQ_CUDA_SDPA=simple). The CudnnInfo and CudnnGraphs tests need no GPU.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -159,6 +160,50 @@ TEST(CudnnInfo, ReportsTheSdpaChoiceAndCudnnVersionWithoutAGpu) {
   if (backend::cuda::cudnn_built() && backend::cuda::device_count() == 0) {
     EXPECT_NE(backend::cuda::cudnn_version_description().find("compiled against"), std::string::npos);
   }
+}
+
+// The cuDNN frontend's own validation (attributes, shapes, strides, the sdpa support surface for
+// Hopper) of the graphs the CUDA backend builds, run without a GPU.
+TEST(CudnnGraphs, FrontendValidatesTheGraphsForHopperWithoutAGpu) {
+  if (!backend::cuda::cudnn_built()) GTEST_SKIP() << "this build has no cuDNN";
+  using backend::cuda::ConvPlanKey;
+  using backend::cuda::SdpaPlanKey;
+  auto sdpa_key = [](DType dt, int64_t H, int64_t Sq, int64_t Sk, int64_t D) {
+    SdpaPlanKey k;
+    k.dtype = dt;
+    k.B = 1, k.H = H, k.Sq = Sq, k.Sk = Sk, k.D = D, k.Dv = D;
+    k.q = {Sq * H * D, D, H * D, 1};  // [B, S, H, D] permuted: FLUX's and Wan's layout
+    k.k = k.v = {Sk * H * D, D, H * D, 1};
+    k.o = {H * Sq * D, Sq * D, D, 1};
+    k.scale = float(1.0 / std::sqrt(double(D)));
+    return k;
+  };
+  struct SdpaCase {
+    const char* name;
+    SdpaPlanKey key;
+  };
+  for (const SdpaCase& c : {SdpaCase{"FLUX joint", sdpa_key(DType::bf16, 24, 4608, 4608, 128)},
+                            SdpaCase{"Wan self", sdpa_key(DType::bf16, 12, 32760, 32760, 128)},
+                            SdpaCase{"Wan cross", sdpa_key(DType::bf16, 12, 32760, 512, 128)},
+                            SdpaCase{"fp16 D=64", sdpa_key(DType::f16, 3, 77, 200, 64)},
+                            SdpaCase{"D=256", sdpa_key(DType::bf16, 2, 50, 70, 256)}})
+    EXPECT_EQ(backend::cuda::cudnn_sdpa_validate_offline(c.key, 90), "") << c.name;
+  // A head dim that is not a multiple of 8 is refused (not a vacuous check; cudnn_sdpa.cpp never offers one).
+  EXPECT_NE(backend::cuda::cudnn_sdpa_validate_offline(sdpa_key(DType::bf16, 2, 16, 16, 12), 90), "");
+
+  auto conv_key = [](DType dt, int64_t C, int64_t H, int64_t O, int64_t kh, int64_t stride,
+                     std::array<int64_t, 4> pad, bool bias) {
+    ConvPlanKey k;
+    k.dtype = dt;
+    k.N = 1, k.C = C, k.H = H, k.W = H + 3, k.O = O, k.KH = kh, k.KW = kh, k.stride = stride;
+    k.pad = pad;
+    k.bias = bias;
+    return k;
+  };
+  EXPECT_EQ(backend::cuda::cudnn_conv2d_validate_offline(conv_key(DType::bf16, 128, 64, 128, 3, 1, {1, 1, 1, 1}, true), 90), "");
+  EXPECT_EQ(backend::cuda::cudnn_conv2d_validate_offline(conv_key(DType::bf16, 64, 33, 64, 3, 2, {0, 0, 1, 1}, true), 90), "");
+  EXPECT_EQ(backend::cuda::cudnn_conv2d_validate_offline(conv_key(DType::f32, 5, 9, 6, 3, 2, {0, 0, 1, 1}, false), 90), "");
+  EXPECT_EQ(backend::cuda::cudnn_conv2d_validate_offline(conv_key(DType::f16, 4, 6, 2, 1, 1, {0, 0, 0, 0}, true), 90), "");
 }
 
 TEST(CudnnSdpa, MatchesF64AndCpuBackendBf16Fp16HeadDims64And128) {

@@ -78,9 +78,12 @@ Tensor zero_pad(const Tensor& x, int64_t l, int64_t r, int64_t t, int64_t b) {
   return join(join(x, l, r, 3), t, b, 2);
 }
 
-std::shared_ptr<ConvPlan> build(const ConvPlanKey& k, cudnnHandle_t handle) {
-  auto plan = std::make_shared<ConvPlan>();
+// The graph of one conv2d call (not yet validated or built).
+// sm_version > 0 sets the target GPU (offline validation) before any node copies the graph's context;
+// else the nodes read it from the current device.
+std::shared_ptr<fe::graph::Graph> make_graph(const ConvPlanKey& k, int sm_version = -1) {
   auto g = std::make_shared<fe::graph::Graph>();
+  if (sm_version > 0) g->set_sm_version(sm_version);
   g->set_io_data_type(fe_dtype(k.dtype))
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);
@@ -113,6 +116,12 @@ std::shared_ptr<ConvPlan> build(const ConvPlanKey& k, cudnnHandle_t handle) {
   const int64_t Wo = (k.W + k.pad[1] + k.pad[3] - k.KW) / k.stride + 1;
   Y->set_output(true).set_uid(kUidY).set_data_type(fe_dtype(k.dtype)).set_dim({k.N, k.O, Ho, Wo}).set_stride(
       {k.O * Ho * Wo, Ho * Wo, Wo, 1});
+  return g;
+}
+
+std::shared_ptr<ConvPlan> build(const ConvPlanKey& k, cudnnHandle_t handle) {
+  auto plan = std::make_shared<ConvPlan>();
+  auto g = make_graph(k);
   plan->rejected = build_plan(*g, handle, k.dtype == DType::f32);
   if (!plan->rejected.empty()) return plan;
   plan->workspace = plan_workspace(*g, "conv2d", k.device);
@@ -195,6 +204,11 @@ void cudnn_conv2d(const ops::OpCall& c, Tensor& out) {
        " padding {", pl, ", ", pr, ", ", pt, ", ", pb, "} (", rejections, ")");
 }
 
+std::string cudnn_conv2d_validate_offline(const ConvPlanKey& key, int sm_version) {
+  auto g = make_graph(key, sm_version);
+  return validate_offline(*g);
+}
+
 CudnnOpStats cudnn_conv2d_stats() {
   std::lock_guard<std::mutex> lock(rejection_mu);
   return {plans().stats(), runs.load(), last_rejection};
@@ -212,6 +226,7 @@ void register_cudnn_kernels() { ops::register_kernel(ops::OpKind::conv2d, Device
 #else  // built without cuDNN: conv2d has no CUDA kernel
 
 void cudnn_conv2d(const ops::OpCall&, Tensor&) { fail("conv2d", "cuda: this build has no cuDNN"); }
+std::string cudnn_conv2d_validate_offline(const ConvPlanKey&, int) { return "built without cuDNN"; }
 CudnnOpStats cudnn_conv2d_stats() { return {{}, 0, "built without cuDNN"}; }
 void cudnn_conv2d_reset() {}
 void register_cudnn_kernels() {}

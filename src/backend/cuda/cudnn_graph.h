@@ -59,6 +59,17 @@ inline std::string build_plan(fe::graph::Graph& g, cudnnHandle_t handle, bool no
   }
 }
 
+// The frontend's own checks of `g` (attributes, shapes, strides, the sdpa support surface for the SM
+// version set on the graph), without a GPU or a cuDNN backend call: "" when valid, else its words.
+inline std::string validate_offline(fe::graph::Graph& g) {
+  try {
+    fe::error_t st = g.validate();
+    return st.is_good() ? std::string() : st.get_message();
+  } catch (const std::exception& ex) {
+    return cat("exception: ", ex.what());
+  }
+}
+
 // The workspace size of a built plan (bytes).
 inline int64_t plan_workspace(fe::graph::Graph& g, const char* op, int device) {
   int64_t ws = 0;

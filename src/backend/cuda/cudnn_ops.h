@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "backend/cuda/cudnn_plan_keys.h"
 #include "backend/cuda/plan_cache.h"
 #include "ops/op.h"
 
@@ -19,6 +20,12 @@ bool cudnn_sdpa(const ops::OpCall& c, Tensor& out);
 // conv2d on CUDA (registered by register_cudnn_kernels, kernels.h, where cuDNN is built). sdpa needs no
 // registration of its own: attention.cu's kernel asks cudnn_sdpa first.
 void cudnn_conv2d(const ops::OpCall& c, Tensor& out);
+
+// The cuDNN frontend's validation of the graph a call of `key` would build, for a GPU of compute
+// capability sm_version (90: Hopper), run without any GPU: "" when the frontend accepts it, else its
+// words ("built without cuDNN" in such builds). tests/cuda/test_cudnn_plan_cache.cpp uses it.
+std::string cudnn_sdpa_validate_offline(const SdpaPlanKey& key, int sm_version);
+std::string cudnn_conv2d_validate_offline(const ConvPlanKey& key, int sm_version);
 
 struct CudnnOpStats {
   PlanCacheStats plans;        // the op's plan cache

@@ -60,9 +60,12 @@ Tensor usable_view(const Tensor& t) {
   return ops::execute(ops::OpCall{ops::OpKind::copy, {t}, {}});
 }
 
-std::shared_ptr<SdpaPlan> build(const SdpaPlanKey& k, cudnnHandle_t handle) {
-  auto plan = std::make_shared<SdpaPlan>();
+// The graph of one sdpa call (not yet validated or built).
+// sm_version > 0 sets the target GPU (offline validation) before any node copies the graph's context;
+// else the nodes read it from the current device.
+std::shared_ptr<fe::graph::Graph> make_graph(const SdpaPlanKey& k, int sm_version = -1) {
   auto g = std::make_shared<fe::graph::Graph>();
+  if (sm_version > 0) g->set_sm_version(sm_version);
   g->set_io_data_type(fe_dtype(k.dtype))
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);
@@ -79,6 +82,12 @@ std::shared_ptr<SdpaPlan> build(const SdpaPlanKey& k, cudnnHandle_t handle) {
   auto attrs = fe::graph::SDPA_attributes().set_name("diffq_sdpa").set_generate_stats(false).set_attn_scale(k.scale);
   auto outs = g->sdpa(Q, K, V, attrs);
   outs[0]->set_output(true).set_uid(kUidO).set_dim({k.B, k.H, k.Sq, k.Dv}).set_stride({k.o[0], k.o[1], k.o[2], k.o[3]});
+  return g;
+}
+
+std::shared_ptr<SdpaPlan> build(const SdpaPlanKey& k, cudnnHandle_t handle) {
+  auto plan = std::make_shared<SdpaPlan>();
+  auto g = make_graph(k);
   plan->rejected = build_plan(*g, handle, false);
   if (!plan->rejected.empty()) return plan;
   plan->workspace = plan_workspace(*g, "sdpa", k.device);
@@ -137,6 +146,11 @@ bool cudnn_sdpa(const ops::OpCall& c, Tensor& out) {
   return true;
 }
 
+std::string cudnn_sdpa_validate_offline(const SdpaPlanKey& key, int sm_version) {
+  auto g = make_graph(key, sm_version);
+  return validate_offline(*g);
+}
+
 CudnnOpStats cudnn_sdpa_stats() {
   std::lock_guard<std::mutex> lock(rejection_mu);
   return {plans().stats(), runs.load(), last_rejection};
@@ -152,6 +166,7 @@ void cudnn_sdpa_reset() {
 #else  // built without cuDNN: every call takes the simple kernel
 
 bool cudnn_sdpa(const ops::OpCall&, Tensor&) { return false; }
+std::string cudnn_sdpa_validate_offline(const SdpaPlanKey&, int) { return "built without cuDNN"; }
 CudnnOpStats cudnn_sdpa_stats() { return {{}, 0, "built without cuDNN"}; }
 void cudnn_sdpa_reset() {}
 
