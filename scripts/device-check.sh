@@ -1,296 +1,400 @@
 #!/usr/bin/env bash
-# The one device check of the CUDA backend (issue 7), made to run in a single call on the lent GPU
-# machine within 8 minutes: build (CUDA on, sm_90) -> the GPU tests -> `diffq bench --device cuda` on
-# builtin:flux-dev-shape next to the Diffusers peer (one FLUX.1-dev-shaped transformer step, bf16,
-# 1024x1024), in the same call -> torchao's real int4 weight-only forward (CUDA: mslk kernels) against
-# diffq's int4wo output (tools/reference/check_torchao_int4_gpu.py; diffq's side is committed in
-# tests/fixtures/quant/torchao/written/int4_gpu_diffq.safetensors). Prints a diffq vs Diffusers table and
-# writes everything under $OUT (device-check.json, the logs, the raw JSON of both engines). Every part has
-# its own timeout and reports its status ("ok", "failed", "timeout", "skipped", "unavailable") instead of
-# pretending.
+# The one device check of the CUDA backend (issues 7, 35): one call on the lent H200 machine, at most 8
+# minutes, at most 60 MB sent (the checkout plus one carried folder). Here, on a machine without a GPU, it
+# packs what the device needs; there, it runs the parts below, each under its own timeout, each reporting
+# its own status (ok / failed / timeout / skipped / unavailable), and writes under $OUT (at most 8 files
+# come back from a device call): device-check.json, table.md, device-check.log and parts.tar.gz (every
+# part's log and raw JSON, gtest's JSON included).
 #
-#   scripts/device-check.sh [--dry-run] [--build DIR] [--prebuilt DIR] [--pack DIR] [--wheels DIR] [--out DIR]
-#                           [--budget SECONDS] [--jobs N] [--parts LIST] [--int4-wheels DIR]
-#   --dry-run    the CPU-side parts only (arguments, the CUDA build, the JSON skeleton); the GPU
-#                parts are recorded as skipped. Runs on a machine without a GPU.
-#   --build      build folder (default build-device)
-#   --prebuilt   a folder holding prebuilt.tgz (made by --pack) or bin/test_cuda, bin/diffq and lib/:
-#                used when the build here fails or instead of it (the device image lacks diffq's
-#                Debian packages; see docs/cuda.md)
-#   --pack DIR   here, not on the device: build, then write DIR/prebuilt.tgz (bin/test_cuda, bin/diffq
-#                and the shared libraries they need beyond glibc and CUDA) for --prebuilt, and stop
-#   --assume-gpu run the GPU parts even where nvidia-smi sees no GPU (to exercise the script here: the
-#                tests skip, diffq bench and the peer fail, and the outputs say so)
-#   --wheels     folder of wheels for the peer (default .whl: Diffusers' pure-Python wheel; the image
-#                has torch, transformers, accelerate and safetensors)
-#   --out        results folder (default $OUT, else out/device-check)
-#   --budget     total seconds (default 470: the device call's 8 minutes less a margin)
-#   --parts      comma list of the parts to run (default all: build,gpu_tests,diffq_bench,peer,torchao_int4);
-#                the others are recorded as skipped
-#   --int4-wheels  wheels for torchao_int4 (default .whl-int4): torchao==0.18.0 (3.4 MB) and
-#                mslk-cuda==1.1.0 (44.5 MB, the release for torch 2.11, the image's); without them the part
-#                reports unavailable. With the tree (~18 MB) they leave no room for the Diffusers wheel
-#                under a call's 64 MiB, so the int4 check is a call of its own.
-# On the device: run(command="scripts/device-check.sh", carry=[".whl"], timeout_s=500), and
-#   run(command="scripts/device-check.sh --parts torchao_int4", carry=[".whl-int4"], timeout_s=300).
-# The int4 wheels, here: python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12
-#   --implementation cp --platform manylinux_2_28_x86_64 -d .whl-int4 torchao==0.18.0 mslk-cuda==1.1.0
+#   scripts/device-check.sh --pack DIR      here: relink build/'s diffq and test_cuda for the device (static
+#                                           where it pays, FFmpeg and cpp-httplib stubbed, ICU's data cut:
+#                                           tools/peers/relink_device.py, self-tested on this CPU), write
+#                                           DIR/device-bin.tar.xz (+ the shared libraries left) and
+#                                           DIR/python-site.tar.xz (Diffusers from the wheels of --wheels,
+#                                           unpacked, xz), print the payload and the device command
+#   scripts/device-check.sh --dry-run [--prebuilt DIR]
+#                                           here: the payload (fails above 60 MB), then every part that needs
+#                                           no GPU (test_cuda's host-side tests, the CPU half of the parity
+#                                           runs); the GPU parts are recorded as skipped
+#   scripts/device-check.sh --prebuilt DIR  on the device: the check itself, with DIR from --pack
+# Options: --build DIR (default build: the binaries when there is no --prebuilt, and what --pack relinks),
+#   --out DIR (default $OUT, else out/device-check), --budget SECONDS (default 470), --parts LIST (comma
+#   list of: gpu_tests,parity,diffq_flux_step,diffq_vae,diffq_wan_step,peer,diffq_flux_28,torchao_int4),
+#   --wheels DIR (default .whl: wheels for --pack's python-site, or pip-installed on the device when there is
+#   no python-site.tar.xz), --int4-wheels DIR (default .whl-int4: torchao 0.18.0 + mslk-cuda 1.1.0, 48 MB:
+#   a call of its own, `--parts torchao_int4`), --assume-gpu (run the GPU parts where nvidia-smi sees none).
+#
+# The parts, in this order (the budget keeps ~150 s for the Diffusers peer until it has run):
+#   gpu_tests        test_cuda through tools/peers/run_gtest.py: per-test results from gtest's JSON; a crash
+#                    names its test and the rest run again one suite per process; fails on any failure or
+#                    crash, and, where nvidia-smi sees a GPU, on a test skipped for "no CUDA device present"
+#   parity           `diffq generate --device cuda` against `--device cpu` (same binary, same command) on
+#                    tests/fixtures/tiny-flux (PNG + --output-latents) and tiny-wan (--output-type latent: no
+#                    video writer in the device build), float32 and bfloat16; tools/peers/compare_outputs.py:
+#                    max |gpu - cpu| / max |cpu| of the latents <= 1e-3 (float32), 5e-2 (bfloat16)
+#   diffq_flux_step  diffq bench -m builtin:flux-dev-shape --device cuda --combos bf16 --size 1024x1024: a step
+#   diffq_vae        FLUX.1's VAE (random bf16 weights) decoding 1024x1024: diffq bench on the folder of
+#                    tools/peers/make_vae_bench_folder.py (tiny transformer and encoders, 1 step)
+#   diffq_wan_step   diffq bench -m builtin:wan-1.3b-shape --device cuda, 832x480, 81 frames: a CFG step
+#   peer             Diffusers on the same GPU, same shapes (tools/peers/diffusers_device_peer.py)
+#   diffq_flux_28    28 steps of builtin:flux-dev-shape, when the step's time says they fit in what is left
+#   torchao_int4     tools/reference/check_torchao_int4_gpu.py, only with the int4 wheels (else skipped)
+# LD_LIBRARY_PATH (the unpacked lib/, /usr/local/cuda/lib64, torch's cuDNN) is set for diffq's and test_cuda's
+# processes only, never for python; DIFFQ_SOURCE_DIR points the carried test_cuda at this checkout.
+# Exit status: 1 when gpu_tests, parity or torchao_int4 failed (or timed out), or the payload is too big;
+# the timings only report.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-dry=0 assume_gpu=0 pack="" build="$root/build-device" prebuilt="" wheels="$root/.whl" out="${OUT:-$root/out/device-check}"
-budget=470 jobs="$(nproc 2>/dev/null || echo 4)"
-all_parts="build,gpu_tests,diffq_bench,peer,torchao_int4" parts="" int4_wheels=""
-usage() { sed -n '12,37p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+cd "$root" || exit 2
+dry=0 assume_gpu=0 pack="" prebuilt="" build="$root/build" wheels="$root/.whl" int4_wheels="$root/.whl-int4"
+out="${OUT:-$root/out/device-check}" budget=470 parts=""
+all_parts="gpu_tests,parity,diffq_flux_step,diffq_vae,diffq_wan_step,peer,diffq_flux_28,torchao_int4"
+limit_mb=60
+usage() { sed -n '2,45p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --dry-run) dry=1; shift ;;
-    --build) build="${2:?--build needs a folder}"; shift 2 ;;
-    --assume-gpu) assume_gpu=1; shift ;;
     --pack) pack="${2:?--pack needs a folder}"; shift 2 ;;
     --prebuilt) prebuilt="${2:?--prebuilt needs a folder}"; shift 2 ;;
+    --build) build="${2:?--build needs a folder}"; shift 2 ;;
     --wheels) wheels="${2:?--wheels needs a folder}"; shift 2 ;;
+    --int4-wheels) int4_wheels="${2:?--int4-wheels needs a folder}"; shift 2 ;;
     --out) out="${2:?--out needs a folder}"; shift 2 ;;
     --budget) budget="${2:?--budget needs seconds}"; shift 2 ;;
-    --jobs) jobs="${2:?--jobs needs a number}"; shift 2 ;;
     --parts) parts="${2:?--parts needs a list}"; shift 2 ;;
-    --int4-wheels) int4_wheels="${2:?--int4-wheels needs a folder}"; shift 2 ;;
+    --assume-gpu) assume_gpu=1; shift ;;
     -h|--help) usage ;;
     *) echo "device-check: unknown argument '$1'" >&2; usage ;;
   esac
 done
 [[ "$budget" =~ ^[0-9]+$ ]] || { echo "device-check: --budget '$budget' is not a number of seconds" >&2; exit 2; }
-[[ "$jobs" =~ ^[0-9]+$ && "$jobs" -gt 0 ]] || { echo "device-check: --jobs '$jobs' is not a positive number" >&2; exit 2; }
 parts="${parts:-$all_parts}"
 for p in ${parts//,/ }; do
   [[ ",$all_parts," == *",$p,"* ]] || { echo "device-check: unknown part '$p' (parts: $all_parts)" >&2; exit 2; }
 done
 want() { [[ ",$parts," == *",$1,"* ]]; }
-int4_wheels="$(realpath -m "${int4_wheels:-$root/.whl-int4}")"
-build="$(realpath -m "$build")"
-[[ -n "$prebuilt" ]] && prebuilt="$(realpath -m "$prebuilt")"
-[[ -n "$pack" ]] && pack="$(realpath -m "$pack")"
-mkdir -p "$out" || { echo "device-check: cannot create $out" >&2; exit 2; }
-out="$(cd "$out" && pwd)"
+build="$(realpath -m "$build")" wheels="$(realpath -m "$wheels")" int4_wheels="$(realpath -m "$int4_wheels")"
 start=$(date +%s)
-model="builtin:flux-dev-shape" size="1024x1024" combo="bf16"
-
-left() { echo $((budget - ($(date +%s) - start))); }
-# Seconds for a part: its own limit, capped by what is left of the budget less `reserve`.
-slot() { local want=$1 reserve=$2 l; l=$(($(left) - reserve)); ((l < want)) && want=$l; ((want < 1)) && want=1; echo "$want"; }
-json_str() { printf '"%s"' "$(printf '%s' "$1" | sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/\t/ /g' | tr -d '\r' | tr '\n' ' ')"; }
 say() { echo "[device-check] $*" >&2; }
-# Runs "$@" under `timeout`, output to $out/<name>.log; sets rc and st (ok / failed / timeout).
-run_part() {
-  local name=$1 secs=$2; shift 2
-  say "$name (limit ${secs}s): $*"
-  local t0=$(date +%s)
-  if declare -F "$1" > /dev/null; then  # a function of this script: run it in a bash of its own
-    timeout --kill-after=5 "$secs" bash -c "$(declare -p root build jobs wheels int4_wheels out launcher); $(declare -f "$1"); $1" \
-      > "$out/$name.log" 2>&1
-  else
-    timeout --kill-after=5 "$secs" "$@" > "$out/$name.log" 2>&1
-  fi
-  rc=$?
-  secs_used=$(($(date +%s) - t0))
-  if ((rc == 0)); then st=ok; elif ((rc == 124 || rc == 137)); then st=timeout; else st=failed; fi
-  say "$name: $st (rc $rc, ${secs_used}s)"
-}
-have_gpu() { command -v nvidia-smi > /dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q GPU; }
+mb() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1e6 }'; }
+relpath() { realpath -m --relative-to="$root" "$1"; }
 
-declare -A status seconds message
-gpu=0
-if ((dry)); then say "dry run: GPU parts skipped"; elif have_gpu || ((assume_gpu)); then gpu=1; else say "no GPU visible (nvidia-smi)"; fi
-
-# ---- 1. build ---------------------------------------------------------------------------------
-bindir="$build/bin"
-export PATH="/usr/local/cuda/bin:$PATH"
-launcher=()
-command -v ccache > /dev/null 2>&1 && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache
-                                           -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
-build_cmd() {
-  cmake -S "$root" -B "$build" -G Ninja -DDIFFQ_CUDA=ON -DDIFFQ_BENCH=OFF \
-    -DCMAKE_CUDA_ARCHITECTURES=90 "${launcher[@]}" && ninja -C "$build" -j "$jobs" test_cuda diffq
+# ---- the payload: what a device call sends (the checkout's tracked and untracked-not-ignored files, plus
+# the carried folder). The device tool's own limit is 64 MiB; the issue's is 60 MB.
+checkout_bytes() {
+  git -C "$root" ls-files -co --exclude-standard -z 2>/dev/null | (cd "$root" && xargs -0 stat -c %s 2>/dev/null) |
+    awk '{ s += $1 } END { print s + 0 }'
 }
-if want build; then
-  run_part build "$(slot 270 150)" build_cmd
-  status[build]=$st seconds[build]=$secs_used message[build]="$(tail -n 3 "$out/build.log")"
-else
-  st=skipped status[build]=skipped message[build]="not selected (--parts $parts)"
-fi
-if [[ "$st" != ok && -n "$prebuilt" && -f "$prebuilt/prebuilt.tgz" ]]; then
-  mkdir -p /tmp/diffq-prebuilt && tar -xzf "$prebuilt/prebuilt.tgz" -C /tmp/diffq-prebuilt && prebuilt=/tmp/diffq-prebuilt
-fi
-if [[ "$st" != ok && -n "$prebuilt" ]]; then
-  if [[ -x "$prebuilt/bin/test_cuda" && -x "$prebuilt/bin/diffq" ]]; then
-    say "build $st: using the prebuilt binaries of $prebuilt"
-    bindir="$(cd "$prebuilt/bin" && pwd)"
-    [[ -d "$prebuilt/lib" ]] && export LD_LIBRARY_PATH="$(cd "$prebuilt/lib" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    message[build]="build $st; used prebuilt $prebuilt"
-  else
-    message[build]="build $st and $prebuilt has no bin/test_cuda and bin/diffq"
-  fi
-fi
-bins_ok=0
-[[ -x "$bindir/test_cuda" && -x "$bindir/diffq" ]] && bins_ok=1
+payload_line() {  # $1: the carried folder
+  local c y
+  c=$(checkout_bytes)
+  y=$( [[ -e "$1" ]] && du -sb "$1" | cut -f1 || echo 0)
+  payload_total=$((c + y))
+  echo "device run payload: $(mb $payload_total) MB (checkout $(mb "$c") MB + carried $(mb "$y") MB: $(relpath "$1"))"
+}
+device_command() {  # $1: the pack folder
+  local d; d=$(relpath "$1")
+  echo "run(command=\"scripts/device-check.sh --prebuilt $d\", carry=[\"$d\"], timeout_s=540)"
+}
+
+# ---- --pack: here, no GPU needed --------------------------------------------------------------------------
 if [[ -n "$pack" ]]; then
-  ((bins_ok)) || { say "--pack: the build failed (see $out/build.log)"; exit 1; }
+  pack="$(realpath -m "$pack")"
+  grep -q '^DIFFQ_CUDA:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null ||
+    { say "--pack: $build is not a CUDA build (cmake -DDIFFQ_CUDA=ON, nvcc needed)"; exit 1; }
+  say "building diffq and test_cuda in $build"
+  lock=(); command -v flock > /dev/null && lock=(flock /tmp/diffq-build.lock)
+  "${lock[@]}" cmake --build "$build" --target diffq test_cuda > /tmp/device-check-pack-build.log 2>&1 ||
+    { tail -n 20 /tmp/device-check-pack-build.log >&2; say "--pack: the build failed"; exit 1; }
   stage="$(mktemp -d)"
-  mkdir -p "$stage/bin" "$stage/lib" "$pack" && cp "$bindir/test_cuda" "$bindir/diffq" "$stage/bin/" || exit 1
-  ldd "$bindir/test_cuda" "$bindir/diffq" | awk '$3 ~ /^\// {print $3}' | sort -u |
-    grep -vE '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*)\.so|/usr/local/cuda|libcuda\.so' |
-    while read -r lib; do cp -L "$lib" "$stage/lib/"; done
-  tar -czf "$pack/prebuilt.tgz.tmp" -C "$stage" bin lib && mv "$pack/prebuilt.tgz.tmp" "$pack/prebuilt.tgz"
-  rm -rf "$stage"
-  say "packed $(du -h "$pack/prebuilt.tgz" | cut -f1) into $pack/prebuilt.tgz (a device call carries at most 64 MiB)"
+  trap 'rm -rf "$stage"' EXIT
+  python3 "$root/tools/peers/relink_device.py" --build "$build" --stage "$stage/bin-stage" || exit 1
+  mkdir -p "$pack"
+  rm -f "$pack"/device-bin.tar.xz "$pack"/python-site.tar.xz
+  say "xz of the binaries (a minute or two)"
+  tar -cf - -C "$stage/bin-stage" bin lib | xz -9 -T0 > "$pack/device-bin.tar.xz.tmp" &&
+    mv "$pack/device-bin.tar.xz.tmp" "$pack/device-bin.tar.xz" || exit 1
+  if ! compgen -G "$wheels/*.whl" > /dev/null; then
+    ver=$(sed -nE 's/^diffusers==([0-9.]+).*/\1/p' "$root/tools/reference/requirements.txt")
+    say "no wheel in $wheels: pip download diffusers${ver:+==$ver}"
+    python3 -m pip download -q "diffusers${ver:+==$ver}" --no-deps --only-binary=:all: -d "$wheels" ||
+      { say "--pack: pip download failed"; exit 1; }
+  fi
+  mkdir -p "$stage/site"
+  python3 - "$stage/site" "$wheels"/*.whl <<'EOF' || exit 1
+import sys, zipfile
+for w in sys.argv[2:]:  # pure-Python wheels: unpacking one is installing it (PYTHONPATH on the device)
+    zipfile.ZipFile(w).extractall(sys.argv[1])
+    print(f"[device-check] python-site: {w.rsplit('/', 1)[-1]}", file=sys.stderr)
+EOF
+  tar -cf - -C "$stage/site" . | xz -9 -T0 > "$pack/python-site.tar.xz" || exit 1
+  say "packed: $(relpath "$pack")/device-bin.tar.xz $(mb "$(stat -c %s "$pack/device-bin.tar.xz")") MB," \
+      "python-site.tar.xz $(mb "$(stat -c %s "$pack/python-site.tar.xz")") MB"
+  payload_line "$pack"
+  ((payload_total > limit_mb * 1000000)) && { say "over ${limit_mb} MB: not sendable as it is"; exit 1; }
+  echo "on the device: $(device_command "$pack")"
   exit 0
 fi
 
-# ---- 2. GPU tests -----------------------------------------------------------------------------
-# The tests `ctest -L gpu` runs (all in test_cuda), in one process: several hundred ctest processes
-# would each pay CUDA's start-up.
-passed="" failed="" skipped=""
-if ! want gpu_tests; then
-  status[gpu_tests]=skipped message[gpu_tests]="not selected (--parts $parts)"
-elif ((!gpu)); then
-  status[gpu_tests]=skipped message[gpu_tests]="no GPU"
-  # Still list the tests (needs no GPU): proves the binary starts and the table instantiates.
-  if ((bins_ok)); then
-    n=$("$bindir/test_cuda" --gtest_list_tests 2>/dev/null | grep -c '^  ')
-    message[gpu_tests]="no GPU; test_cuda lists $n tests"
+# ---- the run (device, or --dry-run here) -----------------------------------------------------------------
+mkdir -p "$out" || { echo "device-check: cannot create $out" >&2; exit 2; }
+out="$(cd "$out" && pwd)"
+rm -f "$out/device-check.json" "$out/table.md" "$out/parts.tar.gz"
+exec > >(tee "$out/device-check.log") 2>&1
+work="$(mktemp -d /tmp/diffq-device-check.XXXXXX)"
+: > "$work/parts.jsonl"
+carried="${prebuilt:-$root/.devbin}"
+if git -C "$root" rev-parse --git-dir > /dev/null 2>&1; then
+  payload_line "$(realpath -m "$carried")"
+  if ((dry)) && ((payload_total > limit_mb * 1000000)); then
+    say "the payload is over ${limit_mb} MB"; payload_over=1
   fi
-elif ((!bins_ok)); then
-  status[gpu_tests]=skipped message[gpu_tests]="no test_cuda binary (build ${status[build]})"
+fi
+left() { echo $((budget - ($(date +%s) - start))); }
+# Seconds for a part: its cap, within what is left of the budget less `reserve`.
+slot() { local want=$1 reserve=$2 l; l=$(($(left) - reserve)); ((l < want)) && want=$l; ((want < 5)) && want=5; echo "$want"; }
+json_str() { python3 -c 'import json,sys; print(json.dumps(sys.argv[1]))' "$1"; }
+record() {  # part status seconds message
+  printf '{"part": "%s", "status": "%s", "seconds": %s, "message": %s}\n' "$1" "$2" "${3:-null}" \
+    "$(json_str "$4")" >> "$work/parts.jsonl"
+  say "$1: $2${3:+ (${3}s)} $4"
+  report
+}
+gpu_name=""
+if command -v nvidia-smi > /dev/null 2>&1; then gpu_name=$(nvidia-smi -L 2>/dev/null | grep GPU | head -n 1); fi
+gpu=0
+if ((dry)); then say "dry run: the GPU parts are skipped"
+elif [[ -n "$gpu_name" ]]; then gpu=1; say "GPU: $gpu_name"
+elif ((assume_gpu)); then gpu=1; say "no GPU visible (nvidia-smi); --assume-gpu: running the GPU parts anyway"
+else say "no GPU visible (nvidia-smi): the GPU parts are skipped"; fi
+
+# The binaries: the --prebuilt pack, unpacked, else the build folder's.
+bindir="" libdir="" bins_msg=""
+untar_xz() {  # archive folder: tar's xz, else Python's (an image without xz-utils)
+  mkdir -p "$2" && { tar -xJf "$1" -C "$2" 2>/dev/null ||
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$1" "$2"; }
+}
+if [[ -f "$carried/device-bin.tar.xz" ]]; then
+  untar_xz "$carried/device-bin.tar.xz" "$work/dev" &&
+    bindir="$work/dev/bin" libdir="$work/dev/lib" bins_msg="unpacked $(relpath "$carried")/device-bin.tar.xz"
+elif [[ -n "$prebuilt" ]]; then
+  bins_msg="$prebuilt has no device-bin.tar.xz (make it here: scripts/device-check.sh --pack $prebuilt)"
+fi
+if [[ -z "$bindir" && -x "$build/bin/test_cuda" && -x "$build/bin/diffq" ]]; then
+  bindir="$build/bin" bins_msg="${bins_msg:+$bins_msg; }using $build/bin"
+fi
+bins_ok=0
+[[ -n "$bindir" && -x "$bindir/test_cuda" && -x "$bindir/diffq" ]] && bins_ok=1
+say "binaries: ${bins_msg:-none} "
+# The library path of diffq's own processes (never python's): the unpacked libraries, the CUDA toolkit's
+# (its RUNPATH's /usr/local/cuda/lib is absent there), torch's cuDNN (9.19; the system's 9.14 is the fallback).
+cudnn_dir=$(ls -d /opt/torch/.venv/lib/python3*/site-packages/nvidia/cudnn/lib 2>/dev/null | head -n 1)
+dq_ld="${libdir:+$libdir:}/usr/local/cuda/lib64${cudnn_dir:+:$cudnn_dir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+dq() { env LD_LIBRARY_PATH="$dq_ld" DIFFQ_SOURCE_DIR="$root" "$@"; }
+libs_missing=""
+if ((bins_ok)); then
+  libs_missing=$(dq ldd "$bindir/diffq" "$bindir/test_cuda" 2>&1 | grep "not found" | sort -u | tr -s ' \t\n' ' ')
+  [[ -n "$libs_missing" ]] && say "libraries not found: $libs_missing"
+  cudnn_used=$(dq ldd "$bindir/test_cuda" 2>/dev/null | sed -nE 's/.*libcudnn\.so\.[0-9]+ => (\S+).*/\1/p' | head -n 1)
+fi
+# Python: the packed Diffusers (python-site.tar.xz), else wheels pip-installed; PYTHONPATH for python alone.
+site="" site_msg=""
+prepare_site() {
+  [[ -n "$site_msg" ]] && return
+  if [[ -f "$carried/python-site.tar.xz" ]]; then
+    untar_xz "$carried/python-site.tar.xz" "$work/site" && site="$work/site" &&
+      site_msg="Diffusers from $(relpath "$carried")/python-site.tar.xz"
+  elif compgen -G "$wheels/*.whl" > /dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$work/site" \
+      "$wheels"/*.whl > "$work/pip.log" 2>&1 && site="$work/site" && site_msg="Diffusers from $(relpath "$wheels")"
+  fi
+  site_msg="${site_msg:-no python-site.tar.xz and no wheels: the Python packages of the image}"
+}
+py() { env ${site:+PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"} PYTHONUNBUFFERED=1 python3 "$@"; }
+
+report() {
+  local meta="$work/meta.json"
+  python3 - "$meta" <<EOF
+import json, sys
+json.dump({"dry_run": $((dry)) == 1, "gpu_present": $((gpu)) == 1, "gpu": $(json_str "$gpu_name"),
+           "started_utc": $(json_str "$(date -u -d "@$start" +%FT%TZ)"), "budget_s": $budget,
+           "elapsed_s": $(($(date +%s) - start)), "binaries": $(json_str "$bins_msg"),
+           "ld_library_path_of_diffq": $(json_str "$dq_ld"), "cudnn": $(json_str "${cudnn_used:-}"),
+           "libraries_not_found": $(json_str "$libs_missing"), "python": $(json_str "$site_msg"),
+           "commit": $(json_str "$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)")},
+          open(sys.argv[1], "w"))
+EOF
+  python3 "$root/tools/peers/device_report.py" --work "$work" --out "$out" --meta "$meta" "$@"
+}
+# Runs a command under `timeout` into $work/<name>.log; sets rc, st (ok / failed / timeout), secs.
+run_part() {
+  local name=$1 limit=$2; shift 2
+  say "$name (limit ${limit}s)"
+  local t0; t0=$(date +%s)
+  timeout --kill-after=5 "$limit" "$@" >> "$work/$name.log" 2>&1
+  rc=$?
+  secs=$(($(date +%s) - t0))
+  if ((rc == 0)); then st=ok; elif ((rc == 124 || rc == 137)); then st=timeout; else st=failed; fi
+}
+# A diffq feature this build lacks says so: "unavailable", not "failed".
+unavailable_in() { grep -m1 -iE "only cpu runs|no CUDA backend|not built with CUDA|unknown option|--device.*(not|unsupported)|The following argument was not expected" "$1"; }
+reserve_peer=150
+want peer && ((gpu)) || reserve_peer=0
+
+# ---- 1. GPU tests -----------------------------------------------------------------------------------------
+if ! want gpu_tests; then record gpu_tests skipped "" "not selected (--parts)"
+elif ((!bins_ok)); then record gpu_tests unavailable "" "no test_cuda (${bins_msg:-no binaries})"
 else
-  run_part gpu_tests "$(slot 120 150)" "$bindir/test_cuda" --gtest_output="json:$out/gpu_tests.json" \
-    --gtest_brief=1
-  status[gpu_tests]=$st seconds[gpu_tests]=$secs_used
-  passed=$(sed -nE 's/^\[  PASSED  \] ([0-9]+) test.*/\1/p' "$out/gpu_tests.log" | tail -n 1)
-  skipped=$(sed -nE 's/^\[  SKIPPED \] ([0-9]+) test.*/\1/p' "$out/gpu_tests.log" | tail -n 1)
-  failed=$(sed -nE 's/^\[  FAILED  \] ([0-9]+) test.*/\1/p' "$out/gpu_tests.log" | tail -n 1)
-  [[ -n "$passed$skipped" ]] && failed=${failed:-0}
-  message[gpu_tests]="passed ${passed:-?}, failed ${failed:-?}, skipped ${skipped:-?}"
+  lim=$(slot 120 "$reserve_peer")
+  expect=(); ((gpu)) && [[ -n "$gpu_name" ]] && expect=(--expect-gpu)
+  run_part gpu_tests "$((lim + 10))" python3 "$root/tools/peers/run_gtest.py" "$bindir/test_cuda" --work "$work/gtest" \
+    --summary "$work/gpu_tests.json" --lib-path "$dq_ld" --env "DIFFQ_SOURCE_DIR=$root" --timeout "$lim" "${expect[@]}"
+  msg=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("message", ""))' "$work/gpu_tests.json" 2>/dev/null)
+  msg="${msg:-$(tail -n 2 "$work/gpu_tests.log")}"
+  if ((gpu)); then record gpu_tests "$st" "$secs" "$msg${libs_missing:+; libraries not found: $libs_missing}"
+  elif [[ $st == ok ]]; then record gpu_tests skipped "$secs" "no GPU; here: $msg"
+  else record gpu_tests "$st" "$secs" "no GPU, and even so: $msg${libs_missing:+; libraries not found: $libs_missing}"; fi
 fi
 
-# ---- 3. diffq bench --device cuda -------------------------------------------------------------
-diffq_step=""
-if ! want diffq_bench; then
-  status[diffq_bench]=skipped message[diffq_bench]="not selected (--parts $parts)"
-elif ((!gpu)); then
-  status[diffq_bench]=skipped message[diffq_bench]="no GPU"
-elif ((!bins_ok)); then
-  status[diffq_bench]=skipped message[diffq_bench]="no diffq binary (build ${status[build]})"
-else
-  run_part diffq_bench "$(slot 90 130)" sh -c "'$bindir/diffq' bench -m $model --device cuda --combos $combo \
-    --size $size --steps 2 --repeat 3 --warmup 1 --json > '$out/diffq_bench.json'"
-  status[diffq_bench]=$st seconds[diffq_bench]=$secs_used
-  if [[ "$st" == ok ]]; then
-    diffq_step=$(tr -d ' \n' < "$out/diffq_bench.json" | sed -nE 's/.*"step_s":\{[^}]*"median":([0-9.eE+-]+).*/\1/p')
-    message[diffq_bench]="step median ${diffq_step:-?} s"
-  elif grep -q "only cpu runs" "$out/diffq_bench.log"; then
-    status[diffq_bench]=unavailable
-    message[diffq_bench]="diffq bench has no CUDA path yet: $(grep -m1 'only cpu' "$out/diffq_bench.log")"
+# ---- 2. parity: diffq generate --device cuda against --device cpu, tiny FLUX and Wan ------------------
+parity_dir="$work/parity"
+gen() {  # model dtype device -> $parity_dir/<model>-<dtype>-<device>.*
+  local m=$1 dt=$2 dev=$3 base="$parity_dir/$1-$2-$3"
+  local common=(-p "a red fox in the snow" --steps 4 --seed 7 --dtype "$dt" --device "$dev" --width 64 --height 64 --json)
+  if [[ $m == flux ]]; then
+    dq "$bindir/diffq" generate -m "$root/tests/fixtures/tiny-flux" "${common[@]}" -o "$base.png" \
+      --output-latents "$base.safetensors" > "$base.json" 2> "$base.err"
   else
-    message[diffq_bench]="$(tail -n 2 "$out/diffq_bench.log")"
+    dq "$bindir/diffq" generate -m "$root/tests/fixtures/tiny-wan" "${common[@]}" --frames 9 --output-type latent \
+      -o "$base.safetensors" > "$base.json" 2> "$base.err"
   fi
-fi
-[[ "${status[diffq_bench]}" == unavailable ]] && say "NOTE: ${message[diffq_bench]}"
-
-# ---- 4. the Diffusers peer ----------------------------------------------------------------------
-peer_step=""
-if ! want peer; then
-  status[peer]=skipped message[peer]="not selected (--parts $parts)"
-elif ((!gpu)); then
-  status[peer]=skipped message[peer]="no GPU"
+}
+if ! want parity; then record parity skipped "" "not selected (--parts)"
+elif ((!bins_ok)); then record parity unavailable "" "no diffq (${bins_msg:-no binaries})"
 else
-  peer_cmd() {
-    if compgen -G "$wheels/*.whl" > /dev/null; then
-      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-        "$wheels"/*.whl || return 3
-      export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-    fi
-    python3 "$root/tools/bench/diffusers_gpu_step.py" "$out/peer.json"
-  }
-  run_part peer "$(slot 180 10)" peer_cmd
-  status[peer]=$st seconds[peer]=$secs_used
-  if [[ "$st" == ok ]]; then
-    peer_step=$(sed -nE 's/.*"step_s":\{[^}]*"median":([0-9.eE+-]+).*/\1/p' "$out/peer.json")
-    message[peer]="step median ${peer_step:-?} s"
+  mkdir -p "$parity_dir"
+  t0=$(date +%s) bad=() unav="" cpu_ok=0
+  prepare_site
+  for m in flux wan; do
+    for dt in float32 bfloat16; do
+      if ! timeout 90 bash -c "$(declare -f gen dq); $(declare -p parity_dir root bindir dq_ld); gen $m $dt cpu"; then
+        bad+=("$m $dt: the CPU run failed: $(tail -n 1 "$parity_dir/$m-$dt-cpu.err")"); continue
+      fi
+      cpu_ok=$((cpu_ok + 1))
+      ((gpu)) || continue
+      if ! timeout 90 bash -c "$(declare -f gen dq); $(declare -p parity_dir root bindir dq_ld); gen $m $dt cuda"; then
+        u=$(unavailable_in "$parity_dir/$m-$dt-cuda.err")
+        if [[ -n "$u" ]]; then unav="$u"; else bad+=("$m $dt: the CUDA run failed: $(tail -n 1 "$parity_dir/$m-$dt-cuda.err")"); fi
+        continue
+      fi
+      tol=1e-3; [[ $dt == bfloat16 ]] && tol=5e-2
+      pngs=(); [[ $m == flux ]] && pngs=(--png "$parity_dir/$m-$dt-cuda.png" "$parity_dir/$m-$dt-cpu.png")
+      py "$root/tools/peers/compare_outputs.py" --name "$m-$dt" --tol "$tol" "$parity_dir/$m-$dt-cuda.safetensors" \
+        "$parity_dir/$m-$dt-cpu.safetensors" "${pngs[@]}" >> "$work/parity.jsonl" 2>> "$work/parity.log" ||
+        bad+=("$m $dt: $(tail -n 1 "$work/parity.jsonl" | cut -c1-300)")
+    done
+  done
+  secs=$(($(date +%s) - t0))
+  if ((!gpu)); then record parity skipped "$secs" "no GPU; here: $cpu_ok of 4 CPU runs ok${bad:+; ${bad[*]}}"
+  elif ((${#bad[@]})); then record parity failed "$secs" "${bad[*]}"
+  elif [[ -n "$unav" ]]; then record parity unavailable "$secs" "diffq generate --device cuda: $unav"
   else
-    message[peer]="$(tail -n 2 "$out/peer.log")"
+    record parity ok "$secs" "$(python3 -c '
+import json, sys
+rs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+print("; ".join(f"{r[\"name\"]}: max rel {max(v.get(\"max_rel\", 0) for v in r[\"latents\"].values()):.2e} (tol {r[\"tol\"]:g})"
+                + (f", png max diff {r[\"png\"][\"max_diff\"]}" if "png" in r and "max_diff" in r["png"] else "") for r in rs))
+' "$work/parity.jsonl" 2>/dev/null)"
   fi
 fi
 
-# ---- 5. torchao int4 weight-only on the GPU against diffq -----------------------------------------
-# tools/reference/check_torchao_int4_gpu.py: torchao's own Int4WeightOnlyConfig (mslk's quantizer and
-# bf16i4bf16 kernel) on tests/fixtures/quant/torchao/int4_gpu/, against the port's quantization (bit for
-# bit) and diffq's committed output (max rel <= 1e-2). rc 3 = torchao/mslk/CUDA unavailable.
-int4_inputs="$root/tests/fixtures/quant/torchao/int4_gpu/inputs.safetensors"
-int4_diffq="$root/tests/fixtures/quant/torchao/written/int4_gpu_diffq.safetensors"
-if ! want torchao_int4; then
-  status[torchao_int4]=skipped message[torchao_int4]="not selected (--parts $parts)"
-elif [[ ! -f "$int4_inputs" || ! -f "$int4_diffq" ]]; then
-  status[torchao_int4]=failed message[torchao_int4]="missing $int4_inputs or $int4_diffq"
-elif ((!gpu)); then
-  n_whl=$(compgen -G "$int4_wheels/*.whl" | wc -l)
-  status[torchao_int4]=skipped message[torchao_int4]="no GPU; inputs and diffq output present, $n_whl wheel(s) in $int4_wheels"
+# ---- 3-5. diffq bench on the GPU -----------------------------------------------------------------------
+bench_part() {  # name cap json-file-stem bench-args...
+  local name=$1 cap=$2; shift 2
+  if ! want "$name"; then record "$name" skipped "" "not selected (--parts)"; return; fi
+  if ((!gpu)); then record "$name" skipped "" "no GPU"; return; fi
+  if ((!bins_ok)); then record "$name" unavailable "" "no diffq (${bins_msg:-no binaries})"; return; fi
+  run_part "$name" "$(slot "$cap" "$reserve_peer")" bash -c "$(declare -f dq); $(declare -p dq_ld root); \
+    dq \"\$@\" > '$work/$name.json'" _ "$bindir/diffq" bench --device cuda --json "$@"
+  local m=""
+  if [[ $st == ok ]]; then
+    m=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))[0]
+print(f"step median {r[\"step_s\"][\"median\"]*1e3:.1f} ms, latency median {r[\"latency_s\"][\"median\"]:.3f} s, load {r[\"load_s\"]:.1f} s, peak device {(r.get(\"peak_device_bytes\") or 0)/2**30:.1f} GiB")' \
+      "$work/$name.json" 2>&1) || st=failed
+  elif u=$(unavailable_in "$work/$name.log"); then st=unavailable m="$u"
+  else m=$(tail -n 2 "$work/$name.log" | tr '\n' ' ')
+  fi
+  record "$name" "$st" "$secs" "$m"
+}
+bench_part diffq_flux_step 150 -m builtin:flux-dev-shape --combos bf16 --size 1024x1024 --steps 2 --repeat 1 --warmup 1
+if want diffq_vae && ((gpu)) && ((bins_ok)); then
+  prepare_site
+  vae_dir=/tmp/diffq-vae-bench-folder  # 170 MB: outside $work, which goes back in parts.tar.gz
+  if ! timeout 90 env ${site:+PYTHONPATH="$site"} python3 "$root/tools/peers/make_vae_bench_folder.py" "$vae_dir" \
+      > "$work/diffq_vae_folder.log" 2>&1; then
+    record diffq_vae failed "" "tools/peers/make_vae_bench_folder.py: $(tail -n 1 "$work/diffq_vae_folder.log")"
+  else
+    bench_part diffq_vae 90 -m "$vae_dir" --combos bf16 --size 1024x1024 --steps 1 --repeat 2 --warmup 1
+  fi
+else
+  bench_part diffq_vae 90
+fi
+bench_part diffq_wan_step 120 -m builtin:wan-1.3b-shape --combos bf16 --size 832x480 --frames 81 --steps 1 --repeat 1 --warmup 1
+
+# ---- 6. the Diffusers peer -------------------------------------------------------------------------------
+if ! want peer; then record peer skipped "" "not selected (--parts)"
+elif ((!gpu)); then record peer skipped "" "no GPU"
+else
+  prepare_site
+  reserve_after=0; want diffq_flux_28 && reserve_after=40
+  lim=$(slot 240 "$reserve_after")
+  run_part peer "$((lim + 15))" env ${site:+PYTHONPATH="$site"} PYTHONUNBUFFERED=1 python3 \
+    "$root/tools/peers/diffusers_device_peer.py" --out "$work/peer.json" --budget "$lim"
+  ((rc == 3)) && st=unavailable
+  record peer "$st" "$secs" "$site_msg; $(grep '^\[peer\]' "$work/peer.log" | cut -c1-160 | tr '\n' ' ' | cut -c1-700)"
+fi
+reserve_peer=0
+
+# ---- 7. 28 steps, when they fit ----------------------------------------------------------------------------
+if want diffq_flux_28 && ((gpu)) && ((bins_ok)); then
+  est=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))[0]; print(int(r["load_s"] + 28 * r["step_s"]["median"] + 20))' \
+    "$work/diffq_flux_step.json" 2>/dev/null)
+  if [[ -z "$est" ]]; then record diffq_flux_28 skipped "" "no step time from diffq_flux_step to size it"
+  elif ((est > $(left) - 15)); then record diffq_flux_28 skipped "" "28 steps need ~${est}s, $(left)s left"
+  else bench_part diffq_flux_28 "$((est + 30))" -m builtin:flux-dev-shape --combos bf16 --size 1024x1024 --steps 28 --repeat 1 --warmup 0
+  fi
+else
+  bench_part diffq_flux_28 60
+fi
+
+# ---- 8. torchao int4 against diffq (its own call: the wheels are 48 MB) ---------------------------------
+if ! want torchao_int4; then record torchao_int4 skipped "" "not selected (--parts)"
+elif ! compgen -G "$int4_wheels/*.whl" > /dev/null; then
+  record torchao_int4 skipped "" "no wheels in $(relpath "$int4_wheels") (torchao==0.18.0, mslk-cuda==1.1.0: a call of its own, --parts torchao_int4)"
+elif ((!gpu)); then record torchao_int4 skipped "" "no GPU"
 else
   int4_cmd() {
-    if compgen -G "$int4_wheels/*.whl" > /dev/null; then
-      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site-int4 \
-        "$int4_wheels"/*.whl || return 4
-      export PYTHONPATH=/tmp/site-int4${PYTHONPATH:+:$PYTHONPATH}
-    fi
-    PYTHONUNBUFFERED=1 python3 "$root/tools/reference/check_torchao_int4_gpu.py" --out "$out"
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$work/site-int4" \
+      "$int4_wheels"/*.whl || return 4
+    PYTHONPATH="$work/site-int4" PYTHONUNBUFFERED=1 python3 "$root/tools/reference/check_torchao_int4_gpu.py" --out "$work/torchao_int4"
   }
-  run_part torchao_int4 "$(slot 150 0)" int4_cmd
-  status[torchao_int4]=$st seconds[torchao_int4]=$secs_used
-  ((rc == 3)) && status[torchao_int4]=unavailable
-  if ((rc == 4)); then
-    message[torchao_int4]="pip could not install the wheels of $int4_wheels"
-  else
-    message[torchao_int4]="$(grep '^\[torchao_int4\]' "$out/torchao_int4.log" | tail -n 1)"
-  fi
+  run_part torchao_int4 "$(slot 200 0)" bash -c "$(declare -f int4_cmd); $(declare -p work int4_wheels root); int4_cmd"
+  ((rc == 3)) && st=unavailable
+  m=$(grep '^\[torchao_int4\]' "$work/torchao_int4.log" | tail -n 1); ((rc == 4)) && m="pip could not install $int4_wheels"
+  record torchao_int4 "$st" "$secs" "$m"
 fi
 
-# ---- 6. table and JSON --------------------------------------------------------------------------
-ms() { [[ -n "$1" ]] && awk -v s="$1" 'BEGIN { printf "%.1f", s * 1000 }' || echo "-"; }
-ratio="-"
-[[ -n "$diffq_step" && -n "$peer_step" ]] && ratio=$(awk -v a="$diffq_step" -v b="$peer_step" 'BEGIN { printf "%.2f", b / a }')
-d_cell=$(ms "$diffq_step") p_cell=$(ms "$peer_step")
-[[ -z "$diffq_step" ]] && d_cell="${status[diffq_bench]}"
-[[ -z "$peer_step" ]] && p_cell="${status[peer]}"
-{
-  echo
-  echo "| $model $combo $size, one step | diffq | Diffusers | Diffusers/diffq |"
-  echo "|---|---|---|---|"
-  echo "| step ms (median) | $d_cell | $p_cell | $ratio |"
-  echo
-  for p in build gpu_tests diffq_bench peer torchao_int4; do echo "- $p: ${status[$p]} ${seconds[$p]:+(${seconds[$p]}s)} ${message[$p]:-}"; done
-} | tee "$out/table.md"
-
-{
-  echo "{"
-  echo "  \"dry_run\": $([[ $dry == 1 ]] && echo true || echo false),"
-  echo "  \"gpu_present\": $([[ $gpu == 1 ]] && echo true || echo false),"
-  echo "  \"started_utc\": $(json_str "$(date -u -d "@$start" +%FT%TZ 2>/dev/null || date -u +%FT%TZ)"),"
-  echo "  \"budget_s\": $budget, \"elapsed_s\": $(($(date +%s) - start)),"
-  echo "  \"model\": $(json_str "$model"), \"combo\": $(json_str "$combo"), \"size\": $(json_str "$size"),"
-  echo "  \"parts\": {"
-  sep=""
-  for p in build gpu_tests diffq_bench peer torchao_int4; do
-    printf '%s    "%s": {"status": %s, "seconds": %s, "message": %s}' "$sep" "$p" "$(json_str "${status[$p]}")" \
-      "${seconds[$p]:-null}" "$(json_str "${message[$p]:-}")"
-    sep=$',\n'
-  done
-  echo
-  echo "  },"
-  echo "  \"gpu_tests\": {\"passed\": ${passed:-null}, \"failed\": ${failed:-null}, \"skipped\": ${skipped:-null}},"
-  echo "  \"diffq_step_s\": ${diffq_step:-null}, \"diffusers_step_s\": ${peer_step:-null},"
-  echo "  \"diffusers_over_diffq\": $([[ $ratio == - ]] && echo null || echo "$ratio")"
-  echo "}"
-} > "$out/device-check.json.tmp" && mv "$out/device-check.json.tmp" "$out/device-check.json"
-say "wrote $out/device-check.json ($(($(date +%s) - start))s)"
-[[ "${status[build]}" == ok || "${status[build]}" == skipped || -n "$prebuilt" ]] || exit 1
-[[ "${status[gpu_tests]}" == failed ]] && exit 1
-[[ "${status[torchao_int4]}" == failed ]] && exit 1
-exit 0
+# ---- the report ---------------------------------------------------------------------------------------------
+report --print
+say "finished in $(($(date +%s) - start))s; results in $out"
+tar -czf "$out/parts.tar.gz" -C "$work" --exclude='*.png' --exclude='dev' --exclude='site' --exclude='site-int4' . 2>/dev/null
+status=0
+for p in gpu_tests parity torchao_int4; do
+  s=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["parts"][sys.argv[2]]["status"])' "$out/device-check.json" "$p" 2>/dev/null)
+  [[ "$s" == failed || "$s" == timeout ]] && status=1
+done
+[[ -n "${payload_over:-}" ]] && status=1
+((dry)) || rm -rf "$work"
+((dry)) && say "work folder kept: $work"
+if ((dry)); then echo "on the device: $(device_command "$(realpath -m "$carried")")"; fi
+exit $status
