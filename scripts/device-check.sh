@@ -273,18 +273,31 @@ if ! want parity; then record parity skipped "" "not selected (--parts)"
 elif ((!bins_ok)); then record parity unavailable "" "no diffq (${bins_msg:-no binaries})"
 else
   mkdir -p "$parity_dir"
-  t0=$(date +%s) bad=() unav="" cpu_ok=0
+  t0=$(date +%s) bad=() unav="" cpu_ok=0 hung=""
+  plim=$(slot 150 "$reserve_peer")  # the whole part's; each run gets what is left of it, at most 60 s
+  prun() {  # model dtype device: one generate under what is left of the part's time
+    local l=$((plim - ($(date +%s) - t0))); ((l > 60)) && l=60
+    ((l < 3)) && return 124
+    timeout --kill-after=5 "$l" bash -c "$(declare -f gen dq); $(declare -p parity_dir root bindir dq_ld); gen $1 $2 $3"
+  }
   prepare_site
   for m in flux wan; do
     for dt in float32 bfloat16; do
-      if ! timeout 90 bash -c "$(declare -f gen dq); $(declare -p parity_dir root bindir dq_ld); gen $m $dt cpu"; then
-        bad+=("$m $dt: the CPU run failed: $(tail -n 1 "$parity_dir/$m-$dt-cpu.err")"); continue
+      prun "$m" "$dt" cpu; r=$?
+      if ((r != 0)); then
+        ((r == 124 || r == 137)) && hung="${hung:+$hung, }$m $dt cpu"
+        ((r == 124 || r == 137)) || bad+=("$m $dt: the CPU run failed: $(tail -n 1 "$parity_dir/$m-$dt-cpu.err")")
+        continue
       fi
       cpu_ok=$((cpu_ok + 1))
       ((gpu)) || continue
-      if ! timeout 90 bash -c "$(declare -f gen dq); $(declare -p parity_dir root bindir dq_ld); gen $m $dt cuda"; then
+      if [[ -n "$hung" ]]; then continue; fi  # a hung CUDA run: the next would hang as well; keep the time
+      prun "$m" "$dt" cuda; r=$?
+      if ((r != 0)); then
         u=$(unavailable_in "$parity_dir/$m-$dt-cuda.err")
-        if [[ -n "$u" ]]; then unav="$u"; else bad+=("$m $dt: the CUDA run failed: $(tail -n 1 "$parity_dir/$m-$dt-cuda.err")"); fi
+        if ((r == 124 || r == 137)); then hung="${hung:+$hung, }$m $dt cuda"
+        elif [[ -n "$u" ]]; then unav="$u"
+        else bad+=("$m $dt: the CUDA run failed: $(tail -n 1 "$parity_dir/$m-$dt-cuda.err")"); fi
         continue
       fi
       tol=1e-3; [[ $dt == bfloat16 ]] && tol=5e-2
@@ -295,7 +308,9 @@ else
     done
   done
   secs=$(($(date +%s) - t0))
+  [[ -n "$hung" ]] && bad+=("no result within the part's ${plim}s from: $hung (later CUDA runs not started)")
   if ((!gpu)); then record parity skipped "$secs" "no GPU; here: $cpu_ok of 4 CPU runs ok${bad:+; ${bad[*]}}"
+  elif [[ -n "$hung" && ${#bad[@]} == 1 ]]; then record parity timeout "$secs" "${bad[*]}"
   elif ((${#bad[@]})); then record parity failed "$secs" "${bad[*]}"
   elif [[ -n "$unav" ]]; then record parity unavailable "$secs" "diffq generate --device cuda: $unav"
   else
@@ -322,6 +337,7 @@ bench_part() {  # name cap json-file-stem bench-args...
 print(f"step median {r[\"step_s\"][\"median\"]*1e3:.1f} ms, latency median {r[\"latency_s\"][\"median\"]:.3f} s, load {r[\"load_s\"]:.1f} s, peak device {(r.get(\"peak_device_bytes\") or 0)/2**30:.1f} GiB")' \
       "$work/$name.json" 2>&1) || st=failed
   elif u=$(unavailable_in "$work/$name.log"); then st=unavailable m="$u"
+  elif [[ $st == timeout ]]; then m="no result within ${secs}s; log: $(tail -n 1 "$work/$name.log" | cut -c1-200)"
   else m=$(tail -n 2 "$work/$name.log" | tr '\n' ' ')
   fi
   record "$name" "$st" "$secs" "$m"
@@ -332,7 +348,8 @@ if want diffq_vae && ((gpu)) && ((bins_ok)); then
   vae_dir=/tmp/diffq-vae-bench-folder  # 170 MB: outside $work, which goes back in parts.tar.gz
   if ! timeout 90 env ${site:+PYTHONPATH="$site"} python3 "$root/tools/peers/make_vae_bench_folder.py" "$vae_dir" \
       > "$work/diffq_vae_folder.log" 2>&1; then
-    record diffq_vae failed "" "tools/peers/make_vae_bench_folder.py: $(tail -n 1 "$work/diffq_vae_folder.log")"
+    vst=failed; grep -q "ModuleNotFoundError" "$work/diffq_vae_folder.log" && vst=unavailable
+    record diffq_vae "$vst" "" "tools/peers/make_vae_bench_folder.py: $(tail -n 1 "$work/diffq_vae_folder.log")"
   else
     bench_part diffq_vae 90 -m "$vae_dir" --combos bf16 --size 1024x1024 --steps 1 --repeat 2 --warmup 1
   fi
@@ -351,7 +368,8 @@ else
   run_part peer "$((lim + 15))" env ${site:+PYTHONPATH="$site"} PYTHONUNBUFFERED=1 python3 \
     "$root/tools/peers/diffusers_device_peer.py" --out "$work/peer.json" --budget "$lim"
   ((rc == 3)) && st=unavailable
-  record peer "$st" "$secs" "$site_msg; $(grep '^\[peer\]' "$work/peer.log" | cut -c1-160 | tr '\n' ' ' | cut -c1-700)"
+  perr=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("error", ""))' "$work/peer.json" 2>/dev/null)
+  record peer "$st" "$secs" "$site_msg; ${perr:+$perr; }$(grep '^\[peer\]' "$work/peer.log" | cut -c1-160 | tr '\n' ' ' | cut -c1-700)"
 fi
 reserve_peer=0
 
