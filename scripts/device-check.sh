@@ -26,8 +26,8 @@
 #
 # The parts, in this order (the budget keeps ~150 s for the Diffusers peer until it has run):
 #   gpu_tests        test_cuda through tools/peers/run_gtest.py: per-test results from gtest's JSON; a crash
-#                    names its test and the rest run again one suite per process; fails on any failure or
-#                    crash, and, where nvidia-smi sees a GPU, on a test skipped for "no CUDA device present"
+#                    or a hang names its test and the rest run again one suite per process; fails on any failure,
+#                    crash or hang, and, where nvidia-smi sees a GPU, on a test skipped for "no CUDA device present"
 #   parity           `diffq generate --device cuda` against `--device cpu` (same binary, same command) on
 #                    tests/fixtures/tiny-flux (PNG + --output-latents) and tiny-wan (--output-type latent: no
 #                    video writer in the device build), float32 and bfloat16; tools/peers/compare_outputs.py:

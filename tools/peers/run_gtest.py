@@ -9,7 +9,9 @@ LD_LIBRARY_PATH; never this process's own).
 
   run_gtest.py BINARY --work DIR --summary FILE [--lib-path P] [--env K=V ...] [--expect-gpu] [--timeout S]
 
-Writes FILE: {"status", "tests", "passed", "failed": [names], "crashed": [names], "skipped", "skipped_names",
+A test still running when its process's time is up (60% of --timeout for the first process) is "hung" and
+handled as a crash. Writes FILE: {"status", "tests", "passed", "failed": [names], "crashed": [names],
+"hung": [names], "skipped", "skipped_names",
 "not_run": [names], "no_device_skips", "processes", "message"}. Exit status 0 = status "ok" (no failure,
 no crash, and with --expect-gpu no test skipped for want of a device: "no CUDA device present"), 1 otherwise,
 124 when --timeout ran out (what ran by then is in FILE).
@@ -69,13 +71,16 @@ def main() -> int:
     log_all = open(os.path.join(args.work, "gtest.log"), "w")
     timed_out = False
 
-    def run(filter_, tag):
-        """One process; returns (exit code or 'timeout', crashed test or None)."""
+    def run(filter_, tag, limit=None):
+        """One process, at most `limit` seconds (and never past the deadline); returns (exit code or
+        'timeout', the test that crashed or hung, or None). A hung test is recorded as such and the caller
+        goes on without it; only the deadline ends the whole run."""
         nonlocal timed_out
         left = deadline - time.time()
         if left < 2:
             timed_out = True
             return "timeout", None
+        mine = min(left, limit) if limit else left
         js = os.path.join(args.work, f"gtest-{tag}.json")
         if os.path.exists(js):
             os.remove(js)
@@ -85,11 +90,12 @@ def main() -> int:
         log_all.flush()
         try:
             p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
-                               env=env, timeout=left)
+                               env=env, timeout=mine)
             rc, out = p.returncode, p.stdout
         except subprocess.TimeoutExpired as e:
             rc, out = "timeout", (e.stdout or b"").decode("utf-8", "replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
-            timed_out = True
+            if time.time() >= deadline - 1:
+                timed_out = True
         log_all.write(out)
         log_all.write(f"\n==== exit {rc}\n")
         log_all.flush()
@@ -121,8 +127,8 @@ def main() -> int:
                 return rc, None
             except (ValueError, KeyError):
                 pass  # a truncated JSON: the log's reading stands
-        if running and rc != "timeout":
-            results[running] = "crashed"
+        if running:
+            results[running] = "hung" if rc == "timeout" else "crashed"
         return rc, running
 
     try:
@@ -132,7 +138,7 @@ def main() -> int:
         json.dump(summary, open(args.summary, "w"), indent=1)
         return 1
     summary["tests"] = len(all_tests)
-    rc, crashed = run("", "all")
+    rc, crashed = run("", "all", 0.6 * args.timeout)  # a hang leaves 40% for the tests after it
     reruns = 0
     if crashed or (rc not in (0, 1) and len(results) < len(all_tests) and not timed_out):
         # the remaining tests, one suite per process; a crashing suite's rest one test per process
@@ -144,16 +150,18 @@ def main() -> int:
             if timed_out:
                 break
             reruns += 1
-            rc2, crashed2 = run(":".join(tests), f"suite{reruns}")
+            rc2, crashed2 = run(":".join(tests), f"suite{reruns}", max(20.0, 0.2 * args.timeout))
             if crashed2:
+                bad_in_a_row = 0
                 for t in tests:
-                    if t not in results and not timed_out:
+                    if t not in results and not timed_out and bad_in_a_row < 3:  # 3 in a row: the rest would too
                         reruns += 1
-                        run(t, f"test{reruns}")
+                        _, c = run(t, f"test{reruns}", 15.0)
+                        bad_in_a_row = bad_in_a_row + 1 if c else 0
     log_all.close()
-    counts = {k: [n for n, r in results.items() if r == k] for k in ("passed", "failed", "skipped", "crashed")}
+    counts = {k: [n for n, r in results.items() if r == k] for k in ("passed", "failed", "skipped", "crashed", "hung")}
     not_run = [t for t in all_tests if t not in results]
-    summary.update(passed=len(counts["passed"]), failed=counts["failed"], crashed=counts["crashed"],
+    summary.update(passed=len(counts["passed"]), failed=counts["failed"], crashed=counts["crashed"], hung=counts["hung"],
                    skipped=len(counts["skipped"]), skipped_names=counts["skipped"], not_run=not_run,
                    first_process_exit=rc)
     why = []
@@ -161,6 +169,8 @@ def main() -> int:
         why.append(f"{len(counts['failed'])} failed")
     if counts["crashed"]:
         why.append(f"{len(counts['crashed'])} crashed ({', '.join(counts['crashed'][:3])})")
+    if counts["hung"]:
+        why.append(f"{len(counts['hung'])} hung ({', '.join(counts['hung'][:3])})")
     if args.expect_gpu and summary["no_device_skips"]:
         why.append(f"{summary['no_device_skips']} tests skipped with '{NO_DEVICE}' though nvidia-smi lists a GPU")
     if args.expect_gpu and not counts["passed"]:
@@ -169,7 +179,7 @@ def main() -> int:
         why.append(f"{len(not_run)} not run" + (" (time ran out)" if timed_out else ""))
     summary["status"] = "timeout" if timed_out else ("failed" if why else "ok")
     summary["message"] = (f"{len(all_tests)} tests: passed {len(counts['passed'])}, failed {len(counts['failed'])}, "
-                          f"crashed {len(counts['crashed'])}, skipped {len(counts['skipped'])}"
+                          f"crashed {len(counts['crashed'])}, hung {len(counts['hung'])}, skipped {len(counts['skipped'])}"
                           + (f", not run {len(not_run)}" if not_run else "") + (f"; {'; '.join(why)}" if why else "")
                           + (f"; {summary['processes']} processes" if summary["processes"] > 1 else ""))
     json.dump(summary, open(args.summary, "w"), indent=1)
