@@ -188,8 +188,10 @@ bins_ok=0
 say "binaries: ${bins_msg:-none} "
 # The library path of diffq's own processes (never python's): the unpacked libraries, the CUDA toolkit's
 # (its RUNPATH's /usr/local/cuda/lib is absent there), torch's cuDNN (9.19; the system's 9.14 is the fallback).
+# torch's other NVIDIA wheels (nvrtc, ...) come last: a fallback for a library the toolkit lacks.
 cudnn_dir=$(ls -d /opt/torch/.venv/lib/python3*/site-packages/nvidia/cudnn/lib 2>/dev/null | head -n 1)
-dq_ld="${libdir:+$libdir:}/usr/local/cuda/lib64${cudnn_dir:+:$cudnn_dir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+nv_dirs=$(ls -d /opt/torch/.venv/lib/python3*/site-packages/nvidia/*/lib 2>/dev/null | grep -v /cudnn/ | paste -sd: -)
+dq_ld="${libdir:+$libdir:}${cudnn_dir:+$cudnn_dir:}/usr/local/cuda/lib64${nv_dirs:+:$nv_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 dq() { env LD_LIBRARY_PATH="$dq_ld" DIFFQ_SOURCE_DIR="$root" "$@"; }
 libs_missing=""
 if ((bins_ok)); then
