@@ -26,6 +26,8 @@ DeviceInterface* set_device_interface(DeviceKind k, DeviceInterface* d) {
   return table()[slot(k)].exchange(d);
 }
 
+void register_device_interface(DeviceKind k, DeviceInterface* d) { table()[slot(k)].store(d); }
+
 void require_device(Device d, std::string_view ctx) {
   if (d.is_cpu()) return;
   DeviceInterface* di = device_interface(d.kind);

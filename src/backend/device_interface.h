@@ -41,8 +41,10 @@ void ensure_backends_registered();
 
 // The interface of a device kind; nullptr when this build has no backend for it.
 DeviceInterface* device_interface(DeviceKind k);
-// Replaces the interface of `k` (a backend's registration, or a test's fake); returns the previous one.
+// Replaces the interface of `k` (a test's fake, after the backends registered); returns the previous one.
 DeviceInterface* set_device_interface(DeviceKind k, DeviceInterface* d);
+// The backends' own registration, called once from ensure_backends_registered (register_backends.cpp).
+void register_device_interface(DeviceKind k, DeviceInterface* d);
 
 // Throws a clear Error, prefixed `[ctx]`, unless `d` is a device this build and machine can run:
 // "this build of diffq has no CUDA backend (...)", "no CUDA device present (...)", "only N present".

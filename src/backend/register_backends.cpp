@@ -40,9 +40,9 @@ void ensure_backends_registered() {
   static std::once_flag once;
   std::call_once(once, [] {
     static CpuDeviceInterface cpu_interface;
-    set_device_interface(DeviceKind::cpu, &cpu_interface);
+    register_device_interface(DeviceKind::cpu, &cpu_interface);
 #ifdef DIFFQ_HAS_CUDA
-    set_device_interface(DeviceKind::cuda, &cuda::cuda_device_interface());
+    register_device_interface(DeviceKind::cuda, &cuda::cuda_device_interface());
 #endif
   });
 }

@@ -87,7 +87,7 @@ Tensor dispatch(OpCall call);
 Tensor execute(const OpCall& call);
 // Eager execution into a caller-provided output (same shape, dtype and device as the inferred meta),
 // for copy / cast only: their CPU kernels accept an output view whose rows are contiguous (last stride
-// 1), e.g. a frame range of a preallocated video; other devices need a contiguous output. Not recordable: throws while a trace is active.
+// 1), e.g. a frame range of a preallocated video; the CUDA kernels any output view. Not recordable: throws while a trace is active.
 void execute_into(const OpCall& call, Tensor& out);
 
 }  // namespace diffq::ops

@@ -139,6 +139,10 @@ class AdapterBase : public DiffusionPipeline, public detail::PipelineAccess {
   Device device() const override { return device_; }
 
   void compile(const std::string& mode, bool autotune) override {
+    // Compiled graphs run diffq's fused CPU kernels and plan host memory: on an accelerator they would
+    // read device memory on the host. Refused until compile has per-device kernels (issue 37).
+    check(device_.is_cpu(), kCtx, "compile on ", device_.str(), " is not supported yet: the fused kernels, memory "
+          "planning and autotune of compiled graphs exist for the cpu only; run without --compile there");
     compile_mode_ = mode;
     autotuned_ = autotune;
     // A step cache decides inside the block loop: a full graph cannot hold that, so compile regionally
@@ -159,6 +163,10 @@ class AdapterBase : public DiffusionPipeline, public detail::PipelineAccess {
 
   std::string load_lora(const std::filesystem::path& file, const std::string& name, double weight, bool lenient,
                         bool hotswap, bool load_into_transformer_2) override {
+    // Adapters are read into host memory and applied beside the layers: on an accelerator they would meet
+    // device activations. Refused until LoRA runs on the device (issue 37).
+    check(device_.is_cpu(), kCtx, file.string(), ": LoRA on ", device_.str(),
+          " is not supported yet; load the pipeline on the cpu to use adapters");
     return lora_set().load(file, name, weight, lenient, hotswap, load_into_transformer_2 ? "transformer_2" : "");
   }
   void set_adapters(const std::vector<std::string>& names, const std::vector<double>& weights) override {

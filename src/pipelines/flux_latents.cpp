@@ -81,7 +81,7 @@ Tensor scale_latents_for_vae(const Tensor& latents, double scaling_factor, doubl
   for (float& x : v) x = x / s;
   v = round_to(v, d);
   for (float& x : v) x = x + sh_d;
-  return Tensor::from_vector(v, latents.shape(), d);
+  return Tensor::from_vector(v, latents.shape(), d).to(latents.device());  // host maths, back to the latents' device
 }
 
 }  // namespace diffq::flux

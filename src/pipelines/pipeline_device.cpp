@@ -31,9 +31,10 @@ void place_components(const offload::NamedModules& components, Device d) {
     for (const auto& [name, m] : components) {
       if (!m) continue;
       for (const auto& [pname, p] : m->named_parameters())
-        check(!p->is_quantized(), kCtx, name, ".", pname, ": the quantized linear (scheme ",
-              p->quantized().scheme(), ") has no kernel for ", d.str(),
-              " in this build of diffq; run the quantized pipeline on the cpu, or load it unquantized");
+        if (p->is_quantized())
+          fail(kCtx, name, ".", pname, ": the quantized linear (scheme ", p->quantized().scheme(),
+               ") has no kernel for ", d.str(),
+               " in this build of diffq; run the quantized pipeline on the cpu, or load it unquantized");
     }
   }
   for (const auto& [name, m] : components) {

@@ -6,6 +6,7 @@
 // are right (the GPU op tables do that) or fast (the device check).
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <filesystem>
 #include <map>
 
@@ -47,7 +48,8 @@ Placed run_on_fake_gpu(testing::FakeDevice& dev, const std::filesystem::path& fo
                        const std::string& offload = "") {
   Placed p;
   dev.clear_records();
-  PipelineOptions po{.dtype = DType::f32};
+  PipelineOptions po;
+  po.dtype = DType::f32;
   po.device = Device::cuda(0);
   auto pipe = DiffusionPipeline::from_pretrained(folder, po);
   EXPECT_EQ(pipe->device(), Device::cuda(0));
@@ -128,6 +130,54 @@ TEST(PipelinePlacement, WanOnAFakeDeviceMatchesTheCpuBitForBit) {
   EXPECT_EQ(dev.live_bytes(), 0);
 }
 
+// The other pipeline shapes: FLUX schnell, FLUX with true CFG in bfloat16, Wan2.2's two experts, TI2V's
+// per-token timesteps.
+struct Variant {
+  const char* folder;
+  bool video;
+  DType dtype;
+  double true_cfg;
+};
+class PlacementVariants : public ::testing::TestWithParam<Variant> {};
+
+TEST_P(PlacementVariants, MatchTheCpuBitForBitWithEveryOpOnTheDevice) {
+  const Variant& v = GetParam();
+  GenerateParams g = small_call(v.video);
+  if (v.video) g.height = g.width = 32;  // TI2V: the VAE's spatial factor (16) x the patch size
+  if (v.true_cfg > 1) {
+    g.negative_prompt = "blurry";
+    g.true_cfg_scale = v.true_cfg;
+  }
+  PipelineOptions po;
+  po.dtype = v.dtype;
+  const GenerateResult cpu = DiffusionPipeline::from_pretrained(kFixtures / v.folder, po)->generate(g);
+  testing::FakeDevice dev;
+  {
+    po.device = Device::cuda(0);
+    auto pipe = DiffusionPipeline::from_pretrained(kFixtures / v.folder, po);
+    dev.clear_records();
+    const GenerateResult r = pipe->generate(g);
+    expect_all_on_device(dev.records(), v.folder);
+    EXPECT_EQ(testing::rel_err(r.latents, cpu.latents), 0.0) << v.folder;
+    const Tensor& a = v.video ? r.videos_u8 : r.images_u8;
+    const Tensor& b = v.video ? cpu.videos_u8 : cpu.images_u8;
+    EXPECT_EQ(testing::psnr_u8(a, b), std::numeric_limits<double>::infinity()) << v.folder;
+  }
+  EXPECT_EQ(dev.live_bytes(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Pipelines, PlacementVariants,
+                         ::testing::Values(Variant{"tiny-flux-schnell", false, DType::f32, 1.0},
+                                           Variant{"tiny-flux", false, DType::bf16, 2.0},
+                                           Variant{"tiny-wan22", true, DType::f32, 1.0},
+                                           Variant{"tiny-wan-ti2v", true, DType::bf16, 1.0}),
+                         [](const auto& info) {
+                           std::string n = std::string(info.param.folder) + "_" + std::string(dtype_name(info.param.dtype));
+                           for (char& c : n)
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           return n;
+                         });
+
 TEST(PipelinePlacement, ModelOffloadOntoTheDeviceMatchesTheCpu) {
   // Diffusers' pipe.to("cuda") then enable_model_cpu_offload(): the weights go home and each component
   // is onloaded to the execution device when called.
@@ -145,7 +195,8 @@ TEST(PipelinePlacement, ModelOffloadOntoTheDeviceMatchesTheCpu) {
 
 TEST(PipelinePlacement, QuantizedSchemeWithoutADeviceKernelIsAClearErrorAtLoad) {
   testing::FakeDevice dev;
-  PipelineOptions po{.dtype = DType::f32};
+  PipelineOptions po;
+  po.dtype = DType::f32;
   po.device = Device::cuda(0);
   po.quantization_config_json = quantization_config_from_shorthand("int8wo", DType::f32, {"transformer"});
   const std::string e = error_of([&] { DiffusionPipeline::from_pretrained(kFixtures / "tiny-flux", po); });
@@ -160,11 +211,26 @@ TEST(PipelinePlacement, AnOpWithoutADeviceKernelIsAClearErrorBeforeLoading) {
   // Take one kernel away from the fake device, as a backend lacking it would.
   const ops::KernelFn conv = ops::find_kernel(ops::OpKind::conv2d, DeviceKind::cuda);
   ops::register_kernel(ops::OpKind::conv2d, DeviceKind::cuda, nullptr);
-  PipelineOptions po{.dtype = DType::f32};
+  PipelineOptions po;
+  po.dtype = DType::f32;
   po.device = Device::cuda(0);
   const std::string e = error_of([&] { DiffusionPipeline::from_pretrained(kFixtures / "tiny-flux", po); });
   ops::register_kernel(ops::OpKind::conv2d, DeviceKind::cuda, conv);
   EXPECT_NE(e.find("op conv2d has no kernel for cuda:0"), std::string::npos) << e;
+  EXPECT_EQ(dev.live_bytes(), 0);
+}
+
+TEST(PipelinePlacement, CompileOnTheDeviceIsRefusedClearly) {
+  // Compiled graphs run CPU-only fused kernels: refused on a device rather than reading device memory.
+  testing::FakeDevice dev;
+  {
+    PipelineOptions po;
+  po.dtype = DType::f32;
+    po.device = Device::cuda(0);
+    auto pipe = DiffusionPipeline::from_pretrained(kFixtures / "tiny-flux", po);
+    const std::string e = error_of([&] { pipe->compile("regional"); });
+    EXPECT_NE(e.find("compile on cuda:0 is not supported yet"), std::string::npos) << e;
+  }
   EXPECT_EQ(dev.live_bytes(), 0);
 }
 
@@ -174,7 +240,8 @@ TEST(PipelinePlacement, NoGpuIsAClearErrorAtLoad) {
   std::string why;
   const backend::DeviceInterface* cuda = backend::device_interface(DeviceKind::cuda);
   if (cuda && cuda->device_count(&why) > 0) GTEST_SKIP() << "a CUDA device is present";
-  PipelineOptions po{.dtype = DType::f32};
+  PipelineOptions po;
+  po.dtype = DType::f32;
   po.device = Device::cuda(0);
   const std::string e = error_of([&] { DiffusionPipeline::from_pretrained(kFixtures / "tiny-flux", po); });
   EXPECT_NE(e.find(cuda ? "no CUDA device present" : "has no CUDA backend"), std::string::npos) << e;

@@ -16,50 +16,55 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// src view v -> dst view w (the output may be a view too: ops::copy_into writes a frame range of a
+// preallocated video, execute_into's strided outputs).
 template <class Bits>
-__global__ void gather_kernel(const Bits* src, StridedView v, Bits* dst, int64_t n) {
+__global__ void gather_kernel(const Bits* src, StridedView v, Bits* dst, StridedView w, int64_t n) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
-    dst[i] = src[v.offset_of(i)];
+    dst[w.offset_of(i)] = src[v.offset_of(i)];
 }
 
-__global__ void cast_kernel(const void* src, StridedView v, DType st, void* dst, DType dt, int64_t n) {
+__global__ void cast_kernel(const void* src, StridedView v, DType st, void* dst, StridedView w, DType dt,
+                            int64_t n) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
-    store_f32(dst, dt, i, load_f32(src, st, v.offset_of(i)));
+    store_f32(dst, dt, w.offset_of(i), load_f32(src, st, v.offset_of(i)));
 }
 
 template <class Bits>
-void launch_gather(const Tensor& x, const StridedView& v, Tensor& out, int64_t n) {
+void launch_gather(const Tensor& x, const StridedView& v, Tensor& out, const StridedView& w, int64_t n) {
   gather_kernel<Bits><<<grid_for(n, kThreads), kThreads>>>(static_cast<const Bits*>(x.data_ptr()), v,
-                                                           static_cast<Bits*>(out.data_ptr()), n);
+                                                           static_cast<Bits*>(out.data_ptr()), w, n);
 }
 
-// x (any view on out's device) -> out (contiguous, same shape), converting dtype. The caller holds a
-// DeviceGuard for out's device.
+// x (any view on out's device) -> out (any view of the same shape), converting dtype. The caller holds
+// a DeviceGuard for out's device.
 void copy_into(const Tensor& x, Tensor& out, const char* ctx) {
   const int idx = out.device().index;
   const int64_t n = out.numel();
   if (n == 0) return;
   const DType st = x.dtype(), dt = out.dtype();
-  if (st == dt && x.is_contiguous()) {
+  if (st == dt && x.is_contiguous() && out.is_contiguous()) {
     check_cuda(cudaMemcpy(out.data_ptr(), x.data_ptr(), out.nbytes(), cudaMemcpyDeviceToDevice),
                cat(ctx, ": cudaMemcpy device->device of ", out.nbytes(), " bytes"), idx);
     return;
   }
-  const StridedView v = make_views(x.shape(), {&x}, ctx)[0];
+  const Tensor* views[] = {&x, &out};
+  const std::vector<StridedView> vw = make_views(x.shape(), {views[0], views[1]}, ctx);
+  const StridedView &v = vw[0], &w = vw[1];
   if (st == dt) {
     switch (dtype_size(st)) {
-      case 1: launch_gather<uint8_t>(x, v, out, n); break;
-      case 2: launch_gather<uint16_t>(x, v, out, n); break;
-      case 4: launch_gather<uint32_t>(x, v, out, n); break;
-      case 8: launch_gather<uint64_t>(x, v, out, n); break;
+      case 1: launch_gather<uint8_t>(x, v, out, w, n); break;
+      case 2: launch_gather<uint16_t>(x, v, out, w, n); break;
+      case 4: launch_gather<uint32_t>(x, v, out, w, n); break;
+      case 8: launch_gather<uint64_t>(x, v, out, w, n); break;
       default: fail(ctx, "cuda: no copy for elements of ", dtype_size(st), " bytes");
     }
   } else {
     check(is_kernel_float(st) && is_kernel_float(dt), ctx, "cuda: cast ", dtype_name(st), " -> ",
           dtype_name(dt), " is not implemented yet (float32, float16, bfloat16 are)");
-    cast_kernel<<<grid_for(n, kThreads), kThreads>>>(x.data_ptr(), v, st, out.data_ptr(), dt, n);
+    cast_kernel<<<grid_for(n, kThreads), kThreads>>>(x.data_ptr(), v, st, out.data_ptr(), w, dt, n);
   }
   check_cuda(cudaGetLastError(), cat(ctx, ": kernel launch"), idx);
 }
