@@ -6,6 +6,7 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <string_view>
 
 #include "diffq/error.h"
 #include "server_state.h"
@@ -16,7 +17,9 @@ using nlohmann::json;
 
 void send_json(httplib::Response& res, int status, const json& j) {
   res.status = status;
-  res.set_content(j.dump(), "application/json");
+  // Replace (U+FFFD), never throw: a string that echoes a client's invalid bytes must not turn a
+  // response into a 500 with nlohmann's type_error text.
+  res.set_content(j.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
 }
 
 void send_error(httplib::Response& res, int status, const std::string& message, const std::string& field,
@@ -44,15 +47,42 @@ void guarded(httplib::Response& res, const std::function<void()>& fn) {
   }
 }
 
+size_t first_invalid_utf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t n = 0;
+    uint32_t cp = 0, min = 0;
+    if (c < 0x80) n = 1, cp = c;
+    else if ((c & 0xE0) == 0xC0) n = 2, cp = c & 0x1F, min = 0x80;
+    else if ((c & 0xF0) == 0xE0) n = 3, cp = c & 0x0F, min = 0x800;
+    else if ((c & 0xF8) == 0xF0) n = 4, cp = c & 0x07, min = 0x10000;
+    else return i;
+    if (i + n > s.size()) return i;
+    for (size_t k = 1; k < n; ++k) {
+      const auto d = static_cast<unsigned char>(s[i + k]);
+      if ((d & 0xC0) != 0x80) return i;
+      cp = cp << 6 | (d & 0x3F);
+    }
+    // Overlong forms, UTF-16 surrogates and code points past U+10FFFF are not UTF-8.
+    if (n > 1 && (cp < min || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF)) return i;
+    i += n;
+  }
+  return std::string::npos;
+}
+
 json parse_body(const httplib::Request& req, int64_t max_body) {
   if (int64_t(req.body.size()) > max_body)
     throw app::RequestError(413, "body", cat("the body is ", req.body.size(), " bytes; the limit is ", max_body),
                             double(max_body));
+  if (const size_t bad = first_invalid_utf8(req.body); bad != std::string::npos)
+    throw app::RequestError(400, "body", cat("the body is not valid UTF-8 (byte ", bad, " of ", req.body.size(),
+                                             "): JSON text must be UTF-8"));
   json j;
   try {
     j = json::parse(req.body);
   } catch (const json::parse_error& e) {
-    throw app::RequestError(400, "body", cat("malformed JSON: ", e.what()));
+    throw app::RequestError(400, "body", cat("malformed JSON at byte ", e.byte, " of ", req.body.size()));
   }
   if (!j.is_object()) throw app::RequestError(400, "body", "the body must be a JSON object");
   return j;
@@ -60,7 +90,8 @@ json parse_body(const httplib::Request& req, int64_t max_body) {
 
 namespace {
 [[noreturn]] void wrong_type(const char* field, const char* want, const json& v) {
-  throw app::RequestError(400, field, cat(field, " must be ", want, ", got ", v.type_name(), " ", v.dump()));
+  throw app::RequestError(400, field, cat(field, " must be ", want, ", got ", v.type_name(), " ",
+                                          v.dump(-1, ' ', false, json::error_handler_t::replace)));
 }
 const json* field_of(const json& j, const char* f) {
   auto it = j.find(f);

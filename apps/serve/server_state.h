@@ -37,6 +37,9 @@ void guarded(httplib::Response& res, const std::function<void()>& fn);
 // ---- request bodies ----
 // The body as a JSON object: 413 (field "body") over the limit, 400 when malformed or not an object.
 nlohmann::json parse_body(const httplib::Request& req, int64_t max_body);
+// The byte offset of the first byte of `s` that is not well-formed UTF-8 (RFC 3629: no overlong forms,
+// surrogates or code points past U+10FFFF), std::string::npos when all of it is.
+size_t first_invalid_utf8(std::string_view s);
 // Typed fields: absent or null -> nullopt; the wrong type -> RequestError 400 naming the field.
 std::optional<std::string> get_string(const nlohmann::json& j, const char* field);
 std::optional<int64_t> get_int(const nlohmann::json& j, const char* field);

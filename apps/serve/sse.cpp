@@ -2,7 +2,7 @@
 
 namespace diffq::serve {
 
-std::string sse_frame(const JobEvent& ev) { return "event: " + ev.name + "\ndata: " + ev.data.dump() + "\n\n"; }
+std::string sse_frame(const JobEvent& ev) { return "event: " + ev.name + "\ndata: " + ev.data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n\n"; }
 
 void stream_job_events(JobQueue& q, std::shared_ptr<Job> job, httplib::Response& res) {
   res.set_header("Cache-Control", "no-cache");

@@ -177,7 +177,9 @@ TEST_P(TorchaoBinConfigs, DequantizedWeightsBitExact) {
   const json cfg = json::parse(cin);
   const auto method = quant::quant_method_from_config(cfg["quantization_config"], "config.json");
   const auto ref = reference_file();
-  for (const auto& [module, cls] : expected_json()["dequantized"].items()) {
+  // The JSON is kept alive for the loop: items() of a member of a temporary dangles (ASan: use after free).
+  const json expected = expected_json();
+  for (const auto& [module, cls] : expected["dequantized"].items()) {
     const Tensor want = ref.tensor(module + ".dequantized");
     std::vector<std::string> consumed;
     const auto w = method->load(sd, module, want.shape(), &md, consumed);

@@ -224,6 +224,12 @@ TEST_F(ServeApi, InvalidRequestsGetStatusAndField) {
       {"/sdapi/v1/txt2img", R"({"prompt": "x", "steps": 1000})", 422, "steps"},
       {"/sdapi/v1/txt2img", R"({"prompt": "x", "batch_size": 0})", 422, "batch_size"},
       {"/v1/images/generations", R"({"prompt": "x", "size": "9000x64"})", 422, "size"},
+      // Invalid UTF-8 (a lone continuation byte, a truncated sequence, an overlong '/', a surrogate): a
+      // 400 naming the body, never a 500 with the JSON library's text.
+      {"/v1/jobs", "{\"prompt\": \"a \x80 b\"}", 400, "body"},
+      {"/v1/images/generations", "{\"prompt\": \"fox \xE2\x82\"}", 400, "body"},
+      {"/sdapi/v1/txt2img", "{\"prompt\": \"\xC0\xAF\"}", 400, "body"},
+      {"/v1/jobs", "{\"prompt\": \"\xED\xA0\x80\"}", 400, "body"},
   };
   for (const auto& b : cases) {
     auto r = c->Post(b.path.c_str(), b.body, "application/json");
@@ -233,6 +239,8 @@ TEST_F(ServeApi, InvalidRequestsGetStatusAndField) {
     ASSERT_NO_THROW(j = json::parse(r->body)) << r->body;
     ASSERT_TRUE(j.contains("error")) << r->body;
     EXPECT_FALSE(j["error"]["message"].get<std::string>().empty());
+    EXPECT_EQ(j["error"]["message"].get<std::string>().find("json.exception"), std::string::npos)
+        << "a library's exception text reached the client: " << r->body;
     EXPECT_EQ(j["error"]["field"], b.field) << b.path << " " << b.body.substr(0, 80) << " -> " << r->body;
     if ((b.status == 422 || b.status == 413) && b.field != "frames") {  // frames on an image model: no limit
       EXPECT_TRUE(j["error"].contains("limit")) << r->body;
@@ -273,3 +281,20 @@ TEST(ServeAuth, BearerKeyEnforced) {
 }
 
 }  // namespace
+
+namespace diffq::serve {
+namespace {
+// The UTF-8 check behind the 400 above, byte by byte (RFC 3629).
+TEST(ServeUtf8, FirstInvalidByte) {
+  EXPECT_EQ(first_invalid_utf8(""), std::string::npos);
+  EXPECT_EQ(first_invalid_utf8("a red fox \xC3\xA9t\xC3\xA9 \xE2\x82\xAC \xF0\x9F\xA6\x8A"), std::string::npos);
+  EXPECT_EQ(first_invalid_utf8("ab\x80"), 2u);               // lone continuation byte
+  EXPECT_EQ(first_invalid_utf8("ab\xE2\x82"), 2u);           // truncated 3-byte sequence
+  EXPECT_EQ(first_invalid_utf8("x\xC0\xAF"), 1u);            // overlong '/'
+  EXPECT_EQ(first_invalid_utf8("\xED\xA0\x80"), 0u);         // UTF-16 surrogate
+  EXPECT_EQ(first_invalid_utf8("\xF4\x90\x80\x80"), 0u);     // past U+10FFFF
+  EXPECT_EQ(first_invalid_utf8("ok\xFF"), 2u);               // never a lead byte
+  EXPECT_EQ(first_invalid_utf8("\xE2\x28\xA1"), 0u);         // bad continuation
+}
+}  // namespace
+}  // namespace diffq::serve
