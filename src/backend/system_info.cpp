@@ -103,6 +103,7 @@ SystemInfo system_info() {
   s.kernels.push_back({"cuda attention", backend::cuda::cuda_sdpa_kernel_description()});
   s.kernels.push_back({"cuda conv2d", backend::cuda::cuda_conv2d_kernel_description()});
   s.kernels.push_back({"cuda cudnn", backend::cuda::cudnn_version_description()});
+  s.kernels.push_back({"cuda libraries", backend::cuda::library_versions_description()});
   for (const auto& d : backend::cuda::list_devices(&s.gpus_none_reason))
     s.gpus.push_back({d.index, d.name, std::to_string(d.cc_major) + "." + std::to_string(d.cc_minor), d.memory_bytes});
 #else

@@ -129,6 +129,13 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device d) {
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device d) { return full(shape, 0.0, dtype, d); }
 
 Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device d) {
+  if (!d.is_cpu()) {
+    // One element goes up; the device's copy kernel broadcasts it (a pipeline on a GPU asks for zeros
+    // of activation size every step: the Wan VAE's causal padding), instead of uploading a host fill.
+    const Tensor one = full({}, value, dtype, Device::cpu()).to(d);
+    if (shape.empty()) return one;
+    return one.view(Shape(shape.size(), 1)).expand(shape).contiguous();
+  }
   Tensor t = empty(shape, dtype, Device::cpu());
   const int64_t n = t.numel();
   if (n > 0) {
@@ -137,7 +144,7 @@ Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device d) {
     auto* p = static_cast<uint8_t*>(t.data_ptr());
     for (int64_t i = 1; i < n; ++i) std::copy(p, p + es, p + i * es);
   }
-  return d.is_cpu() ? t : t.to(d);
+  return t;
 }
 
 Tensor Tensor::from_vector(const std::vector<float>& values, const Shape& shape, DType dtype) {

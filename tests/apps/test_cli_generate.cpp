@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "backend/device_interface.h"
 #include "io/png.h"
 #include "cli_test_util.h"
 #include "io/safetensors.h"
@@ -298,3 +299,27 @@ TEST_F(CliGenerate, OpProfileIsPrintedOnlyWhenAskedFor) {
 }
 
 }  // namespace
+
+// --device cuda where it cannot run: exit 1 with the reason (a CPU-only build has no CUDA backend; a CUDA
+// build on a machine without a GPU has no device), nothing written; for generate, bench and serve.
+TEST_F(CliGenerate, DeviceCudaWithoutAGpuIsAClearErrorForEveryCommand) {
+  const diffq::backend::DeviceInterface* cuda = diffq::backend::device_interface(diffq::DeviceKind::cuda);
+  if (cuda && cuda->device_count(nullptr) > 0) GTEST_SKIP() << "a CUDA device is present";
+  const std::string why = cuda ? "no CUDA device present" : "has no CUDA backend";
+  const Result g = run_cli(dir_, "generate -m " + kTinyFlux + " -p 'a red fox' --steps 1 --width 32 --height 32 "
+                                 "--device cuda -o gpu.png");
+  EXPECT_EQ(g.status, 1) << g.out;
+  EXPECT_NE(g.out.find(why), std::string::npos) << g.out;
+  EXPECT_NE(g.out.find("cuda:0"), std::string::npos) << g.out;
+  EXPECT_FALSE(fs::exists(dir_ / "gpu.png"));
+  const Result b = run_cli(dir_, "bench -m builtin:flux-small --device cuda:1 --combos 'bf16+nf4+model-offload+regional'");
+  EXPECT_EQ(b.status, 1) << b.out;
+  EXPECT_NE(b.out.find(why), std::string::npos) << b.out;
+  EXPECT_NE(b.out.find("cuda:1"), std::string::npos) << b.out;
+  const Result s = run_cli(dir_, "serve --device cuda --port 0");
+  EXPECT_EQ(s.status, 1) << s.out;
+  EXPECT_NE(s.out.find(why), std::string::npos) << s.out;
+  const Result bad = run_cli(dir_, "generate -p x --device gpu -o bad.png");
+  EXPECT_EQ(bad.status, 1) << bad.out;
+  EXPECT_NE(bad.out.find("invalid device 'gpu'"), std::string::npos) << bad.out;
+}

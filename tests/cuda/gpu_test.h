@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -48,6 +49,14 @@ inline Tensor random_values(const Shape& shape, DType dt, uint32_t seed, float l
   std::vector<float> v(size_t(shape_numel(shape)));
   for (float& x : v) x = (rng() & 1 ? -1.0f : 1.0f) * mag(rng);
   return Tensor::from_vector(v, shape, dt);
+}
+
+// 0, 1, 2, ... (from `first`), float32: every element distinct, so a view that reads the wrong one is
+// caught (the host-side indexing tests).
+inline Tensor arange_f32(const Shape& s, float first = 0.0f) {
+  std::vector<float> v(size_t(shape_numel(s)));
+  std::iota(v.begin(), v.end(), first);
+  return Tensor::from_vector(v, s, DType::f32);
 }
 
 }  // namespace diffq::cudatest

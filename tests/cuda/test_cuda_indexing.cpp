@@ -13,6 +13,7 @@
 #include "backend/cuda/gemm_plan.h"
 #include "backend/cuda/strided.cuh"
 #include "diffq/tensor.h"
+#include "gpu_test.h"
 #include "ops/ops.h"
 
 using namespace diffq;
@@ -20,12 +21,7 @@ using namespace diffq::backend::cuda;
 
 namespace {
 
-// 0, 1, 2, ... (from `first`): every element distinct, so a view that reads the wrong one is caught.
-Tensor arange(const Shape& s, float first = 0.0f) {
-  std::vector<float> v(size_t(shape_numel(s)));
-  std::iota(v.begin(), v.end(), first);
-  return Tensor::from_vector(v, s, DType::f32);
-}
+Tensor arange(const Shape& s, float first = 0.0f) { return cudatest::arange_f32(s, first); }
 
 // Reading each tensor through its view (as a kernel does, from data_ptr()) gives the tensor's
 // elements broadcast to `shape`, in row-major order.

@@ -14,6 +14,7 @@
 #include "backend/cuda/strided.cuh"
 #include "diffq/error.h"
 #include "diffq/tensor.h"
+#include "gpu_test.h"
 #include "ops/ops.h"
 
 using namespace diffq;
@@ -21,11 +22,7 @@ using namespace diffq::backend::cuda;
 
 namespace {
 
-Tensor arange(const Shape& s, float first = 0.0f) {
-  std::vector<float> v(size_t(shape_numel(s)));
-  std::iota(v.begin(), v.end(), first);
-  return Tensor::from_vector(v, s, DType::f32);
-}
+Tensor arange(const Shape& s, float first = 0.0f) { return cudatest::arange_f32(s, first); }
 
 Tensor normal(const Shape& s, uint32_t seed) {
   std::mt19937 rng(seed);

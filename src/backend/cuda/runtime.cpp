@@ -1,5 +1,7 @@
 #include "backend/cuda/runtime.h"
 
+#include <cublasLt.h>
+
 #include "diffq/error.h"
 
 namespace diffq::backend::cuda {
@@ -32,6 +34,17 @@ void check_cuda(cudaError_t err, std::string_view what, int device) {
 }
 
 int device_count() { return probe().count; }
+
+std::string library_versions_description() {
+  const auto ver = [](int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); };
+  int runtime = 0, driver = 0;
+  std::string out = cudaRuntimeGetVersion(&runtime) == cudaSuccess ? "runtime " + ver(runtime) : "runtime ?";
+  if (cudaDriverGetVersion(&driver) == cudaSuccess && driver > 0) out += ", driver " + ver(driver);
+  else out += ", no CUDA driver";
+  cudaGetLastError();
+  out += ", cuBLASLt " + std::to_string(cublasLtGetVersion());
+  return out;
+}
 
 std::vector<DeviceInfo> list_devices(std::string* why_none) {
   const Probe& p = probe();

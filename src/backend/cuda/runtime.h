@@ -30,6 +30,10 @@ struct DeviceInfo {
 };
 std::vector<DeviceInfo> list_devices(std::string* why_none);
 
+// "runtime 13.0, driver 13.0 (or: no driver), cuBLASLt 130100": what `diffq info` prints as the CUDA
+// libraries found; never throws.
+std::string library_versions_description();
+
 // Throws a clear Error unless `d` names a CUDA device present on this machine.
 void require_device(Device d);
 

@@ -340,9 +340,12 @@ Tensor FluxTransformer2DModel::forward(const Tensor& hidden, const Tensor& encod
         "guidance given but the model has no guidance embedder (guidance_embeds false)");
   check(txt_ids.dim() == 2 && txt_ids.size(0) == T, "flux", "txt_ids must be [", T, ", 3], got ", txt_ids.str());
   check(img_ids.dim() == 2 && img_ids.size(0) == N, "flux", "img_ids must be [", N, ", 3], got ", img_ids.str());
-  // RoPE tables from the ids, eagerly (they read the ids' values, so they stay outside a compiled graph).
-  const auto [cos, sin] = flux_rope_tables(ops::concat({txt_ids.to(DType::f32), img_ids.to(DType::f32)}, 0),
-                                           c.axes_dims_rope);  // [T+N, Dh] each
+  // RoPE tables from the ids, eagerly (they read the ids' values, so they stay outside a compiled graph),
+  // cached by the ids' values: the same every step of a generation.
+  const Tensor ids = ops::concat({txt_ids.to(DType::f32), img_ids.to(DType::f32)}, 0);  // [T+N, 3]
+  const auto [cos, sin] = rope_cache_->get(ids.to_f64_vector(), ids.device(), [&] {
+    return flux_rope_tables(ids, c.axes_dims_rope);  // [T+N, Dh] each
+  });
   if (mids) {
     (*mids)["rope.0"] = cos;
     (*mids)["rope.1"] = sin;

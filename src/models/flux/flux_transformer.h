@@ -13,6 +13,7 @@
 
 #include "io/json_config.h"
 #include "modules/layers.h"
+#include "models/common/rope_table_cache.h"
 #include "modules/state_dict.h"
 
 namespace diffq::compile {
@@ -229,6 +230,7 @@ class FluxTransformer2DModel : public Module {
  private:
   std::shared_ptr<compile::CompiledModule> compiled_;
   std::shared_ptr<cache::StepCache> step_cache_;
+  std::shared_ptr<RopeTableCache> rope_cache_ = std::make_shared<RopeTableCache>();
 };
 
 }  // namespace diffq::models::flux

@@ -160,8 +160,11 @@ Tensor WanTransformer3DModel::forward(const Tensor& hidden, const Tensor& timest
 
   // RoPE tables eagerly from the grid size (host math; a compiled graph receives them as inputs).
   const Device dev = hidden.device();
-  const auto [cos0, sin0] = wan_rope_tables(c.attention_head_dim, f, h, w, c.rope_max_seq_len);  // [N, Dh] f32
-  const Tensor cos = cos0.to(dev), sin = sin0.to(dev);
+  // Cached by the grid: the same every step of a generation.
+  const auto [cos, sin] = rope_cache_->get({double(f), double(h), double(w)}, dev, [&] {
+    const auto [c0, s0] = wan_rope_tables(c.attention_head_dim, f, h, w, c.rope_max_seq_len);  // [N, Dh] f32
+    return std::make_pair(c0.to(dev), s0.to(dev));
+  });
   record("rope.cos", cos);
   record("rope.sin", sin);
   const Tensor t = timestep.to(dev);

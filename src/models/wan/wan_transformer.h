@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "models/common/rope_table_cache.h"
 #include "io/json_config.h"
 #include "models/wan/wan_blocks.h"
 #include "modules/state_dict.h"
@@ -116,6 +117,7 @@ class WanTransformer3DModel : public Module {
 
  private:
   std::shared_ptr<compile::CompiledModule> compiled_;
+  std::shared_ptr<RopeTableCache> rope_cache_ = std::make_shared<RopeTableCache>();
   std::shared_ptr<cache::StepCache> step_cache_;
 };
 
