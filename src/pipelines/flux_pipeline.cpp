@@ -140,6 +140,7 @@ FluxOutput FluxPipeline::operator()(const FluxCallOptions& opt) {
   struct FreeHooksAtEnd {
     FluxPipeline* p;
     ~FreeHooksAtEnd() {
+      p->transformer->clear_rope_cache();  // the generation's RoPE tables: memory back to the idle level
       try {
         p->maybe_free_model_hooks();
       } catch (...) {

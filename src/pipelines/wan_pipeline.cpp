@@ -164,6 +164,8 @@ WanOutput WanPipeline::operator()(const WanCallOptions& opt) {
   struct FreeHooksAtEnd {  // Diffusers' maybe_free_model_hooks at the end of __call__
     WanPipeline* p;
     ~FreeHooksAtEnd() {
+      for (auto* t : {p->transformer.get(), p->transformer_2.get()})
+        if (t) t->clear_rope_cache();  // the generation's RoPE tables: memory back to the idle level
       try {
         p->offloader.maybe_free_model_hooks();
       } catch (...) {

@@ -3,7 +3,8 @@
 // them on the host and uploading them (2 x 4608 x 128 floats for FLUX.1 at 1024x1024, 2 x 32760 x 128 for
 // Wan at 480p) each call would cost host trigonometry and PCIe time every forward. The key is whatever
 // determines the tables (the position ids' values for FLUX, the grid for Wan) plus the device; a new key
-// recomputes. The cached tensors are values: callers never write into them.
+// recomputes; the owner clears it at the end of each generation. The cached tensors are values: callers
+// never write into them.
 #pragma once
 
 #include <mutex>
@@ -28,6 +29,15 @@ class RopeTableCache {
     sin_ = s;
     valid_ = true;
     return {std::move(c), std::move(s)};
+  }
+
+  // Drops the tables (a pipeline calls this at the end of a generation: the next may have other
+  // positions, and memory between generations returns to its idle level).
+  void clear() {
+    std::lock_guard<std::mutex> lock(mu_);
+    valid_ = false;
+    key_.clear();
+    cos_ = sin_ = Tensor();
   }
 
  private:

@@ -93,7 +93,10 @@ class WanTransformer3DModel : public Module {
   // one compiled graph shared by all blocks; the rest stays eager.
   void compile_repeated_blocks(const compile::CompileOptions& o) override;
   void uncompile();
-  std::vector<const compile::CompiledModule*> compiled_modules() const;  // for stats
+  std::vector<const compile::CompiledModule*> compiled_modules() const;
+  // The RoPE tables kept for the positions of the running generation (rope_table_cache.h): dropped by the
+  // pipeline when a generation ends.
+  void clear_rope_cache() { rope_cache_->clear(); }  // for stats
 
   // Step caching (Diffusers' enable_cache(config) / disable_cache): FirstBlockCache and MagCache decide at
   // the block loop (forward_body). With a cache on, a full compile's graph is bypassed: use regional compile.
