@@ -7,7 +7,7 @@
 
 #include "backend/cpu/linear.h"
 #include "backend/cpu/row_kernels.h"
-#include "backend/cpu/threads.h"
+#include "core/thread_pool.h"
 #include "compile/fused_kernel.h"
 #include "compile/passes.h"
 #include "diffq/error.h"
@@ -112,7 +112,7 @@ void run_fused_rows(const FusedProgram& p, const std::vector<Tensor>& leaves, Te
   };
   const std::vector<float> w = f32_row(np.w), b = f32_row(np.b);
   const size_t nreg = p.code.size();
-  backend::cpu::parallel_for(rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(D, 1)), [&](int64_t r0, int64_t r1) {
+  core::parallel_for(rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(D, 1)), [&](int64_t r0, int64_t r1) {
     std::vector<float> regs(nreg * size_t(kChunk)), xr(static_cast<size_t>(D)), yr(static_cast<size_t>(D));
     std::vector<int64_t> base(leaves.size());
     for (int64_t r = r0; r < r1; ++r) {
@@ -249,7 +249,7 @@ void run_norm_rope(const NormRope& p, const std::vector<Tensor>& leaves, Tensor&
       w[k].resize(static_cast<size_t>(D));
       load_chunk(wt, wt.offset(), wt.strides()[0], w[k].data(), D);
     }
-  backend::cpu::parallel_for(rows, std::max<int64_t>(1, 8192 / D), [&](int64_t r0, int64_t r1) {
+  core::parallel_for(rows, std::max<int64_t>(1, 8192 / D), [&](int64_t r0, int64_t r1) {
     std::vector<float> xr(static_cast<size_t>(D)), yr(static_cast<size_t>(D)), zr(static_cast<size_t>(D));
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t h = r % H, s = (r / H) % S, b = r / (H * S);
@@ -304,7 +304,7 @@ void run_fused(const FusedProgram& p, const std::vector<Tensor>& leaves, Tensor&
   check(inner == 1 || cst.back().back() == 1, "compile", "fused output rows must be contiguous, got ", out.str());
   const int64_t per_row = (inner + kChunk - 1) / kChunk;
   const size_t nreg = p.code.size();
-  backend::cpu::parallel_for(rows * per_row, 4, [&](int64_t beg, int64_t end) {
+  core::parallel_for(rows * per_row, 4, [&](int64_t beg, int64_t end) {
     std::vector<float> regs(nreg * size_t(kChunk));
     std::vector<int64_t> base(leaves.size());
     const Shape& ocst = cst.back();

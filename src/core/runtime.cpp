@@ -1,10 +1,10 @@
 #include "diffq/runtime.h"
 
-#include "backend/cpu/threads.h"
+#include "core/thread_pool.h"
 
 namespace diffq {
 
-int num_threads() { return backend::cpu::num_threads(); }
-void set_num_threads(int n) { backend::cpu::set_num_threads(n); }
+int num_threads() { return core::num_threads(); }
+void set_num_threads(int n) { core::set_num_threads(n); }
 
 }  // namespace diffq

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "backend/cpu/threads.h"
+#include "core/thread_pool.h"
 
 namespace diffq {
 
@@ -25,7 +25,7 @@ void init_parameters_randn(Module& m, DType dtype, uint64_t seed, double std) {
     Tensor v = Tensor::empty(p->shape(), DType::f32);
     float* d = v.data<float>();
     const uint64_t base = splitmix64(seed ^ (++j * 0xD1B54A32D192ED03ULL));
-    backend::cpu::parallel_for(v.numel(), 1 << 16, [&](int64_t i0, int64_t i1) {
+    core::parallel_for(v.numel(), 1 << 16, [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) {
         const uint64_t r = splitmix64(base + uint64_t(i));
         const float sum = float((r & 0xFFFF) + ((r >> 16) & 0xFFFF) + ((r >> 32) & 0xFFFF) + (r >> 48)) * (1.0f / 65536.0f);

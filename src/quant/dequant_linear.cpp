@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "backend/cpu/gemm.h"
-#include "backend/cpu/threads.h"
+#include "core/thread_pool.h"
 #include "backend/cpu/tuning.h"
 #include "diffq/error.h"
 
@@ -82,7 +82,7 @@ void tile_linear_parts(const TileLinearPlan& p, const cpu::GemmParts& parts, boo
     // part: the parts are columns [n0, n1) of y.
     const int64_t chunks = (n1 - n0 + 15) / 16;
     std::vector<char> inexact(size_t(chunks), 0);
-    cpu::parallel_for(n1 - n0, 16, [&](int64_t r0, int64_t r1) {
+    core::parallel_for(n1 - n0, 16, [&](int64_t r0, int64_t r1) {
       p.dequant_rows(n0 + r0, n0 + r1, tp + r0 * K);
       if (try_bf16)
         for (int64_t c0 = r0; c0 < r1; c0 += 16) {

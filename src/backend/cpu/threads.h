@@ -1,17 +1,14 @@
-// The CPU thread pool. Thread count: set_num_threads(), else DIFFQ_NUM_THREADS, else the number of
-// hardware threads. parallel_for splits [0, n) into contiguous chunks of at least `grain` items.
+// The CPU backend's names for the host thread pool (src/core/thread_pool.h), which its kernels split
+// their work over.
 #pragma once
 
-#include <cstdint>
-#include <functional>
+#include "core/thread_pool.h"
 
 namespace diffq::backend::cpu {
 
-int num_threads();
-void set_num_threads(int n);  // n <= 0: back to the default
-// f(begin, end) is called on disjoint ranges covering [0, n); runs inline when n < 2*grain or one thread.
-void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& f);
-// True on a thread that is running a parallel_for body (a nested parallel_for runs inline there).
-bool in_parallel_region();
+using core::in_parallel_region;
+using core::num_threads;
+using core::parallel_for;
+using core::set_num_threads;
 
 }  // namespace diffq::backend::cpu

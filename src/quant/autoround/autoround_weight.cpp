@@ -1,6 +1,6 @@
 #include "quant/autoround/autoround_weight.h"
 
-#include "backend/cpu/threads.h"
+#include "core/thread_pool.h"
 #include "diffq/error.h"
 
 namespace diffq::quant::autoround {
@@ -77,7 +77,7 @@ Tensor AutoRoundWeight::dequantize(DType dtype) const {
         dtype_name(dtype), ": not float32, bfloat16 or float16");
   Tensor f = Tensor::empty({n_, k_}, DType::f32);
   float* p = f.data<float>();
-  backend::cpu::parallel_for(n_, 16, [&](int64_t a, int64_t b) { dequant_rows(a, b, dtype, p + a * k_); });
+  core::parallel_for(n_, 16, [&](int64_t a, int64_t b) { dequant_rows(a, b, dtype, p + a * k_); });
   return dtype == DType::f32 ? f : f.to(dtype);
 }
 

@@ -7,7 +7,7 @@
 #include <limits>
 
 #include "backend/cpu/common.h"
-#include "backend/cpu/threads.h"
+#include "core/thread_pool.h"
 #include "diffq/error.h"
 #include "quant/bnb/bnb_kernels.h"
 #include "quant/dequant_linear.h"
@@ -512,7 +512,7 @@ std::shared_ptr<Bnb4bitWeight> Bnb4bitWeight::quantize(const Tensor& w, const Bn
   };
   std::vector<float> absmax(static_cast<size_t>(nb));
   std::vector<uint8_t> codes(static_cast<size_t>(n + 1));
-  cpu::parallel_for(full, 64, [&](int64_t b0, int64_t b1) {
+  core::parallel_for(full, 64, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       float am = 0.0f;
       bool nan = false;

@@ -5,13 +5,12 @@
 #include <cstring>
 #include <vector>
 
-#include "backend/cpu/threads.h"
+#include "core/thread_pool.h"
 #include "diffq/error.h"
 #include "quant/dequant_linear.h"
 
 namespace diffq::quant {
 
-namespace cpu = backend::cpu;
 
 namespace {
 
@@ -45,7 +44,7 @@ void int8_vectorwise_quant(const float* a, int64_t rows, int64_t cols, double th
         col_has[size_t(i % cols)] = 1;
       }
   }
-  cpu::parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
+  core::parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const float* row = a + r * cols;
       float am = 0.0f;
@@ -211,7 +210,7 @@ Tensor Bnb8bitWeight::linear_llm_int8(const Tensor& x, const Tensor& bias) const
   }
   Tensor y = Tensor::empty(out_shape, DType::f32);
   float* yp = y.data<float>();
-  cpu::parallel_for(M, 4, [&](int64_t m0, int64_t m1) {
+  core::parallel_for(M, 4, [&](int64_t m0, int64_t m1) {
     for (int64_t m = m0; m < m1; ++m)
       for (int64_t n = 0; n < N; ++n) {
         const float c32 = float(int32_t(ap[m * N + n]));

@@ -4,7 +4,7 @@
 #include <array>
 #include <cctype>
 
-#include "backend/cpu/threads.h"
+#include "core/thread_pool.h"
 #include "diffq/error.h"
 
 namespace diffq::quant::gguf {
@@ -93,7 +93,7 @@ std::optional<GGMLType> parse_type(std::string_view name) {
 void TypeTraits::quantize_rows(const float* src, int64_t rows, int64_t k, uint8_t* dst) const {
   const int64_t rb = row_bytes(k);
   // K-quant rows cost ~20 candidate scales per 32 values: a few rows per task are enough work.
-  backend::cpu::parallel_for(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(k, 1)), [&](int64_t r0, int64_t r1) {
+  core::parallel_for(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(k, 1)), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) quantize_ref(src + r * k, dst + r * rb, k);
   });
 }

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "backend/cpu/int8_gemm.h"
-#include "backend/cpu/threads.h"
+#include "core/thread_pool.h"
 #include "diffq/error.h"
 #include "quant/nunchaku/nunchaku_layout.h"
 
@@ -228,7 +228,7 @@ std::vector<float> SvdqW4A4Weight::logical_bias(const Tensor& bias) const {
 void SvdqW4A4Weight::quantize_activations(const float* x, int64_t m, int8_t* q, float* ascale) const {
   const float* sm = smooth_.data<float>();
   const float inv7 = 1.0f / 7.0f;
-  cpu::parallel_for(m, 4, [&](int64_t a, int64_t b) {
+  core::parallel_for(m, 4, [&](int64_t a, int64_t b) {
     std::vector<float> xs(static_cast<size_t>(k_));
     for (int64_t t = a; t < b; ++t) {
       for (int64_t j = 0; j < k_; ++j) xs[size_t(j)] = x[t * k_ + j] / sm[j];
@@ -309,14 +309,14 @@ Tensor SvdqW4A4Weight::linear(const Tensor& x, const Tensor& bias) const {
   std::vector<int32_t> cg(size_t(m * n_));
   for (int64_t gi = 0; gi < g_; ++gi) {
     cpu::gemm_s8s8s32(m, n_, 64, q.data() + gi * 64, k_, c + gi * 64, k_, cg.data(), n_);
-    cpu::parallel_for(m, 16, [&](int64_t a, int64_t e) {
+    core::parallel_for(m, 16, [&](int64_t a, int64_t e) {
       for (int64_t t = a; t < e; ++t) {
         const float at = as[size_t(t * g_ + gi)];
         for (int64_t i = 0; i < n_; ++i) yo[t * n_ + i] += float(cg[size_t(t * n_ + i)]) * at * ws[gi * n_ + i];
       }
     });
   }
-  cpu::parallel_for(m, 16, [&](int64_t a, int64_t e) {
+  core::parallel_for(m, 16, [&](int64_t a, int64_t e) {
     std::vector<float> la(static_cast<size_t>(r_));
     for (int64_t t = a; t < e; ++t) {
       for (int64_t r = 0; r < r_; ++r) {

@@ -5,13 +5,12 @@
 #include <cstring>
 #include <limits>
 
-#include "backend/cpu/threads.h"
+#include "core/thread_pool.h"
 #include "diffq/error.h"
 #include "quant/dequant_linear.h"
 
 namespace diffq::quant {
 
-namespace cpu = backend::cpu;
 
 namespace {
 
@@ -217,7 +216,7 @@ std::shared_ptr<QuantoWeight> QuantoWeight::quantize(const Tensor& w, QuantoQTyp
     const float qmax = qt == QuantoQType::int8 ? 127.0f : 448.0f;
     std::vector<float> scale(static_cast<size_t>(O));
     Tensor data = Tensor::empty({O, I}, qt == QuantoQType::int8 ? DType::i8 : DType::f8_e4m3fn);
-    cpu::parallel_for(O, 8, [&](int64_t r0, int64_t r1) {
+    core::parallel_for(O, 8, [&](int64_t r0, int64_t r1) {
       for (int64_t n = r0; n < r1; ++n) {
         float am = 0.0f;
         for (int64_t c = 0; c < I; ++c) am = std::max(am, std::fabs(a[size_t(n * I + c)]));
@@ -247,7 +246,7 @@ std::shared_ptr<QuantoWeight> QuantoWeight::quantize(const Tensor& w, QuantoQTyp
   const float qrange = float((1 << bits) - 1);
   std::vector<float> scale(static_cast<size_t>(G)), shift(static_cast<size_t>(G));
   std::vector<uint8_t> codes(static_cast<size_t>(G * g));
-  cpu::parallel_for(G, 16, [&](int64_t g0, int64_t g1) {
+  core::parallel_for(G, 16, [&](int64_t g0, int64_t g1) {
     for (int64_t gi = g0; gi < g1; ++gi) {
       const float* v = a.data() + gi * g;  // grouped rows are consecutive runs of the flattened weight
       float mn = v[0], mx = v[0];

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <limits>
 
-#include "backend/cpu/threads.h"
+#include "core/thread_pool.h"
 #include "diffq/error.h"
 #include "quant/dequant_linear.h"
 #include "quant/torchao/int8_dynamic_linear.h"

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "backend/cpu/threads.h"
+#include "core/thread_pool.h"
 #include "diffq/error.h"
 #include "quant/dequant_linear.h"
 #include "quant/torchao/affine_int8_weight.h"
@@ -112,12 +112,12 @@ void float8_quant_dequant_activations(const float* x, int64_t m, int64_t k, DTyp
   };
   if (a.granularity.type == Granularity::PerTensor) {
     const float scale = float8_scale(amax_abs(x, m * k), fmax, dt);
-    backend::cpu::parallel_for(m, 8, [&](int64_t b, int64_t e) {
+    core::parallel_for(m, 8, [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) run_row(r, scale);
     });
     return;
   }
-  backend::cpu::parallel_for(m, 8, [&](int64_t b, int64_t e) {
+  core::parallel_for(m, 8, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) run_row(r, float8_scale(amax_abs(x + r * k, k), fmax, dt));
   });
 }

@@ -6,7 +6,7 @@
 
 #include "backend/cpu/int8_act_quant.h"
 #include "backend/cpu/int8_gemm.h"
-#include "backend/cpu/threads.h"
+#include "core/thread_pool.h"
 #include "diffq/error.h"
 #include "quant/torchao/affine.h"
 #include "quant/torchao/affine_int8_weight.h"
@@ -28,13 +28,13 @@ void quantize_activations_int8(const float* x, int64_t m, int64_t k, DType dt, b
     float mn = INFINITY, mx = -INFINITY;
     for (int64_t i = 0; i < m * k; ++i) mn = std::min(mn, x[i]), mx = std::max(mx, x[i]);
     scale.assign(1, params(mn, mx));
-    cpu::parallel_for(m, 8, [&](int64_t a, int64_t b) {
+    core::parallel_for(m, 8, [&](int64_t a, int64_t b) {
       for (int64_t r = a; r < b; ++r) quantize_row(r, scale[0]);
     });
     return;
   }
   scale.assign(size_t(m), 0.0f);
-  cpu::parallel_for(m, 8, [&](int64_t a, int64_t b) {
+  core::parallel_for(m, 8, [&](int64_t a, int64_t b) {
     for (int64_t r = a; r < b; ++r) {
       float mn = INFINITY, mx = -INFINITY;
       cpu::int8_row_min_max_reference(x + r * k, DType::f32, k, &mn, &mx);
@@ -97,14 +97,14 @@ Int8Call prepare(const Tensor& x, const Tensor& bias, const AffineInt8Weight& w)
     maxs.resize(size_t(m));
     float* const mnp = mins.data();
     float* const mxp = maxs.data();
-    cpu::parallel_for(m, 8, [&](int64_t a, int64_t b) {
+    core::parallel_for(m, 8, [&](int64_t a, int64_t b) {
       for (int64_t i = a; i < b; ++i) cpu::int8_row_min_max(row(i), src, k, mnp + i, mxp + i);
     });
     float mn = INFINITY, mx = -INFINITY;
     for (int64_t i = 0; i < m; ++i) mn = std::min(mn, mnp[i]), mx = std::max(mx, mxp[i]);
     xsp[0] = params(mn, mx);
   }
-  cpu::parallel_for(strips, 2, [&](int64_t s0, int64_t s1) {
+  core::parallel_for(strips, 2, [&](int64_t s0, int64_t s1) {
     for (int64_t s = s0; s < s1; ++s)
       for (int64_t r = 0; r < cpu::kInt8StripRows; ++r) {
         const int64_t i = s * cpu::kInt8StripRows + r;

@@ -1,6 +1,6 @@
 #include "quant/torchao/torchao_weight.h"
 
-#include "backend/cpu/threads.h"
+#include "core/thread_pool.h"
 #include "diffq/error.h"
 
 namespace diffq::quant::torchao {
@@ -16,7 +16,7 @@ Tensor TorchaoWeight::dequantize(DType dtype) const {
         "output dtype ", dtype_name(dtype), " is not float32, bfloat16 or float16");
   Tensor f = Tensor::empty({n_, k_}, DType::f32);
   float* p = f.data<float>();
-  backend::cpu::parallel_for(n_, 16, [&](int64_t a, int64_t b) { dequant_rows(a, b, dtype, p + a * k_); });
+  core::parallel_for(n_, 16, [&](int64_t a, int64_t b) { dequant_rows(a, b, dtype, p + a * k_); });
   return dtype == DType::f32 ? f : f.to(dtype);  // values are exact in `dtype`: the cast only narrows
 }
 

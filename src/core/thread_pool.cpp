@@ -1,4 +1,4 @@
-#include "backend/cpu/threads.h"
+#include "core/thread_pool.h"
 
 #include <algorithm>
 #include <atomic>
@@ -11,7 +11,7 @@
 
 #include "diffq/error.h"
 
-namespace diffq::backend::cpu {
+namespace diffq::core {
 
 namespace {
 
@@ -151,4 +151,4 @@ void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, in
   });
 }
 
-}  // namespace diffq::backend::cpu
+}  // namespace diffq::core
