@@ -38,14 +38,10 @@ struct ConvPlan {
   std::string rejected;
 };
 
-PlanCache<ConvPlanKey, ConvPlan, ConvPlanKeyHash>& plans() {
-  static PlanCache<ConvPlanKey, ConvPlan, ConvPlanKeyHash> cache;
-  return cache;
+CudnnOpBook<ConvPlanKey, ConvPlan, ConvPlanKeyHash>& book() {
+  static CudnnOpBook<ConvPlanKey, ConvPlan, ConvPlanKeyHash> b;
+  return b;
 }
-
-std::atomic<int64_t> runs{0};
-std::mutex rejection_mu;
-std::string last_rejection;
 
 bool is_float(DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f16; }
 
@@ -169,7 +165,7 @@ void cudnn_conv2d(const ops::OpCall& c, Tensor& out) {
       if (mode == ConvPadMode::cudnn) key.pad = {pt, pl, pb, pr};
       key.bias = has_bias && fused;
       key.pad_mode = mode;
-      const std::shared_ptr<ConvPlan> plan = plans().get_or_build(key, [&] {
+      const std::shared_ptr<ConvPlan> plan = book().plans().get_or_build(key, [&] {
         std::lock_guard<std::mutex> lock(dev.mu);  // the handle is not to be used by two threads at once
         return build(key, dev.handle);
       });
@@ -192,14 +188,11 @@ void cudnn_conv2d(const ops::OpCall& c, Tensor& out) {
         y = ops::execute(ops::OpCall{ops::OpKind::binary, {y, bias.view({1, bias.numel(), 1, 1})}, a});
       }
       if (!direct) ops::copy_into(y, out);
-      ++runs;
+      book().count_run();
       return;
     }
   }
-  {
-    std::lock_guard<std::mutex> lock(rejection_mu);
-    last_rejection = rejections;
-  }
+  book().reject(rejections);
   fail("conv2d", "cuda:", idx, ": cuDNN has no convolution for x ", x0.str(), ", w ", w0.str(), " stride ", s,
        " padding {", pl, ", ", pr, ", ", pt, ", ", pb, "} (", rejections, ")");
 }
@@ -209,17 +202,9 @@ std::string cudnn_conv2d_validate_offline(const ConvPlanKey& key, int sm_version
   return validate_offline(*g);
 }
 
-CudnnOpStats cudnn_conv2d_stats() {
-  std::lock_guard<std::mutex> lock(rejection_mu);
-  return {plans().stats(), runs.load(), last_rejection};
-}
+CudnnOpStats cudnn_conv2d_stats() { return book().stats(); }
 
-void cudnn_conv2d_reset() {
-  plans().clear();
-  runs = 0;
-  std::lock_guard<std::mutex> lock(rejection_mu);
-  last_rejection.clear();
-}
+void cudnn_conv2d_reset() { book().reset(); }
 
 void register_cudnn_kernels() { ops::register_kernel(ops::OpKind::conv2d, DeviceKind::cuda, cudnn_conv2d); }
 

@@ -3,7 +3,9 @@
 // (cudnn_sdpa.cpp) and conv2d through cuDNN's convolution (cudnn_conv.cpp), each with a plan cache.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <string>
 
 #include "backend/cuda/cudnn_plan_keys.h"
@@ -37,5 +39,34 @@ CudnnOpStats cudnn_conv2d_stats();
 // Empty the op's plan cache and zero its counters (tests).
 void cudnn_sdpa_reset();
 void cudnn_conv2d_reset();
+
+// What each cuDNN op keeps beside its plans: how many calls ran on cuDNN and why it last declined one
+// (cudnn_sdpa.cpp and cudnn_conv.cpp hold one each).
+template <class Key, class Plan, class Hash>
+class CudnnOpBook {
+ public:
+  PlanCache<Key, Plan, Hash>& plans() { return plans_; }
+  void count_run() { ++runs_; }
+  void reject(std::string why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    last_rejection_ = std::move(why);
+  }
+  CudnnOpStats stats() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return {plans_.stats(), runs_.load(), last_rejection_};
+  }
+  void reset() {
+    plans_.clear();
+    runs_ = 0;
+    std::lock_guard<std::mutex> lock(mu_);
+    last_rejection_.clear();
+  }
+
+ private:
+  PlanCache<Key, Plan, Hash> plans_;
+  std::atomic<int64_t> runs_{0};
+  std::mutex mu_;
+  std::string last_rejection_;
+};
 
 }  // namespace diffq::backend::cuda

@@ -35,18 +35,13 @@ struct SdpaPlan {
   std::string rejected;
 };
 
-PlanCache<SdpaPlanKey, SdpaPlan, SdpaPlanKeyHash>& plans() {
-  static PlanCache<SdpaPlanKey, SdpaPlan, SdpaPlanKeyHash> cache;
-  return cache;
+CudnnOpBook<SdpaPlanKey, SdpaPlan, SdpaPlanKeyHash>& book() {
+  static CudnnOpBook<SdpaPlanKey, SdpaPlan, SdpaPlanKeyHash> b;
+  return b;
 }
 
-std::atomic<int64_t> runs{0};
-std::mutex rejection_mu;
-std::string last_rejection;
-
 bool decline(std::string why) {
-  std::lock_guard<std::mutex> lock(rejection_mu);
-  last_rejection = std::move(why);
+  book().reject(std::move(why));
   return false;
 }
 
@@ -133,7 +128,7 @@ bool cudnn_sdpa(const ops::OpCall& c, Tensor& out) {
     return decline(e.what());
   }
   CudnnDevice& dev = *devp;
-  const std::shared_ptr<SdpaPlan> plan = plans().get_or_build(key, [&] {
+  const std::shared_ptr<SdpaPlan> plan = book().plans().get_or_build(key, [&] {
         std::lock_guard<std::mutex> lock(dev.mu);  // the handle is not to be used by two threads at once
         return build(key, dev.handle);
       });
@@ -142,7 +137,7 @@ bool cudnn_sdpa(const ops::OpCall& c, Tensor& out) {
   std::unordered_map<int64_t, void*> pack = {
       {kUidQ, q.data_ptr()}, {kUidK, k.data_ptr()}, {kUidV, v.data_ptr()}, {kUidO, out.data_ptr()}};
   run_plan(*plan->graph, plan->workspace, pack, "sdpa", idx);
-  ++runs;
+  book().count_run();
   return true;
 }
 
@@ -151,17 +146,9 @@ std::string cudnn_sdpa_validate_offline(const SdpaPlanKey& key, int sm_version) 
   return validate_offline(*g);
 }
 
-CudnnOpStats cudnn_sdpa_stats() {
-  std::lock_guard<std::mutex> lock(rejection_mu);
-  return {plans().stats(), runs.load(), last_rejection};
-}
+CudnnOpStats cudnn_sdpa_stats() { return book().stats(); }
 
-void cudnn_sdpa_reset() {
-  plans().clear();
-  runs = 0;
-  std::lock_guard<std::mutex> lock(rejection_mu);
-  last_rejection.clear();
-}
+void cudnn_sdpa_reset() { book().reset(); }
 
 #else  // built without cuDNN: every call takes the simple kernel
 
