@@ -36,7 +36,7 @@ case "${1:-}" in
     # target briefly on its seed corpus, so `--fuzz` keeps building and a leak or UB in a parser fails CI.
     secs=${2:-10}
     sanitize_configure
-    cmake --build build-asan --target test_io test_pipelines test_ops test_quant fuzz_targets
+    cmake --build build-asan --target test_io test_pipelines test_ops test_quant test_serve diffq fuzz_targets
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
       ctest --test-dir build-asan --output-on-failure -j "$jobs" \
         -R '^(Safetensors[A-Za-z]*|Malformed[A-Za-z]*|GGUF|MappedFile|DiffusersFolder|Inspect|JsonConfig|Png|Tokenizers|Video[A-Za-z]*|PromptClean|UMT5Tokenizer)\.'
@@ -45,6 +45,12 @@ case "${1:-}" in
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
       ctest --test-dir build-asan --output-on-failure -j "$jobs" \
         -R '^(Bf16Dot[A-Za-z]*|[A-Za-z]+/Bf16DotThroughGemm|[A-Za-z]+/SdpaBf16|SdpaBf16Choice|SdpaKernel|[A-Za-z]+/SdpaKernel|SgemmKernel[A-Za-z]*|[A-Za-z]+/BlockedThroughGemm|[A-Za-z]+/OnednnGemm|OnednnGemmChoice|DequantTileLinear|Table/CpuOps\.MatchesReference/(conv2d|group_norm|linear|matmul|sdpa)_)'
+
+    # The server (its API, jobs, cancel/drain, LoRA requests: threads, sockets, long-lived state, where a
+    # reference cycle or a use after free hides) and the pipelines placed on the fake device.
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+      ctest --test-dir build-asan --output-on-failure -j "$jobs" \
+        -R '^(Serve(Api|Jobs|Lora|Cli|Utf8)|PipelinePlacement|Pipelines/PlacementVariants)\.'
 
     for f in build-asan/bin/fuzz_*; do
       name=$(basename "$f" | sed 's/^fuzz_//')

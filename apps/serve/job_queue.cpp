@@ -298,6 +298,10 @@ void JobQueue::run_job(const std::shared_ptr<Job>& job) {
     }
     std::lock_guard lk(mu_);
     job->used = r.used;
+    // r.used is the call as made, callbacks included, and those capture this job: kept on the job they
+    // would make a reference cycle (Job -> used.on_step -> Job) and every finished job would leak.
+    job->used.on_step = nullptr;
+    job->used.on_preview = nullptr;
     job->results = std::move(files);
     job->params_json["timings"] = {{"encode_prompt_s", r.encode_prompt_s}, {"denoise_s", r.denoise_s},
                                    {"decode_s", r.decode_s}, {"write_s", secs(t_gen, Job::clock::now())}};
