@@ -253,6 +253,19 @@ else
     --summary "$work/gpu_tests.json" --lib-path "$dq_ld" --env "DIFFQ_SOURCE_DIR=$root" --timeout "$lim" "${expect[@]}"
   msg=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("message", ""))' "$work/gpu_tests.json" 2>/dev/null)
   msg="${msg:-$(tail -n 2 "$work/gpu_tests.log")}"
+  # The allocator tests once more with DIFFQ_CUDA_ALLOC=plain (one cudaMalloc per allocation): the
+  # plain path and CudaPlainAllocator.* run only then.
+  if [[ $st == ok ]]; then
+    main_st=$st main_secs=$secs
+    run_part gpu_tests_plain_alloc 60 python3 "$root/tools/peers/run_gtest.py" "$bindir/test_cuda" \
+      --work "$work/gtest-plain" --summary "$work/gpu_tests_plain.json" --lib-path "$dq_ld" \
+      --env "DIFFQ_SOURCE_DIR=$root" --env DIFFQ_CUDA_ALLOC=plain --timeout 50 "${expect[@]}" \
+      --filter 'CudaPlainAllocator.*:CudaAllocator.*:CudaCachingAllocator.*'
+    plain=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("message", ""))' "$work/gpu_tests_plain.json" 2>/dev/null)
+    msg="$msg; DIFFQ_CUDA_ALLOC=plain: ${plain:-$(tail -n 2 "$work/gpu_tests_plain_alloc.log")}"
+    [[ $st == ok ]] && st=$main_st
+    secs=$((main_secs + secs))
+  fi
   if ((gpu)); then record gpu_tests "$st" "$secs" "$msg${libs_missing:+; libraries not found: $libs_missing}"
   elif [[ $st == ok ]]; then record gpu_tests skipped "$secs" "no GPU; here: $msg"
   else record gpu_tests "$st" "$secs" "no GPU, and even so: $msg${libs_missing:+; libraries not found: $libs_missing}"; fi

@@ -134,7 +134,7 @@ class AdapterBase : public DiffusionPipeline, public detail::PipelineAccess {
   void place_on(Device d) {
     device_ = d;
     set_execution_device(d);
-    place_components(components(), d);
+    if (!d.is_cpu()) place_components(components(), d);  // on the cpu the weights stay where they loaded (mmap)
   }
   Device device() const override { return device_; }
 
@@ -476,7 +476,7 @@ std::string DiffusionPipeline::pipeline_class_of(const std::filesystem::path& fo
 std::unique_ptr<DiffusionPipeline> DiffusionPipeline::from_pretrained(const std::filesystem::path& folder,
                                                                       const PipelineOptions& opt) {
   const std::string cls = pipeline_class_of(folder);
-  require_execution_device(opt.device);  // before anything loads: no backend / no device / missing op kernels
+  check_execution_device(opt.device);  // before anything loads: no backend / no device / missing op kernels
   const auto placed = [&opt](auto adapter) {
     adapter->place_on(opt.device);
     return std::unique_ptr<DiffusionPipeline>(std::move(adapter));

@@ -12,7 +12,7 @@ namespace {
 constexpr const char* kCtx = "pipeline";
 }  // namespace
 
-void require_execution_device(Device d) {
+void check_execution_device(Device d) {
   backend::require_device(d, kCtx);
   if (d.is_cpu()) return;
   for (size_t i = 0; i < size_t(ops::OpKind::count_); ++i) {
@@ -21,8 +21,6 @@ void require_execution_device(Device d) {
           " in this build of diffq, so no pipeline can run there yet (run on the cpu)");
   }
 }
-
-void check_execution_device(Device d) { require_execution_device(d); }
 
 void place_components(const offload::NamedModules& components, Device d) {
   if (!d.is_cpu()) {

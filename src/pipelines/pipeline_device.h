@@ -6,13 +6,12 @@
 #pragma once
 
 #include "diffq/device.h"
+#include "diffq/pipeline.h"
 #include "offload/pipeline_offloader.h"
 
 namespace diffq {
 
-// Throws unless `d` can run a pipeline: the build has its backend, the machine has the device, and every
-// op the pipelines call has a kernel registered for it.
-void require_execution_device(Device d);
+// check_execution_device(d) (include/diffq/pipeline.h) is the check made before anything loads.
 
 // Uploads every parameter of the components to `d` (dense weights in their loaded dtype: the bytes are
 // copied straight from the mmap or host buffer into the device, then swapped into the same Storage);

@@ -32,8 +32,9 @@ END = re.compile(r"^\[ +(OK|FAILED|SKIPPED) +\] (\S+\.\S+)")
 RUN = re.compile(r"^\[ RUN      \] (\S+)")
 
 
-def list_tests(binary, env):
-    out = subprocess.run([binary, "--gtest_list_tests"], capture_output=True, text=True, env=env, timeout=120)
+def list_tests(binary, env, filter_=""):
+    cmd = [binary, "--gtest_list_tests"] + ([f"--gtest_filter={filter_}"] if filter_ else [])
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
     if out.returncode != 0:
         raise RuntimeError(f"--gtest_list_tests exited {out.returncode}: {(out.stdout + out.stderr)[-500:]}")
     tests, suite = [], None
@@ -56,6 +57,7 @@ def main() -> int:
     ap.add_argument("--env", action="append", default=[], help="K=V for the test processes")
     ap.add_argument("--expect-gpu", action="store_true")
     ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--filter", default="", help="a gtest filter: only these tests (default: all)")
     args = ap.parse_args()
     deadline = time.time() + args.timeout
     os.makedirs(args.work, exist_ok=True)
@@ -132,13 +134,13 @@ def main() -> int:
         return rc, running
 
     try:
-        all_tests = list_tests(args.binary, env)
+        all_tests = list_tests(args.binary, env, args.filter)
     except Exception as e:  # noqa: BLE001
         summary["message"] = f"could not list the tests: {e}"
         json.dump(summary, open(args.summary, "w"), indent=1)
         return 1
     summary["tests"] = len(all_tests)
-    rc, crashed = run("", "all", 0.6 * args.timeout)  # a hang leaves 40% for the tests after it
+    rc, crashed = run(args.filter, "all", 0.6 * args.timeout)  # a hang leaves 40% for the tests after it
     reruns = 0
     if crashed or (rc not in (0, 1) and len(results) < len(all_tests) and not timed_out):
         # the remaining tests, one suite per process; a crashing suite's rest one test per process

@@ -139,22 +139,23 @@ void* CachingPool::allocate(size_t nbytes, StreamId stream) {
 
 void CachingPool::insert_free(Block* b) {
   auto cached = [](const Block* n) { return n && !n->allocated && n->pending_events == 0; };
+  // `a` takes over `n`, its free successor in the segment (a pool orders by size: a cached block leaves
+  // its pool before it grows).
+  auto absorb = [](Block* a, Block* n) {
+    a->size += n->size;
+    a->next = n->next;
+    if (n->next) n->next->prev = a;
+    delete n;
+  };
   if (cached(b->prev)) {  // b merges into its predecessor
     Block* p = b->prev;
     pool_of(p).erase(p);
-    p->size += b->size;
-    p->next = b->next;
-    if (b->next) b->next->prev = p;
-    delete b;
+    absorb(p, b);
     b = p;
   }
   if (cached(b->next)) {
-    Block* n = b->next;
-    pool_of(n).erase(n);
-    b->size += n->size;
-    b->next = n->next;
-    if (n->next) n->next->prev = b;
-    delete n;
+    pool_of(b->next).erase(b->next);
+    absorb(b, b->next);
   }
   pool_of(b).insert(b);
 }

@@ -32,31 +32,12 @@ namespace {
 
 constexpr int64_t kUidX = 1, kUidW = 2, kUidB = 3, kUidY = 4;
 
-struct ConvPlan {
-  std::shared_ptr<fe::graph::Graph> graph;  // null: cuDNN rejected the key
-  int64_t workspace = 0;
-  std::string rejected;
-};
-
-CudnnOpBook<ConvPlanKey, ConvPlan, ConvPlanKeyHash>& book() {
-  static CudnnOpBook<ConvPlanKey, ConvPlan, ConvPlanKeyHash> b;
+CudnnOpBook<ConvPlanKey, CudnnPlan, ConvPlanKeyHash>& book() {
+  static CudnnOpBook<ConvPlanKey, CudnnPlan, ConvPlanKeyHash> b;
   return b;
 }
 
 bool is_float(DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f16; }
-
-// Packed (contiguous), 16-byte aligned and of dtype dt: `t` itself when it already is, else a copy.
-Tensor packed(const Tensor& t, DType dt) {
-  Tensor r = t;
-  if (r.dtype() != dt) {
-    ops::Attrs a;
-    a.dtype = dt;
-    r = ops::execute(ops::OpCall{ops::OpKind::cast, {r}, a});
-  }
-  if (!r.is_contiguous() || address_alignment(r.data_ptr()) < 16)
-    r = ops::execute(ops::OpCall{ops::OpKind::copy, {r}, {}});
-  return r;
-}
 
 // x[N, C, H, W] with `l`, `r` zero columns and `t`, `b` zero rows around each image (a copy).
 Tensor zero_pad(const Tensor& x, int64_t l, int64_t r, int64_t t, int64_t b) {
@@ -115,16 +96,6 @@ std::shared_ptr<fe::graph::Graph> make_graph(const ConvPlanKey& k, int sm_versio
   return g;
 }
 
-std::shared_ptr<ConvPlan> build(const ConvPlanKey& k, cudnnHandle_t handle) {
-  auto plan = std::make_shared<ConvPlan>();
-  auto g = make_graph(k);
-  plan->rejected = build_plan(*g, handle, k.dtype == DType::f32);
-  if (!plan->rejected.empty()) return plan;
-  plan->workspace = plan_workspace(*g, "conv2d", k.device);
-  plan->graph = std::move(g);
-  return plan;
-}
-
 }  // namespace
 
 void cudnn_conv2d(const ops::OpCall& c, Tensor& out) {
@@ -143,8 +114,8 @@ void cudnn_conv2d(const ops::OpCall& c, Tensor& out) {
   // One dtype for the graph: the common one, else float32 (cast copies, as the CPU backend widens).
   const bool alike = w0.dtype() == x0.dtype() && (!has_bias || b0.dtype() == x0.dtype()) && out.dtype() == x0.dtype();
   const DType dt = alike ? x0.dtype() : DType::f32;
-  const Tensor x = packed(x0, dt), w = packed(w0, dt);
-  const Tensor bias = has_bias ? packed(b0, dt) : Tensor();
+  const Tensor x = packed_operand(x0, dt), w = packed_operand(w0, dt);
+  const Tensor bias = has_bias ? packed_operand(b0, dt) : Tensor();
   const int64_t s = c.attrs.ints[0], pl = c.attrs.ints[1], pr = c.attrs.ints[2], pt = c.attrs.ints[3],
                 pb = c.attrs.ints[4];
   CudnnDevice& dev = cudnn_device(idx, "conv2d");
@@ -165,9 +136,9 @@ void cudnn_conv2d(const ops::OpCall& c, Tensor& out) {
       if (mode == ConvPadMode::cudnn) key.pad = {pt, pl, pb, pr};
       key.bias = has_bias && fused;
       key.pad_mode = mode;
-      const std::shared_ptr<ConvPlan> plan = book().plans().get_or_build(key, [&] {
+      const std::shared_ptr<CudnnPlan> plan = book().plans().get_or_build(key, [&] {
         std::lock_guard<std::mutex> lock(dev.mu);  // the handle is not to be used by two threads at once
-        return build(key, dev.handle);
+        return build_cudnn_plan(make_graph(key), dev.handle, key.dtype == DType::f32, "conv2d", key.device);
       });
       if (!plan->graph) {
         rejections += cat(rejections.empty() ? "" : "; ", mode == ConvPadMode::cudnn ? "cuDNN padding" : "padded copy",

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <string>
 #include <unordered_map>
 
@@ -26,15 +27,6 @@ inline fe::DataType_t fe_dtype(DType t) {
     case DType::f32: return fe::DataType_t::FLOAT;
     default: fail("cudnn", "cuda: no cuDNN data type for ", dtype_name(t));
   }
-}
-
-// Largest power of two (at most 256) dividing the address. cuDNN's tensors are declared 16-byte
-// aligned (the frontend's default), so a view starting elsewhere is copied before it is handed over.
-inline int64_t address_alignment(const void* p) {
-  const auto a = reinterpret_cast<uintptr_t>(p);
-  int64_t al = 256;
-  while (al > 1 && a % uint64_t(al) != 0) al >>= 1;
-  return al;
 }
 
 // Validates `g`, queries cuDNN's heuristics (mode A, then the fallback list), and builds the first plan
@@ -76,6 +68,25 @@ inline int64_t plan_workspace(fe::graph::Graph& g, const char* op, int device) {
   fe::error_t st = g.get_workspace_size(ws);
   check(st.is_good(), op, "cuda:", device, ": cuDNN get_workspace_size failed: ", st.get_message());
   return ws;
+}
+
+// One op's built plan for one key: the graph and its workspace, or why cuDNN rejected the key (cached as
+// such by the op's plan cache, so an unsupported shape is not retried at every call).
+struct CudnnPlan {
+  std::shared_ptr<fe::graph::Graph> graph;  // null: cuDNN rejected the key
+  int64_t workspace = 0;
+  std::string rejected;
+};
+
+// build_plan on `g`, kept with its workspace size when it builds.
+inline std::shared_ptr<CudnnPlan> build_cudnn_plan(std::shared_ptr<fe::graph::Graph> g, cudnnHandle_t handle,
+                                                   bool no_tensor_cores, const char* op, int device) {
+  auto plan = std::make_shared<CudnnPlan>();
+  plan->rejected = build_plan(*g, handle, no_tensor_cores);
+  if (!plan->rejected.empty()) return plan;
+  plan->workspace = plan_workspace(*g, op, device);
+  plan->graph = std::move(g);
+  return plan;
 }
 
 // Runs a built plan on cuda:`device` (the caller holds a DeviceGuard) with the device pointers of

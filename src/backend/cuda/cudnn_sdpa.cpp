@@ -29,14 +29,8 @@ namespace {
 constexpr int64_t kUidQ = 1, kUidK = 2, kUidV = 3, kUidO = 4;
 constexpr int64_t kMaxHeadDim = 256;
 
-struct SdpaPlan {
-  std::shared_ptr<fe::graph::Graph> graph;  // null: cuDNN rejected the key
-  int64_t workspace = 0;
-  std::string rejected;
-};
-
-CudnnOpBook<SdpaPlanKey, SdpaPlan, SdpaPlanKeyHash>& book() {
-  static CudnnOpBook<SdpaPlanKey, SdpaPlan, SdpaPlanKeyHash> b;
+CudnnOpBook<SdpaPlanKey, CudnnPlan, SdpaPlanKeyHash>& book() {
+  static CudnnOpBook<SdpaPlanKey, CudnnPlan, SdpaPlanKeyHash> b;
   return b;
 }
 
@@ -80,16 +74,6 @@ std::shared_ptr<fe::graph::Graph> make_graph(const SdpaPlanKey& k, int sm_versio
   return g;
 }
 
-std::shared_ptr<SdpaPlan> build(const SdpaPlanKey& k, cudnnHandle_t handle) {
-  auto plan = std::make_shared<SdpaPlan>();
-  auto g = make_graph(k);
-  plan->rejected = build_plan(*g, handle, false);
-  if (!plan->rejected.empty()) return plan;
-  plan->workspace = plan_workspace(*g, "sdpa", k.device);
-  plan->graph = std::move(g);
-  return plan;
-}
-
 }  // namespace
 
 bool cudnn_sdpa(const ops::OpCall& c, Tensor& out) {
@@ -128,10 +112,10 @@ bool cudnn_sdpa(const ops::OpCall& c, Tensor& out) {
     return decline(e.what());
   }
   CudnnDevice& dev = *devp;
-  const std::shared_ptr<SdpaPlan> plan = book().plans().get_or_build(key, [&] {
-        std::lock_guard<std::mutex> lock(dev.mu);  // the handle is not to be used by two threads at once
-        return build(key, dev.handle);
-      });
+  const std::shared_ptr<CudnnPlan> plan = book().plans().get_or_build(key, [&] {
+    std::lock_guard<std::mutex> lock(dev.mu);  // the handle is not to be used by two threads at once
+    return build_cudnn_plan(make_graph(key), dev.handle, false, "sdpa", key.device);
+  });
   if (!plan->graph) return decline(cat("cuDNN rejected B=", key.B, " H=", key.H, " Sq=", key.Sq, " Sk=", Sk, " D=", D,
                                        " Dv=", Dv, " ", dtype_name(dt), ": ", plan->rejected));
   std::unordered_map<int64_t, void*> pack = {

@@ -76,29 +76,6 @@ struct Layout {
   Layout& operator=(const Layout&) = delete;
 };
 
-// Largest power of two (at most 256) dividing the address: cuBLASLt's heuristic assumes 256-byte
-// aligned operands unless told otherwise (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES).
-uint32_t alignment_of(const void* p) {
-  const auto a = reinterpret_cast<uintptr_t>(p);
-  uint32_t al = 256;
-  while (al > 1 && a % al != 0) al >>= 1;
-  return al;
-}
-
-// Eager copies/casts on the device (ops::execute, so an active trace never records them). A view
-// that starts off a 16-byte boundary (a slice) is copied too, so every operand is 16-byte aligned.
-Tensor eager_contiguous(const Tensor& t) {
-  if (t.is_contiguous() && alignment_of(t.data_ptr()) >= 16) return t;
-  return ops::execute(ops::OpCall{OpKind::copy, {t}, {}});
-}
-
-Tensor eager_cast(const Tensor& t, DType d) {
-  if (t.dtype() == d) return eager_contiguous(t);
-  Attrs a;
-  a.dtype = d;
-  return eager_contiguous(ops::execute(ops::OpCall{OpKind::cast, {t}, a}));
-}
-
 // A built cuBLASLt plan: descriptor, the three layouts and the heuristic's algorithm for one GemmKey.
 // The bias pointer changes per call: it is set on the descriptor right before the matmul is queued,
 // under the plan's own lock (cublasLtMatmul reads the descriptor when it is called).
@@ -171,7 +148,8 @@ void gemm(const char* ctx, int idx, DType dt, const void* x, const void* w, bool
   check(w_batched || batch == 1, ctx, "cuda: an unbatched weight needs batch 1");
   check(batch <= INT32_MAX, ctx, "cuda: batch ", batch, " too large for cuBLASLt");
   const GemmKey key{idx, int(dt), M, N, K, batch, w_nk, w_batched, bias != nullptr,
-                    alignment_of(w), alignment_of(x), alignment_of(d)};
+                    uint32_t(address_alignment(w)), uint32_t(address_alignment(x)),
+                    uint32_t(address_alignment(d))};
   const std::shared_ptr<LtPlan> plan = gemm_plans().get_or_build(key, [&] { return build_plan(ctx, key, dev); });
   const float alpha = 1.0f, beta = 0.0f;
   std::lock_guard<std::mutex> lock(plan->mu);
@@ -195,7 +173,7 @@ DType compute_dtype(const std::vector<const Tensor*>& ts) {
 
 // Writes `res` (contiguous, on out's device) into out, casting when the dtypes differ.
 void write_out(const Tensor& res, Tensor& out) {
-  const Tensor r = res.dtype() == out.dtype() ? res : eager_cast(res, out.dtype());
+  const Tensor r = res.dtype() == out.dtype() ? res : packed_operand(res, out.dtype());
   check_cuda(cudaMemcpy(out.data_ptr(), r.data_ptr(), out.nbytes(), cudaMemcpyDeviceToDevice),
              "gemm: result cudaMemcpy", out.device().index);
 }
@@ -215,8 +193,8 @@ void linear(const OpCall& c, Tensor& out) {
     check(!b.defined(), "linear", "cuda: K = 0 with a bias is not supported");
     return;
   }
-  const Tensor xc = eager_cast(x, dt), wc = eager_cast(w, dt);
-  const Tensor bc = b.defined() ? eager_cast(b, dt) : Tensor();
+  const Tensor xc = packed_operand(x, dt), wc = packed_operand(w, dt);
+  const Tensor bc = b.defined() ? packed_operand(b, dt) : Tensor();
   const bool direct = dt == out.dtype();
   const Tensor res = direct ? out : Tensor::empty(out.shape(), dt, out.device());
   gemm("linear", idx, dt, xc.data_ptr(), wc.data_ptr(), true, false, bc.defined() ? bc.data_ptr() : nullptr,
@@ -244,19 +222,31 @@ void matmul(const OpCall& c, Tensor& out) {
   Shape ash = batch, bsh = batch;
   ash.insert(ash.end(), {M, K});
   bsh.insert(bsh.end(), {K, N});
-  const Tensor ac = eager_cast(a.expand(ash), dt);
+  const Tensor ac = packed_operand(a.expand(ash), dt);
   if (b.dim() == 2) {  // one weight for every batch entry: fold the batch into M
-    const Tensor bc = eager_cast(b, dt);
+    const Tensor bc = packed_operand(b, dt);
     gemm("matmul", idx, dt, ac.data_ptr(), bc.data_ptr(), false, false, nullptr, res.data_ptr(), nbatch * M, N,
          K, 1);
   } else {
-    const Tensor bc = eager_cast(b.expand(bsh), dt);
+    const Tensor bc = packed_operand(b.expand(bsh), dt);
     gemm("matmul", idx, dt, ac.data_ptr(), bc.data_ptr(), false, true, nullptr, res.data_ptr(), M, N, K, nbatch);
   }
   if (!direct) write_out(res, out);
 }
 
 }  // namespace
+
+// A view that starts off a 16-byte boundary (a slice) is copied too, so every operand is 16-byte aligned.
+Tensor packed_operand(const Tensor& t, DType dt) {
+  Tensor r = t;
+  if (r.dtype() != dt) {
+    Attrs a;
+    a.dtype = dt;
+    r = ops::execute(ops::OpCall{OpKind::cast, {r}, a});
+  }
+  if (!r.is_contiguous() || address_alignment(r.data_ptr()) < 16) r = ops::execute(ops::OpCall{OpKind::copy, {r}, {}});
+  return r;
+}
 
 PlanCacheStats gemm_plan_cache_stats() { return gemm_plans().stats(); }
 

@@ -14,6 +14,11 @@ using ops::OpKind;
 // core/memory.cpp uses it as the default CUDA allocator factory in CUDA builds.
 Allocator& device_allocator(int index);
 
+// `t` as a library call wants an operand: of dtype `dt`, contiguous and 16-byte aligned on its device;
+// `t` itself when it already is, else an eager cast and/or copy (ops::execute: never recorded by a trace).
+// cuBLASLt's GEMMs and cuDNN's convolutions take their operands through it (gemm.cpp).
+Tensor packed_operand(const Tensor& t, DType dt);
+
 void register_kernels();         // register.cpp: everything below plus the allocator
 void register_copy_kernels();    // copy.cu: copy, cast, to_device
 void register_binary_kernels();  // binary.cu: binary (add, sub, mul, div, maximum, minimum)

@@ -30,6 +30,15 @@ struct DeviceInfo {
 };
 std::vector<DeviceInfo> list_devices(std::string* why_none);
 
+// Largest power of two (at most 256) dividing the address: cuBLASLt's heuristic and cuDNN's tensors
+// assume aligned operands (256 and 16 bytes) unless told otherwise, so callers check or pass it.
+inline int64_t address_alignment(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  int64_t al = 256;
+  while (al > 1 && a % uint64_t(al) != 0) al >>= 1;
+  return al;
+}
+
 // "runtime 13.0, driver 13.0 (or: no driver), cuBLASLt 130100": what `diffq info` prints as the CUDA
 // libraries found; never throws.
 std::string library_versions_description();
