@@ -19,7 +19,8 @@
 #   scripts/device-check.sh --prebuilt DIR  on the device: the check itself, with DIR from --pack
 # Options: --build DIR (default build: the binaries when there is no --prebuilt, and what --pack relinks),
 #   --out DIR (default $OUT, else out/device-check), --budget SECONDS (default 470), --parts LIST (comma
-#   list of: gpu_tests,parity,diffq_flux_step,diffq_vae,diffq_wan_step,peer,diffq_flux_28,torchao_int4),
+#   list of: gpu_tests,parity,diffq_flux_step,diffq_vae,diffq_wan_step,profile_flux,profile_wan,peer,
+#   diffq_flux_28,torchao_int4),
 #   --wheels DIR (default .whl: wheels for --pack's python-site, or pip-installed on the device when there is
 #   no python-site.tar.xz), --int4-wheels DIR (default .whl-int4: torchao 0.18.0 + mslk-cuda 1.1.0, 48 MB:
 #   a call of its own, `--parts torchao_int4`), --assume-gpu (run the GPU parts where nvidia-smi sees none).
@@ -36,6 +37,7 @@
 #   diffq_vae        FLUX.1's VAE (random bf16 weights) decoding 1024x1024: diffq bench on the folder of
 #                    tools/peers/make_vae_bench_folder.py (tiny transformer and encoders, 1 step)
 #   diffq_wan_step   diffq bench -m builtin:wan-1.3b-shape --device cuda, 832x480, 81 frames: a CFG step
+#   profile_flux, profile_wan  one step of each with DIFFQ_PROFILE_OPS=shapes: per-op device time
 #   peer             Diffusers on the same GPU, same shapes (tools/peers/diffusers_device_peer.py)
 #   diffq_flux_28    28 steps of builtin:flux-dev-shape, when the step's time says they fit in what is left
 #   torchao_int4     tools/reference/check_torchao_int4_gpu.py, only with the int4 wheels (else skipped)
@@ -48,7 +50,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root" || exit 2
 dry=0 assume_gpu=0 pack="" prebuilt="" build="$root/build" wheels="$root/.whl" int4_wheels="$root/.whl-int4"
 out="${OUT:-$root/out/device-check}" budget=470 parts=""
-all_parts="gpu_tests,parity,diffq_flux_step,diffq_vae,diffq_wan_step,peer,diffq_flux_28,torchao_int4"
+all_parts="gpu_tests,parity,diffq_flux_step,diffq_vae,diffq_wan_step,profile_flux,profile_wan,peer,diffq_flux_28,torchao_int4"
 limit_mb=60
 usage() { sed -n '2,45p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
@@ -332,8 +334,8 @@ else
     record parity ok "$secs" "$(python3 -c '
 import json, sys
 rs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-print("; ".join(f"{r[\"name\"]}: max rel {max(v.get(\"max_rel\", 0) for v in r[\"latents\"].values()):.2e} (tol {r[\"tol\"]:g})"
-                + (f", png max diff {r[\"png\"][\"max_diff\"]}" if "png" in r and "max_diff" in r["png"] else "") for r in rs))
+print("; ".join("%s: max rel %.2e (tol %g)" % (r["name"], max(v.get("max_rel", 0) for v in r["latents"].values()), r["tol"])
+                + (", png max diff %s" % r["png"]["max_diff"] if "png" in r and "max_diff" in r["png"] else "") for r in rs))
 ' "$work/parity.jsonl" 2>/dev/null)"
   fi
 fi
@@ -348,8 +350,10 @@ bench_part() {  # name cap json-file-stem bench-args...
     dq \"\$@\" > '$work/$name.json'" _ "$bindir/diffq" bench --device cuda --json "$@"
   local m=""
   if [[ $st == ok ]]; then
+    # (no backslashes inside f-string braces: the device's python3 may be older than 3.12)
     m=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))[0]
-print(f"step median {r[\"step_s\"][\"median\"]*1e3:.1f} ms, latency median {r[\"latency_s\"][\"median\"]:.3f} s, load {r[\"load_s\"]:.1f} s, peak device {(r.get(\"peak_device_bytes\") or 0)/2**30:.1f} GiB")' \
+print("step median %.1f ms, latency median %.3f s, load %.1f s, peak device %.1f GiB" % (r["step_s"]["median"] * 1e3,
+      r["latency_s"]["median"], r["load_s"], (r.get("peak_device_bytes") or 0) / 2**30))' \
       "$work/$name.json" 2>&1) || st=failed
   elif u=$(unavailable_in "$work/$name.log"); then st=unavailable m="$u"
   elif [[ $st == timeout ]]; then m="no result within ${secs}s; log: $(tail -n 1 "$work/$name.log" | cut -c1-200)"
@@ -372,6 +376,21 @@ else
   bench_part diffq_vae 90
 fi
 bench_part diffq_wan_step 120 -m builtin:wan-1.3b-shape --combos bf16 --size 832x480 --frames 81 --steps 1 --repeat 1 --warmup 1
+
+# ---- 5b. where a step's time goes: DIFFQ_PROFILE_OPS=shapes waits for the device after every op, so these
+# runs are slower than the timed ones above; the table (op, dtype, input shapes, calls, ms, GFLOP/s) is
+# in the part's log (parts.tar.gz), its first line in the report.
+profile_part() {  # name cap bench-args...
+  local name=$1 cap=$2; shift 2
+  if ! want "$name"; then record "$name" skipped "" "not selected (--parts)"; return; fi
+  if ((!gpu)); then record "$name" skipped "" "no GPU"; return; fi
+  if ((!bins_ok)); then record "$name" unavailable "" "no diffq (${bins_msg:-no binaries})"; return; fi
+  run_part "$name" "$(slot "$cap" "$reserve_peer")" env DIFFQ_PROFILE_OPS=shapes bash -c "$(declare -f dq); \
+    $(declare -p dq_ld root); dq \"\$@\" > '$work/$name.json'" _ "$bindir/diffq" bench --device cuda --json "$@"
+  record "$name" "$st" "$secs" "$(grep -m1 -A4 'op profile' "$work/$name.log" | tr '\n' ' ' | cut -c1-400)"
+}
+profile_part profile_flux 60 -m builtin:flux-dev-shape --combos bf16 --size 1024x1024 --steps 1 --repeat 1 --warmup 0
+profile_part profile_wan 60 -m builtin:wan-1.3b-shape --combos bf16 --size 832x480 --frames 81 --steps 1 --repeat 1 --warmup 0
 
 # ---- 6. the Diffusers peer -------------------------------------------------------------------------------
 if ! want peer; then record peer skipped "" "not selected (--parts)"

@@ -306,6 +306,11 @@ inline void rope_attention_cases(Table& t) {
   t.add("sdpa", {I({1, 3, 9, 16}, f32, C, Gen::wide), I({1, 3, 9, 16}, f32, C, Gen::wide),
                  I({1, 3, 9, 16})}, sd(0), 1e-4);
   t.add("sdpa", {I({1, 2, 5, 16}, f16), I({1, 2, 6, 16}, f16), I({1, 2, 6, 16}, f16)}, sd(0), 2e-3);
+  // Head dims above 256 (the VAEs' single-head attention: 512 in FLUX's, 384 in Wan's) and a float32
+  // call with 2^20 scores: CUDA's GEMM path (sdpa_gemm.cpp), in query-row chunks.
+  t.add("sdpa", {I({1, 1, 70, 264}), I({1, 1, 90, 264}), I({1, 1, 90, 264}, f32, T)}, sd(0), 1e-4);
+  t.add("sdpa", {I({1, 1, 40, 512}, bf16), I({1, 1, 48, 512}, bf16), I({1, 1, 48, 384}, bf16)}, sd(0), 1e-2);
+  t.add("sdpa", {I({1, 2, 1024, 16}), I({1, 2, 512, 16}), I({1, 2, 512, 16})}, sd(0), 1e-4);
   // FLUX's layout: heads from [B, S, H, D] tensors.
   t.add("sdpa", {I({1, 20, 2, 16}), I({1, 20, 2, 16}), I({1, 20, 2, 16})},
         [](const std::vector<Tensor>& x) {

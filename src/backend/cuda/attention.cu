@@ -6,7 +6,8 @@
 // [B, H, Sq, Sk]); math in f32, one rounding to the output dtype. A row with every key masked is 0,
 // as torch. This is the simple, correct kernel, not the fast one: no tensor cores, keys one at a time.
 // It is the reference and fallback of cuDNN's fused flash attention (cudnn_sdpa.cpp), which takes the
-// bf16/fp16 unmasked calls first (sdpa_select below; DIFFQ_CUDA_SDPA=simple keeps them here).
+// bf16/fp16 unmasked calls first (sdpa_select below; DIFFQ_CUDA_SDPA=simple keeps them here); head dims
+// above 256 and large unmasked float32 calls go through GEMMs (sdpa_gemm.cpp).
 #include <cmath>
 #include <cstdint>
 
@@ -117,10 +118,21 @@ void sdpa(const OpCall& c, Tensor& out) {
   check_cuda(cudaGetLastError(), "sdpa: kernel launch", idx);
 }
 
-// cuDNN's fused flash attention where it takes the call (cudnn_sdpa.cpp: bf16/fp16, no mask, ...),
-// this kernel otherwise and whenever DIFFQ_CUDA_SDPA=simple.
+// Unmasked calls with at least this many scores go to the GEMM path when cuDNN declines them (float32):
+// the simple kernel walks keys one at a time (~1 TFLOP/s), f32 GEMMs run at tens.
+constexpr int64_t kGemmPathScores = int64_t(1) << 20;
+
+// cuDNN's fused flash attention where it takes the call (cudnn_sdpa.cpp: bf16/fp16, no mask, D <= 256);
+// else unmasked calls with head dims above 256, or many scores, through f32 GEMMs (sdpa_gemm.cpp); this
+// kernel otherwise and whenever DIFFQ_CUDA_SDPA=simple (which still sends D > 256 to the GEMMs).
 void sdpa_select(const OpCall& c, Tensor& out) {
-  if (!sdpa_forced_simple() && cudnn_sdpa(c, out)) return;
+  const bool simple = sdpa_forced_simple();
+  if (!simple && cudnn_sdpa(c, out)) return;
+  const Tensor &q = c.inputs[0], &k = c.inputs[1], &v = c.inputs[2];
+  const bool masked = c.inputs.size() > 3 && c.inputs[3].defined();
+  const bool wide = q.size(3) > kMaxHeadDim || v.size(3) > kMaxHeadDim;
+  const bool large = q.size(0) * q.size(1) * q.size(2) * k.size(2) >= kGemmPathScores;
+  if (wide || (!simple && !masked && large)) return sdpa_by_gemm(c, out);
   sdpa(c, out);
 }
 

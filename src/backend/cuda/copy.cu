@@ -1,10 +1,13 @@
 // copy / cast / to_device on CUDA. Strided views are gathered by a kernel into a fresh contiguous
-// tensor; whole contiguous buffers move with one cudaMemcpy. Casts cover f32/f16/bf16 with the CPU's
-// bit-exact rounding (convert.cuh); a same-dtype copy moves raw element bits, so it is exact for
-// every dtype.
+// tensor; whole contiguous buffers move with one cudaMemcpy. Casts between f32/f16/bf16 round bit-exactly
+// as the CPU (convert.cuh); casts with the integer dtypes and boolean follow the CPU's convert_row
+// (src/backend/cpu/copy.cpp, convert_int.cuh): int64 -> narrower integers wrap, int64 -> a float rounds
+// once to f32, everything else goes through double (floats to integers truncate and saturate, NaN -> 0).
+// A same-dtype copy moves raw element bits, so it is exact for every dtype (the float8 types too).
 #include <cstdint>
 
 #include "backend/cuda/convert.cuh"
+#include "backend/cuda/convert_int.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/runtime.h"
 #include "backend/cuda/strided.cuh"
@@ -30,6 +33,20 @@ __global__ void cast_kernel(const void* src, StridedView v, DType st, void* dst,
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     store_f32(dst, dt, w.offset_of(i), load_f32(src, st, v.offset_of(i)));
+}
+
+// Casts with an integer or boolean end, element by element as the CPU's general convert_row path.
+__global__ void cast_numeric_kernel(const void* src, StridedView v, DType st, void* dst, StridedView w, DType dt,
+                                    int64_t n) {
+  const bool wrap = st == DType::i64 && (dt == DType::i32 || dt == DType::i8 || dt == DType::u8);
+  const bool i64_to_float = st == DType::i64 && is_f32_f16_bf16(dt);
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t so = v.offset_of(i), d = w.offset_of(i);
+    if (wrap) store_i64(dst, dt, d, load_i64(src, st, so));
+    else if (i64_to_float) store_f32(dst, dt, d, float(load_i64(src, st, so)));
+    else store_from_f64(dst, dt, d, load_as_f64(src, st, so));
+  }
 }
 
 template <class Bits>
@@ -61,10 +78,12 @@ void copy_into(const Tensor& x, Tensor& out, const char* ctx) {
       case 8: launch_gather<uint64_t>(x, v, out, w, n); break;
       default: fail(ctx, "cuda: no copy for elements of ", dtype_size(st), " bytes");
     }
-  } else {
-    check(is_kernel_float(st) && is_kernel_float(dt), ctx, "cuda: cast ", dtype_name(st), " -> ",
-          dtype_name(dt), " is not implemented yet (float32, float16, bfloat16 are)");
+  } else if (is_kernel_float(st) && is_kernel_float(dt)) {
     cast_kernel<<<grid_for(n, kThreads), kThreads>>>(x.data_ptr(), v, st, out.data_ptr(), w, dt, n);
+  } else {
+    check(is_kernel_numeric(st) && is_kernel_numeric(dt), ctx, "cuda: cast ", dtype_name(st), " -> ",
+          dtype_name(dt), " is not implemented yet (float32, float16, bfloat16, the integer dtypes and boolean are)");
+    cast_numeric_kernel<<<grid_for(n, kThreads), kThreads>>>(x.data_ptr(), v, st, out.data_ptr(), w, dt, n);
   }
   check_cuda(cudaGetLastError(), cat(ctx, ": kernel launch"), idx);
 }

@@ -19,6 +19,10 @@ Allocator& device_allocator(int index);
 // cuBLASLt's GEMMs and cuDNN's convolutions take their operands through it (gemm.cpp).
 Tensor packed_operand(const Tensor& t, DType dt);
 
+// sdpa through f32 GEMMs and a softmax in chunks of query rows (sdpa_gemm.cpp): head dims above 256 and
+// large float32 calls; no mask.
+void sdpa_by_gemm(const OpCall& c, Tensor& out);
+
 void register_kernels();         // register.cpp: everything below plus the allocator
 void register_copy_kernels();    // copy.cu: copy, cast, to_device
 void register_binary_kernels();  // binary.cu: binary (add, sub, mul, div, maximum, minimum)
