@@ -30,7 +30,9 @@ extern "C" void on_signal(int signo) {
 struct ServeArgs {
   std::vector<std::string> models;
   std::string dtype = "float32", quant, quant_config, quantize, offload, compile, max_memory, device = "cpu";
-  std::string host = "127.0.0.1", api_key, results_dir, lora_dir;
+  std::string host = "127.0.0.1", api_key, results_dir, lora_dir, queue, role = "all", worker_name;
+  double claim_after = 60;
+  int64_t max_attempts = 3;
   int port = 7860;
   int64_t max_queue = 64, max_body = 1 << 20, keep_jobs = 256, preview_every = 1;
   app::RequestLimits limits = app::RequestLimits::server_defaults();
@@ -67,11 +69,15 @@ void run(const ServeArgs& a) {
   o.limits = a.limits;
   o.results_dir = a.results_dir;
   o.lora_dir = a.lora_dir;
+  o.queue = a.queue;
+  o.role = a.role;
+  o.claim_after_s = a.claim_after;
+  o.max_attempts = a.max_attempts;
+  o.worker_name = a.worker_name;
 
   serve::Server server(o);
-  const int port = server.bind();
-  std::fprintf(stderr, "serve: listening on http://%s:%d/ (%zu model(s); results in %s)\n", o.host.c_str(), port,
-               o.models.size(), server.results_dir().string().c_str());
+  server.bind();
+  std::fprintf(stderr, "serve: %s\n", server.banner().c_str());
   // SIGINT / SIGTERM: the handler (any thread may run it) only writes the signal number to a pipe; this
   // thread reads it and stops the server (stopping is not async-signal-safe work).
   check(::pipe(g_signal_pipe) == 0, "serve", "pipe() failed");
@@ -132,7 +138,20 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-prompt", a->limits.max_prompt_chars, "prompt bytes (default 4000)");
   cmd->add_option("--preview-every", a->preview_every, "a preview in the jobs' events every K steps (0: none; default 1)");
   cmd->add_option("--keep-jobs", a->keep_jobs, "finished jobs (and result files) remembered (default 256)");
-  cmd->add_option("--results-dir", a->results_dir, "where results are written (default: a fresh temp folder)");
+  cmd->add_option("--results-dir,--results", a->results_dir,
+                  "where results are written (default: a fresh temp folder; with --queue: a folder the API and every "
+                  "worker share)");
+  cmd->add_option("--queue", a->queue,
+                  "redis://HOST:PORT[/DB]: jobs go through Redis, shared by an API process and worker processes "
+                  "(docs/serve.md); default: the in-process queue");
+  cmd->add_option("--role", a->role, "with --queue: api (HTTP, enqueues) | worker (runs jobs) | all (both; default)")
+      ->check(CLI::IsMember({"api", "worker", "all"}));
+  cmd->add_option("--claim-after", a->claim_after,
+                  "with --queue: seconds after which a job whose worker stopped is run by another (default 60)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-attempts", a->max_attempts, "with --queue: starts of one job before it fails (default 3)")
+      ->check(CLI::Range(int64_t(1), int64_t(1000)));
+  cmd->add_option("--worker-name", a->worker_name, "with --queue: this worker's name (default <hostname>-<pid>)");
   cmd->callback([a] { run(*a); });
 }
 

@@ -162,13 +162,17 @@ std::shared_ptr<Job> make_job(Server::State& s, const std::string& model, const 
     if (it == fields.end()) throw;
     throw app::RequestError(e.status, it->second, e.message, e.limit);
   }
+  job->request = r;
   job->params_json = params_json;
   job->params_json["model"] = job->model;
   job->params_json["seed"] = r.seed;
   job->output_format = output_format;
   job->preview_every = s.opt.preview_every;
   static std::atomic<uint64_t> counter{0};
-  static const uint64_t salt = std::random_device{}();
+  static const uint64_t salt = [] {  // 64 random bits: ids of API processes sharing one Redis queue never meet
+    std::random_device rd;
+    return uint64_t(rd()) << 32 ^ uint64_t(rd());
+  }();
   std::ostringstream id;
   id << "job_" << std::hex << ((salt ^ (counter.fetch_add(1) * 0x9E3779B97F4A7C15ULL)) & 0xffffffffffffULL);
   job->id = id.str();

@@ -4,35 +4,16 @@
 #include <cstdio>
 #include <fstream>
 
-#include "base64.h"
 #include "diffq/error.h"
 #include "diffq/memory.h"
 #include "generate_request.h"
+#include "job_runner.h"
 #include "model_registry.h"
 
 namespace diffq::serve {
 
 namespace {
-// Thrown from the step callback when the job is cancelled: the denoise loop stops at once (no decode).
-struct Cancelled {};
-
 double secs(Job::clock::time_point a, Job::clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
-
-// The job's adapters, and only those, active on the (shared, kept loaded) pipeline with the job's scales; a
-// name not loaded yet is loaded from its file and stays loaded for later jobs.
-void use_loras(DiffusionPipeline& pipe, const std::vector<Job::Lora>& loras) {
-  if (loras.empty() && pipe.loras().empty()) return;
-  std::vector<std::string> names;
-  std::vector<double> scales;
-  for (const auto& l : loras) {
-    const auto loaded = pipe.loras();
-    if (std::none_of(loaded.begin(), loaded.end(), [&](const auto& i) { return i.name == l.name; }))
-      pipe.load_lora(l.file, l.name, l.scale);
-    names.push_back(l.name);
-    scales.push_back(l.scale);
-  }
-  pipe.set_adapters(names, scales);
-}
 }  // namespace
 
 const char* status_name(JobStatus s) {
@@ -219,95 +200,36 @@ void JobQueue::worker() {
 
 void JobQueue::run_job(const std::shared_ptr<Job>& job) {
   try {
-    if (job->cancel_requested) throw Cancelled{};
-    std::shared_ptr<DiffusionPipeline> pipe = models_.acquire(job->model);
-    use_loras(*pipe, job->loras);
-    GenerateParams p = job->params;
-    const auto t_start = Job::clock::now();
-    auto t_last = t_start;
-    p.on_step = [this, job, t_start, &t_last](int64_t step, int64_t total, float) {
-      const auto now = Job::clock::now();
-      const double el = secs(t_start, now), dt = secs(t_last, now);
-      t_last = now;
+    if (job->cancel_requested) throw JobCancelled{};
+    RunHooks hooks;
+    hooks.on_start = [this, &job](int64_t steps) {
+      std::lock_guard lk(mu_);
+      job->steps = steps;
+    };
+    hooks.on_step = [this, &job](JobEvent ev, int64_t step, int64_t steps, double dt) {
       {
         std::lock_guard lk(mu_);
-        job->step = step + 1;
-        job->steps = total;
+        job->step = step;
+        job->steps = steps;
         job->step_seconds.push_back(dt);
         finished_counts_.step_seconds_sum += dt;
         ++finished_counts_.step_count;
-        nlohmann::json d = {{"step", step + 1}, {"steps", total}, {"elapsed_s", el},
-                            {"eta_s", el / double(step + 1) * double(total - step - 1)}};
-        if (!job->last_preview.empty() && job->preview_every > 0 && (step + 1) % job->preview_every == 0)
-          d["preview"] = job->last_preview;
-        if (!job->last_preview.empty() && step + 1 == total && job->preview_every > 0) d["preview"] = job->last_preview;
-        push_event(*job, {"step", std::move(d)});
+        push_event(*job, std::move(ev));
       }
-      if (job->cancel_requested) throw Cancelled{};
-      return true;
+      if (job->cancel_requested) throw JobCancelled{};
     };
-    if (job->preview_every > 0) {
-      p.preview_every = job->preview_every;
-      p.on_preview = [this, job](int64_t, const Tensor& rgb) {
-        const auto png = encode_image(rgb, "png");
-        std::string url = "data:image/png;base64," + base64_encode(png.data(), png.size());
-        std::lock_guard lk(mu_);
-        job->last_preview = std::move(url);
-      };
-    }
-    {
+    hooks.on_preview = [this, &job](const std::string& url) {
       std::lock_guard lk(mu_);
-      job->steps = p.num_inference_steps > 0 ? p.num_inference_steps : pipe->defaults().num_inference_steps;
-      if (!p.sigmas.empty()) job->steps = int64_t(p.sigmas.size());
-    }
-    GenerateResult r = pipe->generate(p);
-    const auto t_gen = Job::clock::now();
-    // Results: files written atomically (save_image / save_video rename a finished temporary).
-    std::vector<std::filesystem::path> files;
-    const bool video = job->kind == "video";
-    const Tensor& all = video ? r.videos_u8 : r.images_u8;
-    std::vector<std::pair<std::string, std::string>> md = {
-        {"prompt", p.prompt},
-        {"seed", std::to_string(p.seed)},
-        {"steps", std::to_string(r.used.num_inference_steps)},
-        {"size", std::to_string(r.used.width) + "x" + std::to_string(r.used.height)},
-        {"model", job->model},
-        {"software", std::string("diffq ") + DIFFQ_VERSION}};
-    for (int64_t i = 0; i < all.size(0); ++i) {
-      if (video) {
-        const auto path = opt_.results_dir / (job->id + "-" + std::to_string(i) + ".mp4");
-        save_video(path, all.select(0, i), {.fps = job->fps, .metadata = {md.begin(), md.end()}});
-        files.push_back(path);
-      } else {
-        const std::string ext = job->output_format == "jpeg" ? ".jpg" : "." + job->output_format;
-        const auto path = opt_.results_dir / (job->id + "-" + std::to_string(i) + ext);
-        if (job->output_format == "png") {
-          save_image(path, all.select(0, i), opt_.write_png_metadata ? md : decltype(md){});
-        } else {
-          const auto bytes = encode_image(all.select(0, i), job->output_format);
-          const auto tmp = path.string() + ".part";
-          {
-            std::ofstream f(tmp, std::ios::binary);
-            f.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
-            check(bool(f), "serve", "cannot write ", tmp);
-          }
-          std::filesystem::rename(tmp, path);
-        }
-        files.push_back(path);
-      }
-    }
+      job->last_preview = url;
+    };
+    RunOutput out = run_job_generation(models_, *job, opt_.results_dir, opt_.write_png_metadata, hooks);
     std::lock_guard lk(mu_);
-    job->used = r.used;
-    // r.used is the call as made, callbacks included, and those capture this job: kept on the job they
-    // would make a reference cycle (Job -> used.on_step -> Job) and every finished job would leak.
-    job->used.on_step = nullptr;
-    job->used.on_preview = nullptr;
-    job->results = std::move(files);
-    job->params_json["timings"] = {{"encode_prompt_s", r.encode_prompt_s}, {"denoise_s", r.denoise_s},
-                                   {"decode_s", r.decode_s}, {"write_s", secs(t_gen, Job::clock::now())}};
+    job->used = std::move(out.used);
+    job->results = std::move(out.files);
+    job->params_json["timings"] = std::move(out.timings);
     finish(job, JobStatus::completed, {"done", {{"result_url", "/v1/jobs/" + job->id + "/result"},
                                                 {"outputs", int64_t(job->results.size())}}});
-  } catch (const Cancelled&) {
+  } catch (const JobCancelled&) {
     std::lock_guard lk(mu_);
     finish(job, JobStatus::cancelled, {"cancelled", {{"step", job->step}}});
   } catch (const std::exception& e) {
@@ -319,6 +241,10 @@ void JobQueue::run_job(const std::shared_ptr<Job>& job) {
 
 nlohmann::json JobQueue::describe(const Job& job) const {
   std::lock_guard lk(mu_);
+  return describe_job(job, job.status == JobStatus::queued ? position(job) : 0);
+}
+
+nlohmann::json describe_job(const Job& job, int64_t position) {
   const auto now = Job::clock::now();
   nlohmann::json timings = {{"queued_s", secs(job.created, job.started.value_or(job.finished.value_or(now)))}};
   if (job.started) timings["running_s"] = secs(*job.started, job.finished.value_or(now));
@@ -329,7 +255,7 @@ nlohmann::json JobQueue::describe(const Job& job) const {
                       {"kind", job.kind},    {"model", job.model}, {"step", job.step},
                       {"steps", job.steps},  {"params", params},   {"timings", timings},
                       {"created", std::chrono::duration_cast<std::chrono::seconds>(job.created_wall.time_since_epoch()).count()}};
-  if (job.status == JobStatus::queued) j["position"] = position(job);
+  if (job.status == JobStatus::queued) j["position"] = position;
   if (!job.error.empty()) j["error"] = job.error;
   if (job.status == JobStatus::completed) {
     j["result_url"] = "/v1/jobs/" + job.id + "/result";

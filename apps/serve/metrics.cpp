@@ -49,6 +49,7 @@ std::string prometheus(Server::State& s) {
     << "diffq_memory_bytes{kind=\"process_rss\"} " << current_rss_bytes() << "\n";
   o << "# HELP diffq_models_loaded_bytes Weight bytes of the loaded pipelines.\n# TYPE diffq_models_loaded_bytes gauge\n"
     << "diffq_models_loaded_bytes " << s.models->loaded_bytes() << "\n";
+  o << s.jobs->metrics_text();  // Redis: one line per worker and gauge
   return o.str();
 }
 }  // namespace
@@ -56,6 +57,9 @@ std::string prometheus(Server::State& s) {
 void add_misc_routes(Server::State& s) {
   auto& http = s.http;
   http.Get("/health", [&s](const httplib::Request&, httplib::Response& res) {
+    if (const std::string why = s.jobs->unavailable_reason(); !why.empty())
+      return send_json(res, 503, {{"status", "unavailable"}, {"reason", why}, {"version", DIFFQ_VERSION},
+                                  {"error", {{"message", why}, {"field", "queue"}, {"type", "unavailable"}}}});
     const auto c = s.jobs->counts();
     send_json(res, s.jobs->accepting() ? 200 : 503,
               {{"status", s.jobs->accepting() ? "ok" : "shutting_down"}, {"queue_length", c.queued},

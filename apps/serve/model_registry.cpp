@@ -55,7 +55,7 @@ int64_t parse_size(const std::string& text) {
 }
 
 ModelRegistry::ModelRegistry(std::vector<std::pair<std::string, std::filesystem::path>> models, LoadOptions opt,
-                             int64_t budget_bytes)
+                             int64_t budget_bytes, bool preload)
     : opt_(std::move(opt)), budget_(budget_bytes) {
   check(!models.empty(), kCtx, "no model to serve");
   for (auto& [name, folder] : models) {
@@ -70,6 +70,7 @@ ModelRegistry::ModelRegistry(std::vector<std::pair<std::string, std::filesystem:
     e.bytes = weight_bytes(folder);
     entries_.push_back(std::move(e));
   }
+  if (!preload) return;
   std::lock_guard lk(mu_);
   for (auto& e : entries_)
     if (budget_ == 0 || loaded_bytes() + e.bytes <= budget_) load(e);

@@ -38,9 +38,10 @@ struct ModelEntry {
 
 class ModelRegistry {
  public:
-  // `budget_bytes` 0: no limit. Every model is loaded at construction while it fits.
+  // `budget_bytes` 0: no limit. Every model is loaded at construction while it fits (none without
+  // `preload`: an API process that only enqueues for workers reads the folders' pipeline classes only).
   ModelRegistry(std::vector<std::pair<std::string, std::filesystem::path>> models, LoadOptions opt,
-                int64_t budget_bytes);
+                int64_t budget_bytes, bool preload = true);
   // The loaded pipeline of `name` ("" = the first), loading it (and evicting others) when needed.
   // Throws RequestError 404 for an unknown name. Only the job worker calls this (one at a time).
   std::shared_ptr<DiffusionPipeline> acquire(const std::string& name);

@@ -30,6 +30,13 @@ struct ServeOptions {
   std::filesystem::path results_dir;  // "" = a fresh folder under the system temp dir
   int threads = 32;                   // HTTP worker threads (SSE streams and waiting sync calls hold one)
   std::filesystem::path lora_dir;     // requests' "loras" name files <name>.safetensors here ("" = none taken)
+  // Scale-out (docs/serve.md, "Several workers on Redis"): "" = the in-process queue; redis://HOST:PORT[/DB]
+  // = jobs through Redis, shared with worker processes.
+  std::string queue;
+  std::string role = "all";           // api (HTTP, enqueues) | worker (runs jobs, no HTTP) | all (both)
+  double claim_after_s = 60;          // Redis: a dead worker's job is claimed by another after this long
+  int64_t max_attempts = 3;           // Redis: starts of one job before it fails
+  std::string worker_name;            // Redis: this worker's consumer name ("" = <hostname>-<pid>)
 };
 
 class Server {
@@ -37,6 +44,7 @@ class Server {
   explicit Server(ServeOptions opt);  // loads the models that fit
   ~Server();
   // Binds and serves until stop(); returns false when binding failed. port() is known once listening.
+  // A worker (role "worker") binds nothing: bind() returns 0 and listen_after_bind() waits for stop().
   bool listen();
   // Binds now (so port() is known), serving starts with listen_after_bind().
   int bind();
@@ -46,6 +54,8 @@ class Server {
   // Stops accepting jobs, cancels (or with drain finishes) the queued and running ones, then stops HTTP.
   void stop(bool drain);
   const std::filesystem::path& results_dir() const;
+  // What the process says once started: where it listens, or which queue it works for.
+  std::string banner() const;
   struct State;
   State& state();
 

@@ -5,6 +5,7 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -12,7 +13,9 @@
 
 #include "generate_request.h"
 #include "job_queue.h"
+#include "job_store.h"
 #include "model_registry.h"
+#include "redis_worker.h"
 #include "server.h"
 
 namespace diffq::serve {
@@ -20,10 +23,14 @@ namespace diffq::serve {
 struct Server::State {
   ServeOptions opt;
   std::unique_ptr<ModelRegistry> models;
-  std::unique_ptr<JobQueue> jobs;
+  std::unique_ptr<JobStore> jobs;      // null for a worker (role "worker")
+  std::unique_ptr<RedisWorker> worker;  // Redis roles worker and all
   httplib::Server http;
   int port = 0;
   std::atomic<bool> stopping{false};
+  std::mutex stop_mu;                   // a worker's listen_after_bind() waits on stopped_cv
+  std::condition_variable stopped_cv;
+  bool serves_http() const { return jobs != nullptr; }
 };
 
 // ---- responses ----

@@ -7,12 +7,12 @@
 #include <memory>
 #include <string>
 
-#include "job_queue.h"
+#include "job_store.h"
 
 namespace diffq::serve {
 
 // "event: <name>\ndata: <json>\n\n"
 std::string sse_frame(const JobEvent& ev);
-void stream_job_events(JobQueue& q, std::shared_ptr<Job> job, httplib::Response& res);
+void stream_job_events(JobStore& q, std::shared_ptr<Job> job, httplib::Response& res);
 
 }  // namespace diffq::serve

@@ -98,6 +98,20 @@ class ChildProcess {
     return true;
   }
   int exit_status() const { return status_; }
+  pid_t pid() const { return pid_; }
+  // Sends `sig` to the process alone (SIGKILL: a worker that dies mid-job, leaving no chance to clean up).
+  void signal(int sig) const {
+    if (pid_ > 0) ::kill(pid_, sig);
+  }
+  // Waits up to `timeout` for the process to exit; true when it has.
+  bool wait_exit(std::chrono::milliseconds timeout) {
+    const auto until = std::chrono::steady_clock::now() + timeout;
+    while (running()) {
+      if (std::chrono::steady_clock::now() >= until) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return true;
+  }
 
   void stop() {
     if (pid_ <= 0) return;

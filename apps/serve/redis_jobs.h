@@ -1,0 +1,53 @@
+// How jobs live in Redis (shared by the API process, RedisJobStore, and the workers, RedisWorker):
+//   diffq:jobs              stream, one entry {id} per submitted job; consumer group "workers"
+//   diffq:job:<id>          hash: spec (job_codec.h), status, attempts, step, steps, error, results (file names),
+//                           worker, cancel, used, timings, preview, created_ms / started_ms / finished_ms
+//   diffq:job:<id>:events   stream of the job's events {name, data} (what SSE replays and follows)
+//   diffq:job:<id>:final    the final status, SET once: whoever sets it first records the job's end
+//   diffq:order             sorted set of job ids by submission time (GET /v1/jobs, forgetting old jobs)
+//   diffq:running           set of the ids running now;  diffq:counts  hash of totals (/metrics)
+//   diffq:workers           hash worker name -> JSON {job, done, models, seen_ms} (/metrics)
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include "job.h"
+#include "redis_client.h"
+
+namespace diffq::serve::redis_keys {
+inline constexpr const char* kStream = "diffq:jobs";
+inline constexpr const char* kGroup = "workers";
+inline constexpr const char* kOrder = "diffq:order";
+inline constexpr const char* kRunning = "diffq:running";
+inline constexpr const char* kCounts = "diffq:counts";
+inline constexpr const char* kWorkers = "diffq:workers";
+inline std::string job(const std::string& id) { return "diffq:job:" + id; }
+inline std::string events(const std::string& id) { return job(id) + ":events"; }
+inline std::string final_status(const std::string& id) { return job(id) + ":final"; }
+}  // namespace diffq::serve::redis_keys
+
+namespace diffq::serve {
+
+int64_t now_ms();  // wall clock, milliseconds since the epoch
+
+// Creates the stream and its consumer group when missing (an existing group is kept).
+void ensure_group(RedisConnection& c);
+
+// Appends an event to the job's event stream.
+void push_redis_event(RedisConnection& c, const std::string& id, const JobEvent& ev);
+
+// Records the job's end once: true for the caller that set it (its fields and event are written in one
+// MULTI with the final key, under WATCH), false when the job had already ended.
+bool finalize_redis_job(RedisConnection& c, const std::string& id, JobStatus status, const JobEvent& ev,
+                        const std::map<std::string, std::string>& fields = {});
+
+// The job's hash into `job` (status, progress, results under `results_dir`, timings); false when there is
+// no such job. RedisUnavailable when the hash is not one of diffq's.
+bool load_redis_job(RedisConnection& c, const std::string& id, Job& job, const std::filesystem::path& results_dir);
+
+JobStatus parse_status(const std::string& s);  // unknown text -> queued
+
+}  // namespace diffq::serve

@@ -1,0 +1,224 @@
+#include "redis_worker.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "diffq/error.h"
+#include "diffq/memory.h"
+#include "job_codec.h"
+#include "job_runner.h"
+#include "model_registry.h"
+#include "redis_jobs.h"
+
+namespace diffq::serve {
+
+using nlohmann::json;
+namespace keys = redis_keys;
+
+namespace {
+struct Abandoned {};  // the worker stops without --drain: the job stays pending for another worker
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+// An entry [id, [field, value, ...]] -> {entry id, job id}; job id "" when the entry is not a job's.
+std::pair<std::string, std::string> entry_of(const RedisReply& e) {
+  const auto& pair = e.as_array("a stream entry");
+  if (pair.size() != 2) throw RedisUnavailable("Redis answered a stream entry that is not [id, fields]");
+  std::string job;
+  if (pair[1].type == RedisReply::Type::array)
+    for (size_t i = 0; i + 1 < pair[1].elements.size(); i += 2)
+      if (pair[1].elements[i].str == "id") job = pair[1].elements[i + 1].str;
+  return {pair[0].as_string("a stream entry"), job};
+}
+}  // namespace
+
+std::string RedisWorker::default_name() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "worker");
+  return cat(host, "-", ::getpid());
+}
+
+RedisWorker::RedisWorker(ModelRegistry& models, WorkerOptions opt) : models_(models), opt_(std::move(opt)) {
+  if (opt_.name.empty()) opt_.name = default_name();
+  std::filesystem::create_directories(opt_.results_dir);
+  thread_ = std::thread([this] { loop(); });
+  heartbeat_ = std::thread([this] { heartbeat_loop(); });
+}
+
+RedisWorker::~RedisWorker() { stop(false); }
+
+void RedisWorker::stop(bool drain) {
+  if (!drain) abandon_ = true;
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+    cv_.notify_all();
+  }
+  if (thread_.joinable()) thread_.join();
+  if (heartbeat_.joinable()) heartbeat_.join();
+}
+
+void RedisWorker::sleep_for(std::chrono::milliseconds d) {
+  std::unique_lock lk(mu_);
+  cv_.wait_for(lk, d, [&] { return stop_.load(); });
+}
+
+void RedisWorker::report(RedisConnection& c, const std::string& job) {
+  json models = json::array();
+  for (const auto& m : models_.list())
+    if (m.value("loaded", false)) models.push_back(m["id"]);
+  c.exec({"HSET", keys::kWorkers, opt_.name,
+          dump({{"job", job}, {"done", done_}, {"models", models}, {"seen_ms", now_ms()}})});
+}
+
+void RedisWorker::loop() {
+  RedisConnection c(opt_.url);
+  bool down = false;
+  while (!stop_) {
+    try {
+      ensure_group(c);
+      report(c, "");
+      if (down) std::fprintf(stderr, "serve: worker %s: Redis at %s is back\n", opt_.name.c_str(), opt_.url.text.c_str());
+      down = false;
+      while (!stop_ && take_one(c)) {
+      }
+    } catch (const RedisUnavailable& e) {
+      if (!down)
+        std::fprintf(stderr, "serve: worker %s: %s; retrying every second\n", opt_.name.c_str(), e.message.c_str());
+      down = true;
+      sleep_for(std::chrono::milliseconds(1000));
+    }
+  }
+  try {
+    c.command({"HDEL", keys::kWorkers, opt_.name});
+  } catch (const RedisUnavailable&) {
+  }
+}
+
+bool RedisWorker::take_one(RedisConnection& c) {
+  // A job another worker left pending longer than --claim-after (it died, or lost Redis) comes first.
+  const auto claim_ms = std::to_string(int64_t(opt_.claim_after_s * 1000));
+  const RedisReply a = c.exec({"XAUTOCLAIM", keys::kStream, keys::kGroup, opt_.name, claim_ms, "0-0", "COUNT", "1"});
+  const auto& ar = a.as_array("XAUTOCLAIM");
+  if (ar.size() >= 2)
+    for (const auto& e : ar[1].as_array("XAUTOCLAIM")) {
+      if (e.type != RedisReply::Type::array) continue;
+      const auto [entry, id] = entry_of(e);
+      std::fprintf(stderr, "serve: worker %s: claimed job %s (its worker stopped)\n", opt_.name.c_str(), id.c_str());
+      run(c, entry, id);
+      return true;
+    }
+  report(c, "");
+  const RedisReply r = c.exec({"XREADGROUP", "GROUP", keys::kGroup, opt_.name, "COUNT", "1", "BLOCK", "1000",
+                               "STREAMS", keys::kStream, ">"});
+  if (r.is_nil()) return false;  // nothing within a second: look for abandoned jobs again
+  for (const auto& s : r.as_array("XREADGROUP")) {
+    const auto& sv = s.as_array("XREADGROUP");
+    if (sv.size() != 2) throw RedisUnavailable("Redis answered XREADGROUP with a stream that is not [name, entries]");
+    for (const auto& e : sv[1].as_array("XREADGROUP")) {
+      const auto [entry, id] = entry_of(e);
+      run(c, entry, id);
+    }
+  }
+  return true;
+}
+
+void RedisWorker::run(RedisConnection& c, const std::string& entry, const std::string& id) {
+  auto ack = [&] {
+    c.exec({"XACK", keys::kStream, keys::kGroup, entry});
+    c.exec({"XDEL", keys::kStream, entry});
+  };
+  if (id.empty() || c.exec({"EXISTS", keys::final_status(id)}).as_integer("EXISTS") != 0) return ack();
+  const RedisReply spec_text = c.exec({"HGET", keys::job(id), "spec"});
+  if (spec_text.is_nil()) return ack();  // forgotten
+  const int64_t attempt = c.exec({"HINCRBY", keys::job(id), "attempts", "1"}).as_integer("HINCRBY");
+  if (attempt > opt_.max_attempts) {
+    const RedisReply last = c.exec({"HGET", keys::job(id), "worker"});
+    const std::string msg = cat("gave up after ", opt_.max_attempts, " attempt(s): the worker running it stopped",
+                                " before it finished (last: ", last.is_nil() ? "?" : last.str, ")");
+    finalize_redis_job(c, id, JobStatus::failed, {"error", {{"message", msg}}}, {{"error", msg}});
+    return ack();
+  }
+  c.exec({"HSET", keys::job(id), "status", "running", "worker", opt_.name, "started_ms", std::to_string(now_ms()),
+          "step", "0"});
+  c.exec({"SADD", keys::kRunning, id});
+  {
+    std::lock_guard lk(mu_);
+    current_entry_ = entry;
+  }
+  report(c, id);
+  struct Idle {  // the heartbeat stops with the job, however it ends
+    RedisWorker& w;
+    ~Idle() {
+      std::lock_guard lk(w.mu_);
+      w.current_entry_.clear();
+    }
+  } idle{*this};
+  int64_t step_reached = 0;
+  bool ended = false;
+  try {
+    const json spec = json::parse(spec_text.as_string("HGET spec"), nullptr, false);
+    const auto job = job_from_spec(spec, opt_.limits, opt_.lora_dir);
+    RunHooks hooks;
+    hooks.on_start = [&](int64_t steps) { c.exec({"HSET", keys::job(id), "steps", std::to_string(steps)}); };
+    hooks.on_step = [&](JobEvent ev, int64_t step, int64_t steps, double dt) {
+      step_reached = step;
+      c.exec({"HSET", keys::job(id), "step", std::to_string(step), "steps", std::to_string(steps)});
+      push_redis_event(c, id, ev);
+      c.exec({"HINCRBYFLOAT", keys::kCounts, "step_seconds_sum", std::to_string(dt)});
+      c.exec({"HINCRBY", keys::kCounts, "step_count", "1"});
+      if (abandon_) throw Abandoned{};
+      if (c.exec({"HGET", keys::job(id), "cancel"}).str == "1") throw JobCancelled{};
+    };
+    hooks.on_preview = [&](const std::string& url) { c.exec({"HSET", keys::job(id), "preview", url}); };
+    RunOutput out = run_job_generation(models_, *job, opt_.results_dir, opt_.write_png_metadata, hooks);
+    json names = json::array();
+    for (const auto& f : out.files) names.push_back(f.filename().string());
+    json used = {{"width", out.used.width}, {"height", out.used.height}, {"steps", out.used.num_inference_steps}};
+    if (out.used.guidance_scale) used["guidance"] = *out.used.guidance_scale;
+    ended = finalize_redis_job(c, id, JobStatus::completed,
+                               {"done", {{"result_url", "/v1/jobs/" + id + "/result"}, {"outputs", int64_t(out.files.size())}}},
+                               {{"results", dump(names)}, {"used", dump(used)}, {"timings", dump(out.timings)}});
+  } catch (const Abandoned&) {
+    std::fprintf(stderr, "serve: worker %s: stopping; job %s stays queued for another worker\n", opt_.name.c_str(),
+                 id.c_str());
+    c.command({"SREM", keys::kRunning, id});
+    return;  // not acknowledged: another worker claims it after --claim-after
+  } catch (const JobCancelled&) {
+    ended = finalize_redis_job(c, id, JobStatus::cancelled, {"cancelled", {{"step", step_reached}}});
+  } catch (const RedisUnavailable&) {
+    throw;  // not acknowledged: claimed again (by this worker or another) once Redis answers
+  } catch (const std::exception& e) {
+    const std::string msg = e.what();
+    ended = finalize_redis_job(c, id, JobStatus::failed, {"error", {{"message", msg}}}, {{"error", msg}});
+  }
+  if (!ended) c.exec({"SREM", keys::kRunning, id});  // another worker recorded its end first
+  ++done_;
+  ack();
+  report(c, "");
+  return_freed_memory_to_os();
+}
+
+void RedisWorker::heartbeat_loop() {
+  // Claiming the running job's entry again (XCLAIM, min-idle 0) resets its idle time, so no other worker's
+  // XAUTOCLAIM takes it while this one is alive, however long a step or a model load takes.
+  RedisConnection c(opt_.url);
+  const auto every = std::chrono::milliseconds(std::max<int64_t>(100, int64_t(opt_.claim_after_s * 1000 / 4)));
+  while (!stop_) {
+    std::string entry;
+    {
+      std::lock_guard lk(mu_);
+      entry = current_entry_;
+    }
+    if (!entry.empty()) {
+      try {
+        c.exec({"XCLAIM", keys::kStream, keys::kGroup, opt_.name, "0", entry, "JUSTID"});
+      } catch (const RedisUnavailable&) {  // the job loop reports Redis being down
+      }
+    }
+    sleep_for(every);
+  }
+}
+
+}  // namespace diffq::serve
