@@ -5,8 +5,11 @@
 
 #include <mutex>
 
+#include "backend/cuda_kernel_rules.h"
 #include "backend/device_interface.h"
 #include "diffq/error.h"
+#include "ops/op.h"
+#include "ops/kernel_precondition.h"
 
 namespace diffq::backend {
 namespace cpu {
@@ -51,6 +54,7 @@ void register_all_kernels() {
   cpu::register_kernels();
 #ifdef DIFFQ_HAS_CUDA
   cuda::register_kernels();
+  ops::set_kernel_precondition(DeviceKind::cuda, &cuda_kernel_refuses);
 #endif
 }
 

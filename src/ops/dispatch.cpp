@@ -1,4 +1,5 @@
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <mutex>
 
@@ -7,6 +8,7 @@
 #include "diffq/error.h"
 #include "ops/op.h"
 #include "ops/op_profile.h"
+#include "ops/kernel_precondition.h"
 #include "ops/trace.h"
 
 
@@ -20,6 +22,11 @@ using Table = std::array<std::array<KernelFn, kNumDeviceKinds>, kNumOps>;
 Table& table() {
   static Table t{};
   return t;
+}
+
+std::array<std::atomic<KernelPrecondition>, kNumDeviceKinds>& preconditions() {
+  static std::array<std::atomic<KernelPrecondition>, kNumDeviceKinds> p{};
+  return p;
 }
 
 void ensure_registered() {
@@ -48,7 +55,19 @@ KernelFn find_kernel(OpKind k, DeviceKind d) {
   return table()[static_cast<size_t>(k)][static_cast<size_t>(d)];
 }
 
+KernelPrecondition set_kernel_precondition(DeviceKind d, KernelPrecondition p) {
+  return preconditions()[static_cast<size_t>(d)].exchange(p);
+}
+
 namespace {
+// A call the device's kernel would refuse: one clear error before anything is queued on the device.
+void check_precondition(const OpCall& call, const OutputMeta& meta, Device where) {
+  const KernelPrecondition pre = preconditions()[static_cast<size_t>(where.kind)].load();
+  if (!pre) return;
+  const std::string why = pre(call, meta.dtype);
+  check(why.empty(), op_name(call.kind), "no kernel for this call on ", where.str(), ": ", why);
+}
+
 // The profile's clock stops when the device finished the op (a no-op on the CPU, whose kernels return done).
 void wait_for_device(Device d) {
   if (d.is_cpu()) return;
@@ -66,6 +85,7 @@ Tensor execute(const OpCall& call) {
   if (!fn) backend::require_device(where, op_name(call.kind));  // no backend / no device: say which
   check(fn != nullptr, op_name(call.kind), "no kernel for device ", where.str(),
         " in this build of diffq");
+  check_precondition(call, meta, where);
   if (op_profile_enabled()) {
     const auto t0 = std::chrono::steady_clock::now();
     Tensor out = Tensor::empty(meta.shape, meta.dtype, meta.device);
@@ -98,6 +118,7 @@ void execute_into(const OpCall& call, Tensor& out) {
         op_name(call.kind), "output must be contiguous (on the CPU: its rows), got ", out.str());
   KernelFn fn = find_kernel(call.kind, meta.device.kind);
   check(fn != nullptr, op_name(call.kind), "no kernel for device ", meta.device.str(), " in this build of diffq");
+  check_precondition(call, meta, meta.device);
   if (out.numel() == 0) return;
   if (op_profile_enabled()) {
     const auto t0 = std::chrono::steady_clock::now();

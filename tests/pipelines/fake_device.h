@@ -3,7 +3,9 @@
 // bytes. Every op call is recorded with the devices of its inputs and output, so a test can run a whole
 // pipeline "on the GPU" here and check where each tensor lived: an op that mixes devices is refused by
 // the dispatcher, a host read of device memory (Tensor::data<T>) throws, and a kernel that is handed a
-// host tensor is recorded as a violation. It replaces the CUDA backend's device interface and kernels
+// host tensor is recorded as a violation; a call the real CUDA kernels would refuse (an integer dtype a
+// float-only kernel lacks, a masked 512-wide attention head: backend/cuda_kernel_rules.h) throws as on the
+// GPU. It replaces the CUDA backend's device interface and kernels
 // for its lifetime (in CUDA builds too) and restores them after; every tensor made on it must be gone
 // before it is destroyed.
 #pragma once
@@ -15,11 +17,13 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda_kernel_rules.h"
 #include "backend/device_interface.h"
 #include "diffq/error.h"
 #include "diffq/memory.h"
 #include "diffq/tensor.h"
 #include "ops/op.h"
+#include "ops/kernel_precondition.h"
 
 namespace diffq::testing {
 
@@ -40,8 +44,11 @@ class FakeDevice final : public backend::DeviceInterface {
     }
     install(std::make_index_sequence<kOps>{});
     previous_ = backend::set_device_interface(DeviceKind::cuda, this);
+    // What the real CUDA kernels accept (dtypes, head dims) is enforced here too, in every build.
+    previous_rules_ = ops::set_kernel_precondition(DeviceKind::cuda, &backend::cuda_kernel_refuses);
   }
   ~FakeDevice() override {
+    ops::set_kernel_precondition(DeviceKind::cuda, previous_rules_);
     backend::set_device_interface(DeviceKind::cuda, previous_);
     for (size_t k = 0; k < kOps; ++k) ops::register_kernel(ops::OpKind(k), DeviceKind::cuda, saved_[k]);
     instance() = nullptr;
@@ -132,6 +139,7 @@ class FakeDevice final : public backend::DeviceInterface {
   HostBackedAllocator alloc_;
   std::array<ops::KernelFn, kOps> saved_{}, cpu_{};
   backend::DeviceInterface* previous_ = nullptr;
+  ops::KernelPrecondition previous_rules_ = nullptr;
   mutable std::mutex mu_;
   std::vector<FakeOpRecord> records_;
 };

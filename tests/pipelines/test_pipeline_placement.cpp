@@ -15,6 +15,7 @@
 #include "diffq/pipeline.h"
 #include "diffq/quantization.h"
 #include "fake_device.h"
+#include "ops/ops.h"
 #include "pipeline_test_util.h"
 
 namespace diffq {
@@ -171,6 +172,30 @@ TEST(PipelinePlacement, AnOpWithoutADeviceKernelIsAClearErrorBeforeLoading) {
   const std::string e = error_of([&] { DiffusionPipeline::from_pretrained(kFixtures / "tiny-flux", po); });
   ops::register_kernel(ops::OpKind::conv2d, DeviceKind::cuda, conv);
   EXPECT_NE(e.find("op conv2d has no kernel for cuda:0"), std::string::npos) << e;
+  EXPECT_EQ(dev.live_bytes(), 0);
+}
+
+// The CUDA kernels' own limits (backend/cuda_kernel_rules.h) hold on the fake device: the variants above
+// run every op of the tiny pipelines under them, and a call the GPU would refuse fails here with the
+// reason (on the H200 Wan stopped at an int64 -> float32 cast the kernel lacked; FLUX's VAE at a 512-wide
+// attention head: both would now have failed in CI first).
+TEST(PipelinePlacement, ACallTheCudaKernelsRefuseFailsAsOnTheGpu) {
+  testing::FakeDevice dev;
+  {
+    const Tensor ints = Tensor::full({2, 3}, 2.0, DType::i64, Device::cuda(0));
+    // Casts with integer dtypes run (Wan's positions and timesteps); a float8 cast, which the CPU makes,
+    // does not.
+    EXPECT_EQ(ints.to(DType::f32).to(Device::cpu()).to_f32_vector(), std::vector<float>(6, 2.0f));
+    std::string e = error_of([&] { ints.to(DType::f8_e4m3fn); });
+    EXPECT_NE(e.find("[cast] no kernel for this call on cuda:0: a cast int64 -> float8_e4m3fn"), std::string::npos) << e;
+    EXPECT_NO_THROW(ints.to(Device::cpu()).to(DType::f8_e4m3fn));
+    // A 512-wide head runs unmasked (the VAE's attention), not with a mask.
+    const Tensor q = Tensor::full({1, 1, 4, 512}, 0.5, DType::f32, Device::cuda(0));
+    EXPECT_EQ(ops::sdpa(q, q, q).shape(), (Shape{1, 1, 4, 512}));
+    const Tensor mask = Tensor::full({4, 4}, 0.0, DType::f32, Device::cuda(0));
+    e = error_of([&] { ops::sdpa(q, q, q, mask); });
+    EXPECT_NE(e.find("masked attention takes head dims up to 256"), std::string::npos) << e;
+  }
   EXPECT_EQ(dev.live_bytes(), 0);
 }
 
