@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "diffq/error.h"
@@ -69,7 +70,7 @@ void RedisWorker::report(RedisConnection& c, const std::string& job) {
   for (const auto& m : models_.list())
     if (m.value("loaded", false)) models.push_back(m["id"]);
   c.exec({"HSET", keys::kWorkers, opt_.name,
-          dump({{"job", job}, {"done", done_}, {"models", models}, {"seen_ms", now_ms()}})});
+          dump({{"job", job}, {"done", done_.load()}, {"models", models}, {"seen_ms", now_ms()}})});
 }
 
 void RedisWorker::loop() {
@@ -140,12 +141,18 @@ void RedisWorker::run(RedisConnection& c, const std::string& entry, const std::s
     finalize_redis_job(c, id, JobStatus::failed, {"error", {{"message", msg}}}, {{"error", msg}});
     return ack();
   }
-  c.exec({"HSET", keys::job(id), "status", "running", "worker", opt_.name, "started_ms", std::to_string(now_ms()),
+  const int64_t started = now_ms();
+  c.exec({"HSET", keys::job(id), "status", "running", "worker", opt_.name, "started_ms", std::to_string(started),
           "step", "0"});
+  if (attempt == 1)
+    if (const RedisReply created = c.exec({"HGET", keys::job(id), "created_ms"}); !created.is_nil())
+      c.exec({"HINCRBYFLOAT", keys::kCounts, "queue_wait_sum",
+              std::to_string(double(started - std::atoll(created.str.c_str())) / 1000.0)});
   c.exec({"SADD", keys::kRunning, id});
   {
     std::lock_guard lk(mu_);
     current_entry_ = entry;
+    current_job_ = id;
   }
   report(c, id);
   struct Idle {  // the heartbeat stops with the job, however it ends
@@ -153,6 +160,7 @@ void RedisWorker::run(RedisConnection& c, const std::string& entry, const std::s
     ~Idle() {
       std::lock_guard lk(w.mu_);
       w.current_entry_.clear();
+      w.current_job_.clear();
     }
   } idle{*this};
   int64_t step_reached = 0;
@@ -204,16 +212,18 @@ void RedisWorker::heartbeat_loop() {
   // Claiming the running job's entry again (XCLAIM, min-idle 0) resets its idle time, so no other worker's
   // XAUTOCLAIM takes it while this one is alive, however long a step or a model load takes.
   RedisConnection c(opt_.url);
-  const auto every = std::chrono::milliseconds(std::max<int64_t>(100, int64_t(opt_.claim_after_s * 1000 / 4)));
+  const auto every = std::chrono::milliseconds(std::clamp<int64_t>(int64_t(opt_.claim_after_s * 1000 / 4), 100, 5000));
   while (!stop_) {
-    std::string entry;
+    std::string entry, job;
     {
       std::lock_guard lk(mu_);
       entry = current_entry_;
+      job = current_job_;
     }
     if (!entry.empty()) {
       try {
         c.exec({"XCLAIM", keys::kStream, keys::kGroup, opt_.name, "0", entry, "JUSTID"});
+        report(c, job);  // /metrics: this worker is alive and busy
       } catch (const RedisUnavailable&) {  // the job loop reports Redis being down
       }
     }

@@ -53,8 +53,8 @@ class RedisWorker {
   std::atomic<bool> stop_{false}, abandon_{false};
   std::mutex mu_;
   std::condition_variable cv_;
-  std::string current_entry_;  // the stream entry being run ("" when idle); guarded by mu_
-  int64_t done_ = 0;
+  std::string current_entry_, current_job_;  // the stream entry and job being run ("" when idle); guarded by mu_
+  std::atomic<int64_t> done_{0};
   std::thread thread_, heartbeat_;
 };
 

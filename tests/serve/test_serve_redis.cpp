@@ -247,6 +247,37 @@ TEST_F(ServeRedis, AKilledWorkersJobCompletesOnAnother) {
   EXPECT_NE(ws[other]->log().find("claimed job " + id), std::string::npos) << ws[other]->log();
 }
 
+TEST_F(ServeRedis, AJobPastMaxAttemptsFailsWithTheReason) {
+  ServeProcess& a = api();
+  ServeProcess& w1 = serve("w1", {"--role", "worker", "--worker-name", "w1", "--claim-after", "1", "--max-attempts", "1"});
+  ASSERT_TRUE(a.ready()) << a.log();
+  ASSERT_TRUE(w1.ready()) << w1.log();
+  const std::string id = post_job(a, {{"prompt", "long"}, {"width", 256}, {"height", 256}, {"steps", 20}, {"seed", 9}});
+  wait_step(a, id, 1);
+  w1.process().signal(SIGKILL);
+  ASSERT_TRUE(w1.process().wait_exit(std::chrono::seconds(10)));
+  ServeProcess& w2 = serve("w2", {"--role", "worker", "--worker-name", "w2", "--claim-after", "1", "--max-attempts", "1"});
+  ASSERT_TRUE(w2.ready()) << w2.log();
+  const json j = wait_final(a, id, std::chrono::seconds(60));
+  EXPECT_EQ(j.value("status", ""), "failed") << j.dump();
+  EXPECT_NE(j.value("error", "").find("gave up after 1 attempt(s)"), std::string::npos) << j.dump();
+  EXPECT_NE(j.value("error", "").find("(last: w1)"), std::string::npos) << j.dump();
+  const auto names = event_names(a, id);
+  ASSERT_FALSE(names.empty());
+  EXPECT_EQ(names.back(), "error");
+  EXPECT_TRUE(result_files().empty());
+}
+
+TEST_F(ServeRedis, RoleAllIsTheApiAndAWorkerInOneProcess) {
+  ServeProcess& p = serve("all", {"--role", "all", "--port", "0", "--worker-name", "solo"});
+  ASSERT_TRUE(p.ready()) << p.log();
+  const std::string id = post_job(p, {{"prompt", "a"}, {"width", 32}, {"height", 32}, {"steps", 2}, {"seed", 1}});
+  const json j = wait_final(p, id);
+  EXPECT_EQ(j.value("status", ""), "completed") << j.dump();
+  EXPECT_EQ(j.value("worker", ""), "solo");
+  EXPECT_EQ(result_files(), std::set<std::string>{id + "-0.png"});
+}
+
 TEST_F(ServeRedis, RedisDownIs503AndTheQueueResumes) {
   ServeProcess& a = api();
   ServeProcess& w = worker("w1");
