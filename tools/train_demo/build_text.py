@@ -60,7 +60,7 @@ def learn_merges(words: dict[str, int]) -> list[tuple[str, str]]:
 
 def build_clip_tokenizer(out):
     from transformers import CLIPTokenizer
-    _, caps, _ = D.make_arrays(2000, seed=C.SEED + 100)
+    caps = D.legacy_captions(2000, seed=C.SEED + 100)  # session 13's captions: the same merges as shipped
     freq = collections.Counter(w for c in caps for w in c.split())
     for w in D.vocabulary():
         freq[w] += 1
@@ -88,7 +88,7 @@ EXTRA_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ 0123456789 . , ! ? ' - : ; ( )"
 def build_t5_tokenizer(out):
     import sentencepiece as spm
     from transformers import T5Tokenizer
-    _, caps, _ = D.make_arrays(5000, seed=C.SEED + 200)
+    caps = D.legacy_captions(5000, seed=C.SEED + 200)
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(caps + D.vocabulary() + [EXTRA_CHARS]), model_writer=model, model_type="unigram", vocab_size=256,
@@ -112,15 +112,39 @@ def build_t5_tokenizer(out):
     return tok
 
 
+def copy_tokenizers(src, out):
+    """The tokenizers of a pipeline folder (models/demo-flux), for a machine where building them fails (the T5
+    tokenizer's conversion needs protobuf): the files build_text.py made there, loaded back."""
+    from transformers import CLIPTokenizer, T5TokenizerFast
+    from pathlib import Path
+    src = Path(src)
+    (out / "tokenizer").mkdir(parents=True)
+    for f in ("vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json"):
+        if (src / "tokenizer" / f).is_file():
+            shutil.copy(src / "tokenizer" / f, out / "tokenizer" / f)
+    shutil.copytree(src / "tokenizer_2", out / "tokenizer_2")
+    return (CLIPTokenizer.from_pretrained(str(out / "tokenizer"), model_max_length=77),
+            T5TokenizerFast.from_pretrained(str(out / "tokenizer_2")))
+
+
 def main():
+    import argparse
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tokenizers-from", default="", metavar="FOLDER",
+                    help="copy tokenizer/ and tokenizer_2/ from this pipeline folder instead of learning them (they "
+                         "are the same files: build_text.py re-makes the shipped ones byte for byte)")
+    args = ap.parse_args()
     C.setup()
     import torch
     from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
     out = C.WORK / "text"
     if out.exists():
         shutil.rmtree(out)
-    clip_tok = build_clip_tokenizer(out / "tokenizer")
-    t5_tok = build_t5_tokenizer(out / "tokenizer_2")
+    if args.tokenizers_from:
+        clip_tok, t5_tok = copy_tokenizers(args.tokenizers_from, out)
+    else:
+        clip_tok = build_clip_tokenizer(out / "tokenizer")
+        t5_tok = build_t5_tokenizer(out / "tokenizer_2")
     print("CLIP vocab", len(clip_tok), " T5 vocab", len(t5_tok))
     torch.manual_seed(C.SEED + 1)
     clip = CLIPTextModel(CLIPTextConfig(vocab_size=len(clip_tok), bos_token_id=clip_tok.bos_token_id,

@@ -31,6 +31,10 @@ VAE_CFG = dict(in_channels=3, out_channels=3,
                block_out_channels=(16, 32, 32), layers_per_block=1, act_fn="silu", latent_channels=16,
                norm_num_groups=8, sample_size=IMAGE_SIZE, force_upcast=True, use_quant_conv=False,
                use_post_quant_conv=False, mid_block_add_attention=True)
+# factor-2 VAE (one downsampling, issue 38): 64x64 images -> 32x32x16 latents -> 16x16 = 256 transformer tokens, so
+# an object 12-23 pixels across spans 3-6 tokens instead of 1.5-3 (train_vae.py --factor 2)
+VAE_CFG_F2 = dict(VAE_CFG, down_block_types=("DownEncoderBlock2D",) * 2, up_block_types=("UpDecoderBlock2D",) * 2,
+                  block_out_channels=(32, 64))
 FLUX_CFG = dict(patch_size=1, in_channels=64, out_channels=None, num_layers=2, num_single_layers=2,
                 attention_head_dim=32, num_attention_heads=4, joint_attention_dim=T5_CFG["d_model"],
                 pooled_projection_dim=CLIP_CFG["hidden_size"], guidance_embeds=False, axes_dims_rope=(8, 12, 12))
@@ -39,12 +43,15 @@ SCHED_CFG = dict(num_train_timesteps=1000, shift=3.0, use_dynamic_shifting=True,
                  base_image_seq_len=256, max_image_seq_len=4096)
 
 
-def setup(seed: int = SEED):
+def setup(seed: int = SEED, device: str = "cpu"):
+    """Seeds, threads, quiet loggers; returns the torch.device to train on ("cpu": today's runs, the GPU hidden;
+    "cuda": bf16 autocast through autocast(), TF32 matmuls, cuDNN autotuning)."""
     import random
 
     import numpy as np
     import torch
-    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+    if device == "cpu":
+        os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
     torch.set_num_threads(NUM_THREADS)
     random.seed(seed)
     np.random.seed(seed)
@@ -54,6 +61,90 @@ def setup(seed: int = SEED):
     from transformers.utils import logging as tlog
     dlog.set_verbosity_error()
     tlog.set_verbosity_error()
+    if device == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise SystemExit(f"--device {device}: torch {torch.__version__} sees no GPU")
+    torch.cuda.manual_seed_all(seed)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    torch.backends.cudnn.benchmark = True
+    return torch.device(device)
+
+
+# DEMO_CPU_AS_DEVICE=1 (device_train.sh --dry-run): on the CPU, take the --device cuda code path (data held as
+# tensors, bf16 autocast, losses read back only when logged, fused AdamW, foreach EMA) so that a dry run here
+# exercises what the GPU run will execute.
+CPU_AS_DEVICE = os.environ.get("DEMO_CPU_AS_DEVICE", "") == "1"
+
+
+def device_path(device) -> bool:
+    """Whether a script takes its --device cuda code path."""
+    return device.type == "cuda" or CPU_AS_DEVICE
+
+
+def autocast(device):
+    """bf16 autocast on the GPU (and on the CPU under DEMO_CPU_AS_DEVICE); else nothing (today's float32)."""
+    import contextlib
+
+    import torch
+    if device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    if CPU_AS_DEVICE:
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def add_device_args(ap):
+    """The options every training script shares (issue 38)."""
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                    help="cpu (default: today's runs, float32) or cuda (bf16 autocast, data held on the GPU)")
+    ap.add_argument("--time-budget", type=float, default=0.0, metavar="S",
+                    help="train for S seconds of wall time (the learning-rate schedule follows the elapsed fraction; "
+                         "--steps still caps the steps); SIGTERM also ends training early and saves. 0: --steps only")
+    ap.add_argument("--data-cache", default=os.environ.get("DEMO_DATA_CACHE", ""),
+                    help="shard cache written ahead by `dataset.py --cache` (default $DEMO_DATA_CACHE); samples not "
+                         "found there are rendered here")
+
+
+def data(n: int, seed: int, cache: str = ""):
+    """make_arrays(n, seed) from the shard cache when it holds them, else rendered (DEMO_DATA_WORKERS processes)."""
+    import dataset as D
+    got = D.load_cached(cache, n, seed) if cache else None
+    if got is not None:
+        return got
+    return D.make_arrays(n, seed=seed, workers=int(os.environ.get("DEMO_DATA_WORKERS", "1")), mp_context="spawn")
+
+
+class Budget:
+    """Wall-clock training budget: stop() once `seconds` have passed since start() (0 = never), `steps` steps are done
+    (0 = no cap) or a SIGTERM arrived (device_train.sh's timeout sends one, so the stage still saves what it has);
+    progress() in [0, 1] is the larger of the two fractions."""
+
+    def __init__(self, seconds: float = 0.0, steps: int = 0):
+        import signal
+        self.seconds, self.steps, self.t0, self.signalled = seconds, steps, time.time(), False
+
+        def handler(signum, _frame):
+            print(f"signal {signum}: stopping after this step", flush=True)
+            self.signalled = True
+        signal.signal(signal.SIGTERM, handler)
+
+    def start(self):
+        self.t0 = time.time()
+
+    def elapsed(self) -> float:
+        return time.time() - self.t0
+
+    def progress(self, step: int) -> float:
+        p = step / self.steps if self.steps else 0.0
+        if self.seconds:
+            p = max(p, self.elapsed() / self.seconds)
+        return min(1.0, p)
+
+    def stop(self, step: int) -> bool:
+        return self.signalled or (self.steps and step >= self.steps) or \
+            (self.seconds and self.elapsed() >= self.seconds)
 
 
 class Clock:

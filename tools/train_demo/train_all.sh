@@ -8,6 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PY:-../../tools/.venv/bin/python}
 export CUDA_VISIBLE_DEVICES= HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+# The shipped CPU model's data (session 13): dataset.py's v1 geometry. The GPU run (device_train.sh) uses v2.
+export DEMO_DATA=${DEMO_DATA:-v1}
 W=${DEMO_WORK:-/tmp/demo-flux-work}; mkdir -p "$W"; export DEMO_WORK=$W
 run() { taskset -c "${DEMO_CORE:-0}" "$PY" "$@"; }
 if [[ "${1:-}" == quick ]]; then
