@@ -83,6 +83,9 @@ def main():
     args = ap.parse_args()
     C.setup(device=args.device)
     import numpy as np
+    import torch
+    torch.backends.cuda.matmul.allow_tf32 = False  # float32 as on the CPU (setup allows TF32 for training)
+    torch.backends.cudnn.allow_tf32 = False
     offsets = args.seed_offsets if args.seed_offsets is not None else [args.seed_offset]
     batch = args.batch or (20 if args.device == "cuda" else 1)
     n = len(D.adherence_prompts())

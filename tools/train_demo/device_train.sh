@@ -150,7 +150,7 @@ if ! "$PY" -c "import diffusers, sys; sys.exit(diffusers.__version__ != '0.42.1'
     log "no Diffusers 0.42.1 here and no .whl/*.whl (carry=[\".whl\"])"
   fi
 fi
-"$PY" - "$W/logs/env.json" <<'PYEOF' 2>&1 | tee -a "$LOG"
+"$PY" - "$W/logs/env.json" "$DEVICE" <<'PYEOF' 2>&1 | tee -a "$LOG"
 import importlib, json, os, platform, sys
 env = {"python": sys.version.split()[0], "executable": sys.executable, "machine": platform.machine(),
        "cpus": os.cpu_count()}
@@ -168,14 +168,17 @@ try:
         env["gpu"] = f"{p.name}, {p.total_memory / 2**30:.0f} GiB, {p.multi_processor_count} SMs"
 except Exception as e:  # noqa: BLE001
     env["cuda"] = f"error {e}"
+missing = [m for m in ("torch", "diffusers", "transformers", "tokenizers", "safetensors", "numpy", "PIL")
+           if str(env[m]).startswith("MISSING")]
+env["fatal"] = (f"missing {', '.join(missing)}" if missing else
+                "torch sees no GPU" if sys.argv[2] == "cuda" and env.get("cuda") is not True else "")
 open(sys.argv[1], "w").write(json.dumps(env, indent=2) + "\n")
 print("  " + ", ".join(f"{k} {v}" for k, v in env.items()))
 PYEOF
-if ! "$PY" -c "import torch, diffusers, transformers, safetensors, numpy, PIL" 2>/dev/null; then
-  log "FATAL: torch, diffusers, transformers, safetensors, numpy and PIL are all needed (logs/env.json)"; exit 1
-fi
-if [[ $DEVICE == cuda ]] && ! "$PY" -c "import torch, sys; sys.exit(not torch.cuda.is_available())"; then
-  log "FATAL: torch sees no GPU"; exit 1
+FATAL=$("$PY" -c "import json, sys; print(json.load(open(sys.argv[1]))['fatal'])" "$W/logs/env.json" 2>/dev/null ||
+  echo "the environment check failed")
+if [[ -n "$FATAL" ]]; then
+  log "FATAL: $FATAL (logs/env.json)"; exit 1
 fi
 
 # ---- data: rendered ahead into the shard cache ($DEMO_WORK/data), then read by every stage ----------------------
