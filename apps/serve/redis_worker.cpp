@@ -65,10 +65,17 @@ void RedisWorker::sleep_for(std::chrono::milliseconds d) {
   cv_.wait_for(lk, d, [&] { return stop_.load(); });
 }
 
-void RedisWorker::report(RedisConnection& c, const std::string& job) {
-  json models = json::array();
-  for (const auto& m : models_.list())
-    if (m.value("loaded", false)) models.push_back(m["id"]);
+void RedisWorker::report(RedisConnection& c, const std::string& job, bool from_loop) {
+  std::vector<std::string> loaded;
+  if (from_loop)
+    for (const auto& m : models_.list())
+      if (m.value("loaded", false)) loaded.push_back(m["id"].get<std::string>());
+  json models;
+  {
+    std::lock_guard lk(mu_);
+    if (from_loop) loaded_models_ = loaded;
+    models = loaded_models_;
+  }
   c.exec({"HSET", keys::kWorkers, opt_.name,
           dump({{"job", job}, {"done", done_.load()}, {"models", models}, {"seen_ms", now_ms()}})});
 }
@@ -79,7 +86,7 @@ void RedisWorker::loop() {
   while (!stop_) {
     try {
       ensure_group(c);
-      report(c, "");
+      report(c, "", true);
       if (down) std::fprintf(stderr, "serve: worker %s: Redis at %s is back\n", opt_.name.c_str(), opt_.url.text.c_str());
       down = false;
       while (!stop_ && take_one(c)) {
@@ -110,7 +117,7 @@ bool RedisWorker::take_one(RedisConnection& c) {
       run(c, entry, id);
       return true;
     }
-  report(c, "");
+  report(c, "", true);
   const RedisReply r = c.exec({"XREADGROUP", "GROUP", keys::kGroup, opt_.name, "COUNT", "1", "BLOCK", "1000",
                                "STREAMS", keys::kStream, ">"});
   if (r.is_nil()) return false;  // nothing within a second: look for abandoned jobs again
@@ -154,7 +161,7 @@ void RedisWorker::run(RedisConnection& c, const std::string& entry, const std::s
     current_entry_ = entry;
     current_job_ = id;
   }
-  report(c, id);
+  report(c, id, true);
   struct Idle {  // the heartbeat stops with the job, however it ends
     RedisWorker& w;
     ~Idle() {
@@ -204,7 +211,7 @@ void RedisWorker::run(RedisConnection& c, const std::string& entry, const std::s
   if (!ended) c.exec({"SREM", keys::kRunning, id});  // another worker recorded its end first
   ++done_;
   ack();
-  report(c, "");
+  report(c, "", true);
   return_freed_memory_to_os();
 }
 
@@ -223,7 +230,7 @@ void RedisWorker::heartbeat_loop() {
     if (!entry.empty()) {
       try {
         c.exec({"XCLAIM", keys::kStream, keys::kGroup, opt_.name, "0", entry, "JUSTID"});
-        report(c, job);  // /metrics: this worker is alive and busy
+        report(c, job, false);  // /metrics: this worker is alive and busy
       } catch (const RedisUnavailable&) {  // the job loop reports Redis being down
       }
     }

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "generate_request.h"
 #include "redis_client.h"
@@ -45,7 +46,9 @@ class RedisWorker {
   bool take_one(RedisConnection& c);  // false when there was nothing to take
   void run(RedisConnection& c, const std::string& entry, const std::string& id);
   void heartbeat_loop();
-  void report(RedisConnection& c, const std::string& job);  // this worker's line in diffq:workers
+  // This worker's line in diffq:workers. Only the job loop asks the registry which models are loaded (the
+  // heartbeat must never wait on a model load, which holds the registry): `from_loop` refreshes that list.
+  void report(RedisConnection& c, const std::string& job, bool from_loop);
   void sleep_for(std::chrono::milliseconds d);               // wakes early on stop
 
   ModelRegistry& models_;
@@ -55,6 +58,7 @@ class RedisWorker {
   std::condition_variable cv_;
   std::string current_entry_, current_job_;  // the stream entry and job being run ("" when idle); guarded by mu_
   std::atomic<int64_t> done_{0};
+  std::vector<std::string> loaded_models_;  // as the job loop last saw them; guarded by mu_
   std::thread thread_, heartbeat_;
 };
 
