@@ -94,8 +94,11 @@ def main():
     truth_prompts = [(p, a, seed + offsets[0]) for p, a, seed in D.adherence_prompts()]
     truth = np.stack([np.asarray(D.render(a, np.random.default_rng(s))) for _, a, s in truth_prompts])
     t_right, t_ok, t_rows = judge(truth, truth_prompts, args.judge)
+    truth_by_offset = {}
     for off in offsets:
         prompts = [(p, a, seed + off) for p, a, seed in D.adherence_prompts()]
+        truth_by_offset[str(off)] = judge(np.stack([np.asarray(D.render(a, np.random.default_rng(s)))
+                                                    for _, a, s in prompts]), prompts, args.judge)[0]
         images = generate(args.model, prompts, args.steps, args.dtype, args.true_cfg, args.vae, args.device, batch)
         right, ok, rows = judge(images, prompts, args.judge)
         if len(offsets) > 1:
@@ -108,7 +111,8 @@ def main():
         results[off] = dict(right=right, total=n, per_attribute=ok, classifier_on_truth=t_right, steps=args.steps,
                             dtype=args.dtype, true_cfg=args.true_cfg, seed_offset=off, rows=rows)
         blocks.append(images)
-    print(f"classifier on the procedural renders of the same prompts: {t_right}/{n}")
+    print(f"classifier on the procedural renders of the same prompts: {t_right}/{n}"
+          + (f" (per seed offset: {truth_by_offset})" if len(offsets) > 1 else ""))
     if args.grid:  # 5 prompts a row, 4 rows a block; blocks: one per seed offset, then the true drawings
         from PIL import Image
         s = C.IMAGE_SIZE * 2
@@ -132,7 +136,8 @@ def main():
                                                 f"position {r['per_attribute']['position']})"
                                         for o, r in results.items()},
                                classifier_on_truth=dict(right=t_right, total=n, per_attribute=t_ok, seed_offset=offsets[0],
-                                                        misses=[r for r in t_rows if not r["right"]]),
+                                                        misses=[r for r in t_rows if not r["right"]],
+                                                        right_by_seed_offset=truth_by_offset),
                                model=str(args.model), judge=str(args.judge), device=args.device, batch=batch), f,
                           indent=2)
 

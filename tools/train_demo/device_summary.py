@@ -38,7 +38,8 @@ def main():
                                                 "final_train_loss_last100", "heldout_loss_ema", "final_aux_loss_last100",
                                                 "transformer_params", "image_tokens", "transformer_config")},
         judge=judge and {k: judge.get(k) for k in ("steps", "batch", "train_wall_s", "heldout_accuracy")},
-        adherence=adh and dict(adh.get("summary", {}), classifier_on_truth=(adh.get("classifier_on_truth") or {}).get("right")),
+        adherence=adh and dict(adh.get("summary", {}), classifier_on_truth=(adh.get("classifier_on_truth") or {}).get(
+            "right_by_seed_offset", (adh.get("classifier_on_truth") or {}).get("right"))),
     )
     out.write_text(json.dumps(s, indent=2) + "\n")
     print("summary:", "ok" if s["ok"] else "INCOMPLETE (see stages)")
@@ -54,7 +55,8 @@ def main():
     if adh:
         for off, line in adh.get("summary", {}).items():
             print(f"  adherence, seeds + {off}: {line}")
-        print(f"  judge on the true drawings: {(adh.get('classifier_on_truth') or {}).get('right')}/20")
+        truth = (adh.get("classifier_on_truth") or {}).get("right_by_seed_offset", {})
+        print("  judge on the true drawings: " + ", ".join(f"{r}/20 (seeds + {o})" for o, r in truth.items()))
 
 
 if __name__ == "__main__":
