@@ -76,6 +76,9 @@ std::string cuda_kernel_refuses(const ops::OpCall& c, DType out) {
                    " (masked attention takes head dims up to 256)");
       return is_float(out) ? std::string() : cat("the output would be ", dtype_name(out));
     }
+    case OpKind::linear_q:  // the kernel itself is chosen per scheme (ops/linear_q.h)
+      return is_float(c.inputs[0].dtype()) && is_float(out) ? std::string()
+                                                             : cat("x of ", dtype_name(c.inputs[0].dtype()));
     case OpKind::linear:
     case OpKind::matmul:
     case OpKind::unary:

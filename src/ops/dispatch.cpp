@@ -9,6 +9,7 @@
 #include "ops/op.h"
 #include "ops/op_profile.h"
 #include "ops/kernel_precondition.h"
+#include "ops/linear_q.h"
 #include "ops/trace.h"
 
 
@@ -38,7 +39,7 @@ constexpr std::array<std::string_view, kNumOps> kNames = {
     "copy",      "cast",       "to_device",  "linear",  "matmul",    "binary",
     "scalar",    "clamp",      "unary",      "softmax", "layer_norm", "rms_norm",
     "group_norm", "rope",      "sdpa",       "conv2d",  "upsample_nearest2x", "concat",
-    "embedding", "reduce",     "absmax_blocks", "channel_norm"};
+    "embedding", "reduce",     "absmax_blocks", "channel_norm", "linear_q"};
 }  // namespace
 
 std::string_view op_name(OpKind k) {
@@ -81,23 +82,27 @@ Tensor execute(const OpCall& call) {
   // cuda->cuda); every other op runs where its output lives.
   Device where = meta.device;
   if (call.kind == OpKind::to_device && !meta.device.is_cuda()) where = call.inputs[0].device();
-  KernelFn fn = find_kernel(call.kind, where.kind);
+  const bool quantized = call.kind == OpKind::linear_q;
+  KernelFn fn = quantized ? find_linear_q_kernel(where.kind, call.attrs.packed->scheme()) : find_kernel(call.kind, where.kind);
   if (!fn) backend::require_device(where, op_name(call.kind));  // no backend / no device: say which
   check(fn != nullptr, op_name(call.kind), "no kernel for device ", where.str(),
-        " in this build of diffq");
+        quantized ? " and scheme " + call.attrs.packed->scheme() : std::string(), " in this build of diffq");
   check_precondition(call, meta, where);
+  const auto t0 = op_profile_enabled() ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+  // linear_q's kernels allocate their own result (ops/linear_q.h); every other kernel fills a fresh tensor.
+  Tensor out = quantized ? Tensor() : Tensor::empty(meta.shape, meta.dtype, meta.device);
+  if (quantized || out.numel() > 0) fn(call, out);
+  if (quantized)
+    check(out.defined() && out.shape() == meta.shape && out.dtype() == meta.dtype && out.device() == meta.device,
+          "linear_q", "the ", call.attrs.packed->scheme(), " kernel on ", where.str(), " returned ",
+          out.defined() ? out.str() : std::string("nothing"), ", not ", dtype_name(meta.dtype), " ",
+          shape_str(meta.shape), " on ", meta.device.str());
   if (op_profile_enabled()) {
-    const auto t0 = std::chrono::steady_clock::now();
-    Tensor out = Tensor::empty(meta.shape, meta.dtype, meta.device);
-    if (out.numel() > 0) fn(call, out);
     wait_for_device(where);  // a device queues its kernels: time them, not their launch
     op_profile_record(call.kind, meta.dtype, op_profile_shapes() ? op_profile_shapes_of(call) : std::string(),
                       op_profile_flops(call),
                       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    return out;
   }
-  Tensor out = Tensor::empty(meta.shape, meta.dtype, meta.device);
-  if (out.numel() > 0) fn(call, out);
   return out;
 }
 

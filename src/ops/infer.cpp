@@ -3,6 +3,7 @@
 
 #include "diffq/error.h"
 #include "ops/op.h"
+#include "ops/packed_weight.h"
 
 namespace diffq::ops {
 
@@ -215,6 +216,22 @@ OutputMeta infer(const OpCall& c) {
       Shape s = x.shape();
       s.back() /= b;
       return {s, DType::f32, x.device()};
+    }
+    case OpKind::linear_q: {
+      need_inputs(c, 1);
+      same_device(c);  // x, the bias and the packed tensors on one device
+      const Tensor& x = c.inputs[0];
+      check(c.attrs.packed != nullptr, "linear_q", "no packed weight");
+      const Shape w = c.attrs.packed->shape();
+      need_float(c, x, "x");
+      check(x.dim() >= 1 && w.size() == 2 && x.size(-1) == w[1], "linear_q", "x ", x.str(), " and the ",
+            c.attrs.packed->scheme(), " weight ", shape_str(w), " disagree on K");
+      if (c.inputs.size() > 1 && c.inputs[1].defined())
+        check(c.inputs[1].dim() == 1 && c.inputs[1].size(0) == w[0], "linear_q", "bias ",
+              shape_str(c.inputs[1].shape()), " does not match N = ", w[0]);
+      Shape s = x.shape();
+      s.back() = w[0];
+      return like(x, s);
     }
     case OpKind::count_: break;
   }

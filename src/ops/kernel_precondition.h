@@ -1,5 +1,5 @@
 // A device kind's check of a call before its kernel runs: empty when the kernel takes it, else the reason
-// (the CUDA backend's: backend/cuda_kernel_rules.h, installed by backend/register_backends.cpp).
+// (the CUDA backend's rules: cuda_kernel_rules.h in src/backend, installed at registration).
 // ops::execute turns a reason into an Error naming the op and the device, before anything is queued.
 #pragma once
 

@@ -36,6 +36,7 @@ enum class OpKind : uint16_t {
   reduce,      // attrs.i0 = ReduceFn, attrs.ints = dims, attrs.flag = keepdim
   absmax_blocks,  // x[..., K]: absmax per block of attrs.i0 along the last dim -> [..., K/block] (f32)
   channel_norm,   // x[N, C, ...], w[C]?; attrs.f0 = eps, attrs.f1 = scale: x / max(||x[n, :, ...]||_2, eps) * scale * w
+  linear_q,       // x[..., K], bias[N]?, W's packed tensors...; attrs.packed = W [N, K] (ops/linear_q.h)
   count_
 };
 
@@ -48,6 +49,8 @@ enum class ReduceFn : int64_t { sum, mean, max };
 
 std::string_view op_name(OpKind k);
 
+class PackedWeight;  // ops/packed_weight.h
+
 // Plain data of an op call; each op documents which fields it reads (above). Unused fields stay zero.
 struct Attrs {
   int64_t i0 = 0;
@@ -58,6 +61,7 @@ struct Attrs {
   DType dtype = DType::f32;
   Device device{};
   std::vector<int64_t> ints;
+  const PackedWeight* packed = nullptr;  // linear_q's weight (owned by its module, which outlives the call)
 };
 
 struct OpCall {

@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "ops/packed_weight.h"
+
 namespace diffq::ops {
 
 namespace {
@@ -105,6 +107,11 @@ double op_profile_flops(const OpCall& call) {
     if (w.dim() != 2) return 0;  // packed quantized weights: not counted
     const double rows = double(call.inputs[0].numel()) / double(w.shape()[1]);
     return 2.0 * rows * double(w.shape()[0]) * double(w.shape()[1]);
+  }
+  if (call.kind == OpKind::linear_q && call.attrs.packed) {
+    const Shape w = call.attrs.packed->shape();
+    if (w.size() != 2 || w[1] == 0) return 0;
+    return 2.0 * double(call.inputs[0].numel()) / double(w[1]) * double(w[0]) * double(w[1]);
   }
   if (call.kind == OpKind::sdpa && call.inputs.size() >= 3) {
     const Shape& q = call.inputs[0].shape();

@@ -1,11 +1,14 @@
 #include "quant/quantized_weight.h"
 
 #include "diffq/error.h"
+#include "ops/linear_q.h"
 #include "ops/ops.h"
 
 namespace diffq {
 
-Tensor QuantizedWeight::linear(const Tensor& x, const Tensor& bias) const {
+Tensor QuantizedWeight::linear(const Tensor& x, const Tensor& bias) const { return ops::linear_q(x, *this, bias); }
+
+Tensor QuantizedWeight::cpu_linear(const Tensor& x, const Tensor& bias) const {
   if (!has_tile_linear()) return ops::linear(x, dequantize(x.dtype()).to(x.device()), bias);
   const std::optional<quant::TileLinearPlan> plan = tile_linear_plan(x, bias);
   check(plan.has_value(), "quant.linear", scheme(), " has no tile linear plan");

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "diffq/tensor.h"
+#include "ops/packed_weight.h"
 #include "quant/dequant_linear.h"
 
 namespace diffq::backend::cpu {
@@ -16,20 +17,20 @@ struct GemmParts;
 
 namespace diffq {
 
-class QuantizedWeight {
+class QuantizedWeight : public ops::PackedWeight {
  public:
-  virtual ~QuantizedWeight() = default;
-  virtual std::string scheme() const = 0;              // e.g. "bnb_nf4", "torchao_int8wo", "gguf_q4_0"
-  virtual Shape shape() const = 0;                     // logical [out_features, in_features]
-  virtual Tensor dequantize(DType dtype) const = 0;    // reference path, bit-exact with the library
-  // The packed tensors (codes, scales, ...): residency moves (offload) go through these.
-  virtual std::vector<Tensor> storage_tensors() const = 0;
-  // y = x @ W^T + b. Default: with a tile linear (below), run its plan (run_tile_linear) and round to x's
-  // dtype; otherwise dequantize to x's dtype and run the dense linear op. Schemes with another kernel
-  // override it.
-  virtual Tensor linear(const Tensor& x, const Tensor& bias) const;
+  ~QuantizedWeight() override = default;
+  // scheme(), shape(), dequantize(dtype) (the reference path, bit-exact with the library) and
+  // storage_tensors() (the packed tensors: residency moves go through these): ops::PackedWeight.
+
+  // y = x @ W^T + b through the linear_q op: the kernel of this scheme on x's device (ops/linear_q.h).
+  Tensor linear(const Tensor& x, const Tensor& bias) const;
+  // The CPU backend's linear_q kernel: the scheme's host computation. Default: with a tile linear
+  // (below), run its plan (run_tile_linear) and round to x's dtype; otherwise dequantize to x's dtype and
+  // run the dense linear op. Schemes with another CPU kernel override it.
+  Tensor cpu_linear(const Tensor& x, const Tensor& bias) const override;
   // Schemes whose CPU linear dequantizes W tile by tile into the f32 GEMM (dequant_linear.h) describe
-  // that computation for x and bias here; linear() runs it and compile runs it part by part with the
+  // that computation for x and bias here; cpu_linear() runs it and compile runs it part by part with the
   // consumer's epilogue ("dequantize inside the GEMM"). has_tile_linear() says, without an input,
   // whether tile_linear_plan gives a plan; others (integer GEMMs, LLM.int8) return none.
   virtual bool has_tile_linear() const { return false; }

@@ -24,6 +24,7 @@
 #include "diffq/tensor.h"
 #include "ops/op.h"
 #include "ops/kernel_precondition.h"
+#include "ops/linear_q.h"
 
 namespace diffq::testing {
 
@@ -46,8 +47,12 @@ class FakeDevice final : public backend::DeviceInterface {
     previous_ = backend::set_device_interface(DeviceKind::cuda, this);
     // What the real CUDA kernels accept (dtypes, head dims) is enforced here too, in every build.
     previous_rules_ = ops::set_kernel_precondition(DeviceKind::cuda, &backend::cuda_kernel_refuses);
+    // No quantized kernels: the real device's would launch on the fake device's host memory.
+    saved_linear_q_ = ops::take_linear_q_kernels(DeviceKind::cuda);
   }
   ~FakeDevice() override {
+    ops::take_linear_q_kernels(DeviceKind::cuda);
+    for (const auto& [scheme, fn] : saved_linear_q_) ops::register_linear_q_kernel(DeviceKind::cuda, scheme, fn);
     ops::set_kernel_precondition(DeviceKind::cuda, previous_rules_);
     backend::set_device_interface(DeviceKind::cuda, previous_);
     for (size_t k = 0; k < kOps; ++k) ops::register_kernel(ops::OpKind(k), DeviceKind::cuda, saved_[k]);
@@ -140,6 +145,7 @@ class FakeDevice final : public backend::DeviceInterface {
   std::array<ops::KernelFn, kOps> saved_{}, cpu_{};
   backend::DeviceInterface* previous_ = nullptr;
   ops::KernelPrecondition previous_rules_ = nullptr;
+  std::vector<std::pair<std::string, ops::KernelFn>> saved_linear_q_;
   mutable std::mutex mu_;
   std::vector<FakeOpRecord> records_;
 };

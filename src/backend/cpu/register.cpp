@@ -17,6 +17,7 @@ void register_kernels() {
   register_conv_kernels();
   register_layout_kernels();
   register_reduce_kernels();
+  register_linear_q_kernels();
 }
 
 }  // namespace diffq::backend::cpu

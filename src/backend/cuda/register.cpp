@@ -18,6 +18,7 @@ void register_kernels() {
   register_embedding_kernels();
   register_absmax_kernels();
   register_cudnn_kernels();
+  register_linear_q_kernels();
 }
 
 }  // namespace diffq::backend::cuda

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "diffq/error.h"
+#include "ops/packed_weight.h"
 
 namespace diffq::reference {
 
@@ -444,6 +445,8 @@ Array run(const ops::OpCall& c) {
     case OpKind::embedding: return embedding(in[0], in[1]);
     case OpKind::reduce: return reduce(ReduceFn(a.i0), in[0], a.ints, a.flag);
     case OpKind::absmax_blocks: return absmax_blocks(in[0], a.i0);
+    case OpKind::linear_q:  // the scheme's reference dequantization, then the f64 linear
+      return linear(in[0], from_tensor(a.packed->dequantize(DType::f32).to(Device::cpu())), opt(1));
     case OpKind::count_: break;
   }
   fail("reference", "unknown op kind ", int(c.kind));

@@ -148,9 +148,9 @@ void Bnb8bitWeight::check_input(const Tensor& x, const Tensor& bias) const {
   if (bias.defined()) check(bias.numel() == N, kCtx, name_, ": bias must have ", N, " elements");
 }
 
-Tensor Bnb8bitWeight::linear(const Tensor& x, const Tensor& bias) const {
+Tensor Bnb8bitWeight::cpu_linear(const Tensor& x, const Tensor& bias) const {
   check_input(x, bias);
-  return mode_ == Int8LinearMode::llm_int8 ? linear_llm_int8(x, bias) : QuantizedWeight::linear(x, bias);
+  return mode_ == Int8LinearMode::llm_int8 ? linear_llm_int8(x, bias) : QuantizedWeight::cpu_linear(x, bias);
 }
 
 // The dequantize-to-x's-dtype mode: W rounded to x's dtype, the f32 tiled GEMM, the bias in x's dtype.

@@ -48,7 +48,7 @@ class Bnb8bitWeight : public QuantizedWeight {
   Shape shape() const override { return cb_.shape(); }
   Tensor dequantize(DType dtype) const override;  // int8_vectorwise_dequant (float32) .to(dtype)
   std::vector<Tensor> storage_tensors() const override { return {cb_, scb_}; }
-  Tensor linear(const Tensor& x, const Tensor& bias) const override;
+  Tensor cpu_linear(const Tensor& x, const Tensor& bias) const override;
   bool has_tile_linear() const override { return mode_ != Int8LinearMode::llm_int8; }
   std::optional<quant::TileLinearPlan> tile_linear_plan(const Tensor& x, const Tensor& bias) const override;
 

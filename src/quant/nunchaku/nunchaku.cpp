@@ -288,7 +288,7 @@ Tensor SvdqW4A4Weight::linear_reference(const Tensor& x, const Tensor& bias) con
 
 // The same math with the int8 GEMM per group of 64 inputs (int4 codes widened to int8; integer sums are
 // exact, so only the float sums' order differs from linear_reference, and not in the int4 part).
-Tensor SvdqW4A4Weight::linear(const Tensor& x, const Tensor& bias) const {
+Tensor SvdqW4A4Weight::cpu_linear(const Tensor& x, const Tensor& bias) const {
   check(x.dim() >= 1 && x.shape().back() == k_, kCtx, name_, ": input's last dimension is ",
         x.dim() ? x.shape().back() : 0, ", in_features is ", k_);
   const Tensor xf = x.to(DType::f32).contiguous();

@@ -65,7 +65,7 @@ class SvdqW4A4Weight : public QuantizedWeight {
   // The residual int4 weight as the library dequantizes it: code * wscale (float32) [N, K].
   Tensor dequantize_residual() const;
   std::vector<Tensor> storage_tensors() const override { return {codes_, wscales_, smooth_, down_, up_}; }
-  Tensor linear(const Tensor& x, const Tensor& bias) const override;
+  Tensor cpu_linear(const Tensor& x, const Tensor& bias) const override;
   // The same forward computed by plain loops (the tests' oracle for linear()).
   Tensor linear_reference(const Tensor& x, const Tensor& bias) const;
   // The bias argument in logical order (un-permutes a packed-layout bias), float32 [N].

@@ -225,9 +225,9 @@ void AffineInt8Weight::linear_parts(const Tensor& x, const Tensor& bias, const b
   QuantizedWeight::linear_parts(x, bias, parts);
 }
 
-Tensor AffineInt8Weight::linear(const Tensor& x, const Tensor& bias) const {
+Tensor AffineInt8Weight::cpu_linear(const Tensor& x, const Tensor& bias) const {
   if (act_) return int8_dynamic_linear(x, bias, *this);
-  return QuantizedWeight::linear(x, bias);
+  return QuantizedWeight::cpu_linear(x, bias);
 }
 
 }  // namespace diffq::quant::torchao

@@ -32,7 +32,7 @@ class AffineInt8Weight final : public TorchaoWeight {
   nlohmann::json tensor_attributes() const override;
   std::vector<std::pair<std::string, Tensor>> tensor_data() const override;
   void dequant_rows(int64_t n0, int64_t n1, DType out, float* dst) const override;
-  Tensor linear(const Tensor& x, const Tensor& bias) const override;
+  Tensor cpu_linear(const Tensor& x, const Tensor& bias) const override;
   bool has_tile_linear() const override { return !act_; }
   bool has_linear_parts() const override { return true; }  // int8dq: the int8 GEMM's own parts
   void linear_parts(const Tensor& x, const Tensor& bias, const backend::cpu::GemmParts& parts) const override;

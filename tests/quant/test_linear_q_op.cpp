@@ -1,0 +1,106 @@
+// The quantized linear as an op (ops/linear_q.h): QuantizedWeight::linear dispatches linear_q with the
+// activation, the bias and the weight's packed tensors as inputs; the CPU's kernel is each scheme's own host
+// code (registered for "*"); a kernel registered for one scheme on a device takes that scheme only; the op's
+// f64 reference is the scheme's dequantization; the profile counts its FLOPs. (A device without a kernel for
+// a scheme refusing it at load: tests/pipelines/test_pipeline_placement.cpp.)
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "backend/reference/reference_ops.h"
+#include "diffq/error.h"
+#include "ops/linear_q.h"
+#include "ops/op_profile.h"
+#include "quant/torchao/torchao.h"
+
+namespace {
+
+using namespace diffq;
+namespace tao = diffq::quant::torchao;
+
+Tensor random_f32(const Shape& s, uint32_t seed) {
+  Tensor t = Tensor::empty(s, DType::f32);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = n(rng);
+  return t;
+}
+
+std::shared_ptr<QuantizedWeight> quantized(const char* type, const Tensor& w) {
+  return tao::quantize(w, tao::Config::from_json({{"_type", type}, {"_version", 2}, {"_data", nlohmann::json::object()}}));
+}
+
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  const Tensor x = a.contiguous(), y = b.contiguous();
+  return x.dtype() == y.dtype() && x.shape() == y.shape() && std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()) == 0;
+}
+
+TEST(LinearQOp, AQuantizedLinearIsTheOpWithTheSchemesHostResult) {
+  const auto q = quantized("Int8WeightOnlyConfig", random_f32({48, 64}, 1));
+  const Tensor x = random_f32({5, 64}, 2), bias = random_f32({48}, 3);
+  const Tensor y = q->linear(x, bias);
+  EXPECT_EQ(y.shape(), (Shape{5, 48}));
+  EXPECT_TRUE(same_bytes(y, q->cpu_linear(x, bias)));
+  EXPECT_TRUE(same_bytes(ops::linear_q(x.to(DType::bf16), *q), q->cpu_linear(x.to(DType::bf16), Tensor())));
+  // What the call carries: x, the bias, then the packed tensors (so the dispatcher sees where they live).
+  const std::string e = [&] {
+    try {
+      ops::linear_q(random_f32({5, 63}, 4), *q);
+    } catch (const Error& err) {
+      return std::string(err.what());
+    }
+    return std::string();
+  }();
+  EXPECT_NE(e.find("[linear_q] x Tensor[5, 63]"), std::string::npos) << e;
+  EXPECT_NE(e.find("torchao_int8wo"), std::string::npos) << e;
+}
+
+int g_spy_calls = 0;
+void spy_kernel(const ops::OpCall& c, Tensor& out) {
+  ++g_spy_calls;
+  out = c.attrs.packed->cpu_linear(c.inputs[0], c.inputs[1]);
+}
+
+TEST(LinearQOp, ASchemesOwnKernelOnADeviceTakesThatSchemeOnly) {
+  const auto q8 = quantized("Int8WeightOnlyConfig", random_f32({32, 64}, 5));
+  const auto f8 = quantized("Float8WeightOnlyConfig", random_f32({32, 64}, 6));
+  const Tensor x = random_f32({3, 64}, 7);
+  ASSERT_NE(q8->scheme(), f8->scheme());
+  EXPECT_NE(ops::find_linear_q_kernel(DeviceKind::cpu, "any_scheme"), nullptr);  // the CPU's "*"
+  EXPECT_EQ(ops::find_linear_q_kernel(DeviceKind::cuda, "any_scheme"), nullptr)
+      << "no device but the CPU has a generic quantized kernel";
+  g_spy_calls = 0;
+  ops::register_linear_q_kernel(DeviceKind::cpu, q8->scheme(), spy_kernel);
+  const Tensor a = q8->linear(x, Tensor());
+  const Tensor b = f8->linear(x, Tensor());
+  ops::register_linear_q_kernel(DeviceKind::cpu, q8->scheme(), nullptr);
+  EXPECT_EQ(g_spy_calls, 1);
+  q8->linear(x, Tensor());
+  EXPECT_EQ(g_spy_calls, 1) << "unregistered: the generic kernel again";
+  EXPECT_TRUE(same_bytes(a, q8->cpu_linear(x, Tensor())));
+  EXPECT_TRUE(same_bytes(b, f8->cpu_linear(x, Tensor())));
+}
+
+TEST(LinearQOp, ReferenceIsTheSchemesDequantizationAndTheProfileCountsItsFlops) {
+  const auto q = quantized("Int8WeightOnlyConfig", random_f32({40, 96}, 8));
+  const Tensor x = random_f32({2, 3, 96}, 9), bias = random_f32({40}, 10);
+  ops::OpCall c{ops::OpKind::linear_q, {x, bias}, {}};
+  for (const Tensor& t : q->storage_tensors()) c.inputs.push_back(t);
+  c.attrs.packed = q.get();
+  EXPECT_EQ(ops::infer(c).shape, (Shape{2, 3, 40}));
+  EXPECT_DOUBLE_EQ(ops::op_profile_flops(c), 2.0 * 6 * 40 * 96);
+  const reference::Array want = reference::run(c);
+  const std::vector<float> got = q->linear(x, bias).to_f32_vector();
+  ASSERT_EQ(got.size(), want.v.size());
+  double err = 0, scale = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    err = std::max(err, std::fabs(double(got[i]) - want.v[i]));
+    scale = std::max(scale, std::fabs(want.v[i]));
+  }
+  EXPECT_LT(err / scale, 1e-5) << "int8wo in f32: the host kernel against dequantize + the f64 linear";
+  EXPECT_GT(scale, 1.0);
+}
+
+}  // namespace
