@@ -30,8 +30,9 @@
 #                    or a hang names its test and the rest run again one suite per process; fails on any failure,
 #                    crash or hang, and, where nvidia-smi sees a GPU, on a test skipped for "no CUDA device present"
 #   parity           `diffq generate --device cuda` against `--device cpu` (same binary, same command) on
-#                    tests/fixtures/tiny-flux (PNG + --output-latents) and tiny-wan (--output-type latent: no
-#                    video writer in the device build), float32 and bfloat16; tools/peers/compare_outputs.py:
+#                    tests/fixtures/tiny-flux (PNG + --output-latents; also with the transformer quantized
+#                    --quant int8wo: linear_q on CUDA) and tiny-wan (--output-type latent: no video writer in
+#                    the device build), float32 and bfloat16; tools/peers/compare_outputs.py:
 #                    max |gpu - cpu| / max |cpu| of the latents <= 1e-3 (float32), 5e-2 (bfloat16)
 #   diffq_flux_step  diffq bench -m builtin:flux-dev-shape --device cuda --combos bf16 --size 1024x1024: a step
 #   diffq_vae        FLUX.1's VAE (random bf16 weights) decoding 1024x1024: diffq bench on the folder of
@@ -278,8 +279,10 @@ parity_dir="$work/parity"
 gen() {  # model dtype device -> $parity_dir/<model>-<dtype>-<device>.*
   local m=$1 dt=$2 dev=$3 base="$parity_dir/$1-$2-$3"
   local common=(-p "a red fox in the snow" --steps 4 --seed 7 --dtype "$dt" --device "$dev" --width 64 --height 64 --json)
-  if [[ $m == flux ]]; then
-    dq "$bindir/diffq" generate -m "$root/tests/fixtures/tiny-flux" "${common[@]}" -o "$base.png" \
+  # flux_int8wo: the transformer quantized with torchao's int8 weight-only (linear_q's CUDA kernel)
+  local quant=(); [[ $m == flux_int8wo ]] && quant=(--quant int8wo --quantize transformer)
+  if [[ $m == flux* ]]; then
+    dq "$bindir/diffq" generate -m "$root/tests/fixtures/tiny-flux" "${common[@]}" "${quant[@]}" -o "$base.png" \
       --output-latents "$base.safetensors" > "$base.json" 2> "$base.err"
   else
     dq "$bindir/diffq" generate -m "$root/tests/fixtures/tiny-wan" "${common[@]}" --frames 9 --output-type latent \
@@ -298,7 +301,7 @@ else
     timeout --kill-after=5 "$l" bash -c "$(declare -f gen dq); $(declare -p parity_dir root bindir dq_ld); gen $1 $2 $3"
   }
   prepare_site
-  for m in flux wan; do
+  for m in flux flux_int8wo wan; do
     for dt in float32 bfloat16; do
       prun "$m" "$dt" cpu; r=$?
       if ((r != 0)); then
@@ -318,7 +321,7 @@ else
         continue
       fi
       tol=1e-3; [[ $dt == bfloat16 ]] && tol=5e-2
-      pngs=(); [[ $m == flux ]] && pngs=(--png "$parity_dir/$m-$dt-cuda.png" "$parity_dir/$m-$dt-cpu.png")
+      pngs=(); [[ $m == flux* ]] && pngs=(--png "$parity_dir/$m-$dt-cuda.png" "$parity_dir/$m-$dt-cpu.png")
       py "$root/tools/peers/compare_outputs.py" --name "$m-$dt" --tol "$tol" "$parity_dir/$m-$dt-cuda.safetensors" \
         "$parity_dir/$m-$dt-cpu.safetensors" "${pngs[@]}" >> "$work/parity.jsonl" 2>> "$work/parity.log" ||
         bad+=("$m $dt: $(tail -n 1 "$work/parity.jsonl" | cut -c1-300)")
@@ -326,7 +329,7 @@ else
   done
   secs=$(($(date +%s) - t0))
   [[ -n "$hung" ]] && bad+=("no result within the part's ${plim}s from: $hung (later CUDA runs not started)")
-  if ((!gpu)); then record parity skipped "$secs" "no GPU; here: $cpu_ok of 4 CPU runs ok${bad:+; ${bad[*]}}"
+  if ((!gpu)); then record parity skipped "$secs" "no GPU; here: $cpu_ok of 6 CPU runs ok${bad:+; ${bad[*]}}"
   elif [[ -n "$hung" && ${#bad[@]} == 1 ]]; then record parity timeout "$secs" "${bad[*]}"
   elif ((${#bad[@]})); then record parity failed "$secs" "${bad[*]}"
   elif [[ -n "$unav" ]]; then record parity unavailable "$secs" "diffq generate --device cuda: $unav"

@@ -1,15 +1,18 @@
 // A `diffq serve` server in-process on a loopback port (port 0: any free one), and an httplib client to it.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <httplib.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 
+#include "io/png.h"
 #include "server.h"
 #include "server_state.h"
 
@@ -57,5 +60,22 @@ class TestServer {
 };
 
 inline nlohmann::json body_json(const httplib::Result& r) { return nlohmann::json::parse(r->body); }
+
+// What `diffq generate -m tests/fixtures/tiny-flux -o ref.png ARGS` writes, run in `dir` (created): the image
+// `read` (ref.png, or ref-1.png ... with --num-images) that a served job must equal.
+inline diffq::io::PngImage generate_reference(const std::string& args, const std::filesystem::path& dir,
+                                              const std::string& read = "ref.png") {
+  std::filesystem::create_directories(dir);
+  const std::string cmd = "cd '" + dir.string() + "' && '" DIFFQ_CLI_PATH "' generate -m '" +
+                          std::filesystem::absolute("tests/fixtures/tiny-flux").string() + "' -o ref.png " + args +
+                          " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  EXPECT_EQ(pclose(p), 0) << out;
+  return diffq::io::read_png(dir / read);
+}
 
 }  // namespace diffq::testing

@@ -48,16 +48,7 @@ diffq::io::PngImage decode(const std::string& bytes) {
 diffq::io::PngImage cli_reference(const std::string& args, const std::string& name,
                                   const std::string& read = "ref.png") {
   const fs::path dir = fs::temp_directory_path() / ("diffq-serve-ref-" + std::to_string(::getpid()) + "-" + name);
-  fs::create_directories(dir);
-  const std::string cmd = "cd '" + dir.string() + "' && '" DIFFQ_CLI_PATH "' generate -m '" +
-                          fs::absolute("tests/fixtures/tiny-flux").string() + "' -o ref.png " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  EXPECT_EQ(pclose(p), 0) << out;
-  auto img = diffq::io::read_png(dir / read);
+  auto img = diffq::testing::generate_reference(args, dir, read);
   fs::remove_all(dir);
   return img;
 }

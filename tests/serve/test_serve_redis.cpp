@@ -18,6 +18,7 @@
 
 #include "io/png.h"
 #include "redis_test_util.h"
+#include "serve_test_util.h"
 
 namespace {
 
@@ -28,16 +29,7 @@ using nlohmann::json;
 
 // `diffq generate` with `args` in `dir` -> the pixels of its output `read`.
 std::vector<uint8_t> generate_pixels(const std::string& args, const fs::path& dir, const std::string& read = "ref.png") {
-  fs::create_directories(dir);
-  const std::string cmd = "cd '" + dir.string() + "' && '" DIFFQ_CLI_PATH "' generate -m '" +
-                          fs::absolute("tests/fixtures/tiny-flux").string() + "' -o ref.png " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  EXPECT_EQ(pclose(p), 0) << out;
-  return diffq::io::read_png(dir / read).rgb;
+  return diffq::testing::generate_reference(args, dir, read).rgb;
 }
 
 std::vector<uint8_t> pixels_of(const std::string& png) {
