@@ -83,6 +83,8 @@ json parse_body(const httplib::Request& req, int64_t max_body) {
     j = json::parse(req.body);
   } catch (const json::parse_error& e) {
     throw app::RequestError(400, "body", cat("malformed JSON at byte ", e.byte, " of ", req.body.size()));
+  } catch (const json::out_of_range&) {  // a number beyond a double's range (1e400): found by fuzz_request_params
+    throw app::RequestError(400, "body", "the body holds a number too large for a double");
   }
   if (!j.is_object()) throw app::RequestError(400, "body", "the body must be a JSON object");
   return j;

@@ -221,6 +221,9 @@ TEST_F(ServeApi, InvalidRequestsGetStatusAndField) {
       {"/v1/images/generations", "{\"prompt\": \"fox \xE2\x82\"}", 400, "body"},
       {"/sdapi/v1/txt2img", "{\"prompt\": \"\xC0\xAF\"}", 400, "body"},
       {"/v1/jobs", "{\"prompt\": \"\xED\xA0\x80\"}", 400, "body"},
+      // A number beyond a double (the JSON library's out_of_range, found by fuzz_request_params).
+      {"/v1/jobs", R"({"prompt": "x", "steps": 1e400})", 400, "body"},
+      {"/sdapi/v1/txt2img", R"({"prompt": "x", "seed": 111111111000000000000000000000000000000E0000163971})", 400, "body"},
   };
   for (const auto& b : cases) {
     auto r = c->Post(b.path.c_str(), b.body, "application/json");
