@@ -34,8 +34,9 @@ double rel_err(const Tensor& got, const Tensor& want) {
 }  // namespace
 
 TEST(LinearQOnCuda, KernelsRegisteredPerScheme) {  // needs no GPU
-  EXPECT_NE(ops::find_linear_q_kernel(DeviceKind::cuda, "torchao_int8wo"), nullptr);
-  for (const char* s : {"bnb_nf4", "torchao_int8dq", "gguf_q4_0", "torchao_fp8wo"})
+  for (const char* s : {"torchao_int8wo", "torchao_float8wo"})
+    EXPECT_NE(ops::find_linear_q_kernel(DeviceKind::cuda, s), nullptr) << s;
+  for (const char* s : {"bnb_nf4", "torchao_int8dq", "torchao_float8dq", "gguf_q4_0"})
     EXPECT_EQ(ops::find_linear_q_kernel(DeviceKind::cuda, s), nullptr) << s << ": no CUDA kernel yet (issue 37)";
 }
 
@@ -56,6 +57,26 @@ TEST(LinearQOnCuda, TorchaoInt8WeightOnlyMatchesTheCpu) {
       ASSERT_EQ(y.dtype(), dt);
       const Tensor want = on_cpu->linear(x, b);
       EXPECT_LE(rel_err(y.to(Device::cpu()), want), dt == DType::f32 ? 1e-5 : dt == DType::bf16 ? 1e-2 : 2e-3);
+    }
+  }
+}
+
+TEST(LinearQOnCuda, TorchaoFloat8WeightOnlyMatchesTheCpu) {
+  DIFFQ_REQUIRE_GPU();
+  for (DType dt : {DType::f32, DType::bf16}) {
+    for (const char* g : {"PerRow", "PerTensor"}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " " + g);
+      const Tensor w = random_values({80, 192}, dt, 4), x = random_values({9, 192}, dt, 5);
+      nlohmann::json data = {{"granularity", {{"_type", g}, {"_version", 2}, {"_data", nlohmann::json::object()}}}};
+      const auto cfg = tao::Config::from_json({{"_type", "Float8WeightOnlyConfig"}, {"_version", 2}, {"_data", data}});
+      const auto on_cpu = tao::quantize(w, cfg), on_gpu = tao::quantize(w, cfg);
+      ASSERT_EQ(on_gpu->scheme(), "torchao_float8wo");
+      Parameter p({80, 192});
+      p.set(on_gpu, Residency::host);
+      p.move_to(gpu());
+      const Tensor y = p.quantized().linear(x.to(gpu()), Tensor());
+      ASSERT_EQ(y.dtype(), dt);
+      EXPECT_LE(rel_err(y.to(Device::cpu()), on_cpu->linear(x, Tensor())), dt == DType::f32 ? 1e-5 : 1e-2);
     }
   }
 }

@@ -31,6 +31,12 @@ class Float8Weight final : public TorchaoWeight {
   bool has_tile_linear() const override { return true; }
   std::optional<quant::TileLinearPlan> tile_linear_plan(const Tensor& x, const Tensor& bias) const override;
 
+  const Tensor& qdata() const { return qdata_; }  // float8 [N, K]
+  const Tensor& scale() const { return scale_; }  // f32 [N/bn, K/bk]
+  int64_t block_rows() const { return bn_; }
+  int64_t block_cols() const { return bk_; }
+  bool dynamic_activation() const { return act_.has_value(); }
+
  private:
   Tensor qdata_, scale_;
   int64_t bn_, bk_;

@@ -35,7 +35,24 @@ __global__ void affine_int8_kernel(const int8_t* q, const void* scale, DType sdt
   }
 }
 
+__global__ void float8_kernel(const uint8_t* q, Float8Table table, const float* scale, int64_t N, int64_t K, int64_t bn,
+                              int64_t bk, DType rdt, void* out, DType odt) {
+  const int64_t n_all = N * K, kb = K / bk;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n_all; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t n = i / K, k = i - n * K;
+    store_f32(out, odt, i, round_via(rdt, __fmul_rn(table.v[q[i]], scale[(n / bn) * kb + k / bk])));
+  }
+}
+
 }  // namespace
+
+void dequant_float8(const uint8_t* q, const Float8Table& table, const float* scale, int64_t N, int64_t K,
+                    int64_t bn, int64_t bk, DType round_dtype, void* out, DType out_dtype, int device) {
+  const int64_t n = N * K;
+  if (n == 0) return;
+  float8_kernel<<<grid_for(n, kThreads), kThreads>>>(q, table, scale, N, K, bn, bk, round_dtype, out, out_dtype);
+  check_cuda(cudaGetLastError(), "linear_q: dequant_float8 launch", device);
+}
 
 void dequant_affine_int8(const int8_t* q, const void* scale, DType scale_dtype, const int8_t* zp, int64_t N,
                          int64_t K, int64_t bn, int64_t bk, void* out, DType out_dtype, int device) {

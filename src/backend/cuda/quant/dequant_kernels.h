@@ -15,4 +15,15 @@ namespace diffq::backend::cuda {
 void dequant_affine_int8(const int8_t* q, const void* scale, DType scale_dtype, const int8_t* zp, int64_t N,
                          int64_t K, int64_t bn, int64_t bk, void* out, DType out_dtype, int device);
 
+// The 256 values of a float8 dtype's codes as f32 (the host's f8_to_f32, so every code, NaN included,
+// decodes to the CPU's bits), passed by value to the kernel.
+struct Float8Table {
+  float v[256];
+};
+
+// torchao's Float8Tensor weight: W[n, k] = round_through(round_dtype, table[q[n, k]] * scale[b]) stored as
+// out_dtype, block b = (n / bn) * (K / bk) + k / bk, scale f32 (torchao's dequantize(round_dtype)).
+void dequant_float8(const uint8_t* q, const Float8Table& table, const float* scale, int64_t N, int64_t K,
+                    int64_t bn, int64_t bk, DType round_dtype, void* out, DType out_dtype, int device);
+
 }  // namespace diffq::backend::cuda
