@@ -19,49 +19,57 @@ namespace diffq::backend::cuda {
 namespace {
 
 using quant::torchao::AffineInt8Weight;
+using quant::torchao::Float8Weight;
+
+// The weight of a call as its scheme's class, checked (a scheme name registered for another class, or the
+// dynamic-activation variant of the same class, is refused rather than misread).
+template <class W, class Dynamic>
+const W& weight_of(const OpCall& c, const char* scheme, Dynamic&& dynamic) {
+  const auto* w = dynamic_cast<const W*>(c.attrs.packed);
+  check(w != nullptr && !dynamic(*w), "linear_q", "cuda: the ", scheme, " kernel was given a ", c.attrs.packed->scheme(),
+        " weight");
+  return *w;
+}
+
+// Every kernel here: W [N, K] dequantized by `fill(wd)` into a buffer of x's dtype on x's device (the packed
+// tensors must live there too), then the dense linear (cuBLASLt) with the call's bias.
+template <class Fill>
+Tensor dequantize_then_gemm(const OpCall& c, const char* scheme, std::initializer_list<const Tensor*> packed, Fill&& fill) {
+  const Tensor& x = c.inputs[0];
+  for (const Tensor* t : packed)
+    check(t->device() == x.device(), "linear_q", "cuda: the ", scheme, " weight is on ", t->device().str(), ", x on ",
+          x.device().str());
+  Tensor wd = Tensor::empty(c.attrs.packed->shape(), x.dtype(), x.device());
+  {
+    DeviceGuard guard(x.device().index);
+    fill(wd);
+  }
+  return ops::execute(OpCall{OpKind::linear, {x, wd, c.inputs.size() > 1 ? c.inputs[1] : Tensor()}, {}});
+}
 
 void torchao_int8wo(const OpCall& c, Tensor& out) {
-  const auto* w = dynamic_cast<const AffineInt8Weight*>(c.attrs.packed);
-  check(w != nullptr && !w->act_granularity(), "linear_q", "cuda: the torchao_int8wo kernel was given a ",
-        c.attrs.packed->scheme(), " weight");
-  const Tensor& x = c.inputs[0];
-  const Tensor bias = c.inputs.size() > 1 ? c.inputs[1] : Tensor();
-  const Shape ws = w->shape();
-  const int idx = x.device().index;
-  const Tensor q = w->qdata().contiguous(), scale = w->scale().contiguous(), zp = w->zero_point().contiguous();
-  check(q.device() == x.device() && scale.device() == x.device() && zp.device() == x.device(), "linear_q",
-        "cuda: the torchao_int8wo weight is on ", q.device().str(), ", x on ", x.device().str());
-  Tensor wd = Tensor::empty(ws, x.dtype(), x.device());
-  {
-    DeviceGuard guard(idx);
+  const auto& w = weight_of<AffineInt8Weight>(c, "torchao_int8wo",
+                                             [](const AffineInt8Weight& a) { return a.act_granularity().has_value(); });
+  const Tensor q = w.qdata().contiguous(), scale = w.scale().contiguous(), zp = w.zero_point().contiguous();
+  out = dequantize_then_gemm(c, "torchao_int8wo", {&q, &scale, &zp}, [&](Tensor& wd) {
     dequant_affine_int8(static_cast<const int8_t*>(q.data_ptr()), scale.data_ptr(), scale.dtype(),
-                        static_cast<const int8_t*>(zp.data_ptr()), ws[0], ws[1], w->block_rows(), w->block_cols(),
-                        wd.data_ptr(), x.dtype(), idx);
-  }
-  out = ops::execute(OpCall{OpKind::linear, {x, wd, bias}, {}});
+                        static_cast<const int8_t*>(zp.data_ptr()), wd.size(0), wd.size(1), w.block_rows(),
+                        w.block_cols(), wd.data_ptr(), wd.dtype(), wd.device().index);
+  });
 }
 
 void torchao_float8wo(const OpCall& c, Tensor& out) {
-  const auto* w = dynamic_cast<const quant::torchao::Float8Weight*>(c.attrs.packed);
-  check(w != nullptr && !w->dynamic_activation(), "linear_q", "cuda: the torchao_float8wo kernel was given a ",
-        c.attrs.packed->scheme(), " weight");
-  const Tensor& x = c.inputs[0];
-  const Tensor bias = c.inputs.size() > 1 ? c.inputs[1] : Tensor();
-  const Shape ws = w->shape();
-  const int idx = x.device().index;
-  const Tensor q = w->qdata().contiguous(), scale = w->scale().contiguous();
-  check(q.device() == x.device() && scale.device() == x.device() && scale.dtype() == DType::f32, "linear_q",
-        "cuda: the torchao_float8wo weight is on ", q.device().str(), " (scale ", scale.str(), "), x on ", x.device().str());
+  const auto& w = weight_of<Float8Weight>(c, "torchao_float8wo", [](const Float8Weight& a) { return a.dynamic_activation(); });
+  const Tensor q = w.qdata().contiguous(), scale = w.scale().contiguous();
+  check(scale.dtype() == DType::f32, "linear_q", "cuda: the torchao_float8wo scale is ", scale.str(), ", not float32");
   Float8Table table;
   for (int i = 0; i < 256; ++i)
     table.v[i] = q.dtype() == DType::f8_e5m2 ? f8_e5m2_to_f32(uint8_t(i)) : f8_e4m3fn_to_f32(uint8_t(i));
-  Tensor wd = Tensor::empty(ws, x.dtype(), x.device());
-  {
-    DeviceGuard guard(idx);
-    dequant_float8(static_cast<const uint8_t*>(q.data_ptr()), table, static_cast<const float*>(scale.data_ptr()), ws[0],
-                   ws[1], w->block_rows(), w->block_cols(), w->dtype(), wd.data_ptr(), x.dtype(), idx);
-  }
-  out = ops::execute(OpCall{OpKind::linear, {x, wd, bias}, {}});
+  out = dequantize_then_gemm(c, "torchao_float8wo", {&q, &scale}, [&](Tensor& wd) {
+    dequant_float8(static_cast<const uint8_t*>(q.data_ptr()), table, static_cast<const float*>(scale.data_ptr()),
+                   wd.size(0), wd.size(1), w.block_rows(), w.block_cols(), w.dtype(), wd.data_ptr(), wd.dtype(),
+                   wd.device().index);
+  });
 }
 
 }  // namespace
