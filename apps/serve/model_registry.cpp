@@ -137,6 +137,12 @@ int64_t ModelRegistry::loaded_bytes() const {
   return n;
 }
 
+std::vector<std::string> ModelRegistry::names() const {
+  std::vector<std::string> out;
+  for (const auto& e : entries_) out.push_back(e.name);
+  return out;
+}
+
 nlohmann::json ModelRegistry::list() const {
   std::lock_guard lk(mu_);
   nlohmann::json data = nlohmann::json::array();

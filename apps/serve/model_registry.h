@@ -49,6 +49,8 @@ class ModelRegistry {
   std::string resolve(const std::string& name) const;
   std::string kind_of(const std::string& name) const;
   nlohmann::json list() const;  // GET /v1/models' data
+  // The names offered (fixed at construction, so read without waiting on a load).
+  std::vector<std::string> names() const;
   int64_t loaded_bytes() const;
 
  private:

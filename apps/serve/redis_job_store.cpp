@@ -40,16 +40,22 @@ RedisJobStore::RedisJobStore(RedisStoreOptions opt) : opt_(std::move(opt)), pool
 }
 
 int64_t RedisJobStore::waiting(RedisConnection& c) const {
-  const int64_t len = c.exec({"XLEN", keys::kStream}).as_integer("XLEN");
-  const RedisReply p = c.command({"XPENDING", keys::kStream, keys::kGroup});
-  const int64_t pending = p.type == RedisReply::Type::array && !p.elements.empty() ? p.elements[0].as_integer("XPENDING") : 0;
-  return std::max<int64_t>(0, len - pending);
+  int64_t waiting = 0;  // over every model's stream: entries not yet delivered to a worker
+  for (const auto& m : c.exec({"SMEMBERS", keys::kStreams}).as_array("SMEMBERS")) {
+    const std::string s = keys::stream(m.as_string("SMEMBERS"));
+    const int64_t len = c.exec({"XLEN", s}).as_integer("XLEN");
+    const RedisReply p = c.command({"XPENDING", s, keys::kGroup});
+    const int64_t pending =
+        p.type == RedisReply::Type::array && !p.elements.empty() ? p.elements[0].as_integer("XPENDING") : 0;
+    waiting += std::max<int64_t>(0, len - pending);
+  }
+  return waiting;
 }
 
 std::pair<std::shared_ptr<Job>, int64_t> RedisJobStore::submit(std::shared_ptr<Job> job) {
   if (!accepting_) throw app::RequestError(503, "", "the server is shutting down");
   auto c = pool_.get();
-  ensure_group(*c);
+  ensure_group(*c, job->model);
   const int64_t queued = waiting(*c);
   if (queued >= opt_.max_queue)
     throw app::RequestError(429, "queue", cat("the queue is full (", queued, " jobs waiting)"), double(opt_.max_queue));
@@ -62,7 +68,7 @@ std::pair<std::shared_ptr<Job>, int64_t> RedisJobStore::submit(std::shared_ptr<J
   push_redis_event(*c, job->id, {"queued", {{"position", queued + 1}}});
   c->exec({"ZADD", keys::kOrder, std::to_string(t), job->id});
   c->exec({"HINCRBY", keys::kCounts, "submitted", "1"});
-  c->exec({"XADD", keys::kStream, "*", "id", job->id});  // last: a worker finds everything above in place
+  c->exec({"XADD", keys::stream(job->model), "*", "id", job->id});  // last: a worker finds all above in place
   forget_old_jobs(*c);
   return {job, queued + 1};
 }
@@ -160,17 +166,17 @@ std::vector<JobEvent> RedisJobStore::events_since(const std::shared_ptr<Job>& jo
 json RedisJobStore::describe(const Job& job) const {
   int64_t position = 0;
   if (job.status == JobStatus::queued) {
-    // Entries after the group's last delivered one, up to this job's: its place in the shared queue.
+    // Entries after the group's last delivered one, up to this job's: its place in its model's queue.
     auto c = pool_.get();
     std::string delivered = "0-0";
-    const RedisReply g = c->command({"XINFO", "GROUPS", keys::kStream});
+    const RedisReply g = c->command({"XINFO", "GROUPS", keys::stream(job.model)});
     if (g.type == RedisReply::Type::array)
       for (const auto& grp : g.elements) {
         const auto& f = grp.as_array("XINFO GROUPS");
         for (size_t i = 0; i + 1 < f.size(); i += 2)
           if (f[i].type == RedisReply::Type::string && f[i].str == "last-delivered-id") delivered = f[i + 1].as_string("XINFO");
       }
-    const auto& entries = c->exec({"XRANGE", keys::kStream, "(" + delivered, "+", "COUNT",
+    const auto& entries = c->exec({"XRANGE", keys::stream(job.model), "(" + delivered, "+", "COUNT",
                                    std::to_string(opt_.max_queue + 1)}).as_array("XRANGE");
     for (const auto& e : entries) {
       ++position;

@@ -14,10 +14,11 @@ int64_t now_ms() {
       .count();
 }
 
-void ensure_group(RedisConnection& c) {
-  const RedisReply r = c.command({"XGROUP", "CREATE", keys::kStream, keys::kGroup, "0", "MKSTREAM"});
+void ensure_group(RedisConnection& c, const std::string& model) {
+  const RedisReply r = c.command({"XGROUP", "CREATE", keys::stream(model), keys::kGroup, "0", "MKSTREAM"});
   if (r.is_error() && r.str.rfind("BUSYGROUP", 0) != 0)
     throw RedisUnavailable("Redis refused to create the consumer group: " + r.str);
+  c.exec({"SADD", keys::kStreams, model});
 }
 
 void push_redis_event(RedisConnection& c, const std::string& id, const JobEvent& ev) {

@@ -1,5 +1,8 @@
 // How jobs live in Redis (shared by the API process, RedisJobStore, and the workers, RedisWorker):
-//   diffq:jobs              stream, one entry {id} per submitted job; consumer group "workers"
+//   diffq:jobs:<model>      stream per model, one entry {id} per job for that model; consumer group "workers".
+//                           A worker reads the streams of the models it serves (-m), so a job goes to a
+//                           worker that has its model (routing by model)
+//   diffq:streams           set of the models that have a stream
 //   diffq:job:<id>          hash: spec (job_codec.h), status, attempts, step, steps, error, results (file names),
 //                           worker, cancel, used, timings, preview, created_ms / started_ms / finished_ms
 //   diffq:job:<id>:events   stream of the job's events {name, data} (what SSE replays and follows)
@@ -18,7 +21,8 @@
 #include "redis_client.h"
 
 namespace diffq::serve::redis_keys {
-inline constexpr const char* kStream = "diffq:jobs";
+inline constexpr const char* kStreams = "diffq:streams";
+inline std::string stream(const std::string& model) { return "diffq:jobs:" + model; }
 inline constexpr const char* kGroup = "workers";
 inline constexpr const char* kOrder = "diffq:order";
 inline constexpr const char* kRunning = "diffq:running";
@@ -33,8 +37,8 @@ namespace diffq::serve {
 
 int64_t now_ms();  // wall clock, milliseconds since the epoch
 
-// Creates the stream and its consumer group when missing (an existing group is kept).
-void ensure_group(RedisConnection& c);
+// Creates the stream of `model` and its consumer group when missing (an existing group is kept).
+void ensure_group(RedisConnection& c, const std::string& model);
 
 // Appends an event to the job's event stream.
 void push_redis_event(RedisConnection& c, const std::string& id, const JobEvent& ev);

@@ -85,7 +85,7 @@ void RedisWorker::loop() {
   bool down = false;
   while (!stop_) {
     try {
-      ensure_group(c);
+      for (const std::string& m : models_.names()) ensure_group(c, m);
       report(c, "", true);
       if (down) std::fprintf(stderr, "serve: worker %s: Redis at %s is back\n", opt_.name.c_str(), opt_.url.text.c_str());
       down = false;
@@ -105,37 +105,47 @@ void RedisWorker::loop() {
 }
 
 bool RedisWorker::take_one(RedisConnection& c) {
-  // A job another worker left pending longer than --claim-after (it died, or lost Redis) comes first.
+  const std::vector<std::string> models = models_.names();
+  // A job another worker left pending longer than --claim-after (it died, or lost Redis) comes first, from
+  // the streams of the models this worker serves.
   const auto claim_ms = std::to_string(int64_t(opt_.claim_after_s * 1000));
-  const RedisReply a = c.exec({"XAUTOCLAIM", keys::kStream, keys::kGroup, opt_.name, claim_ms, "0-0", "COUNT", "1"});
-  const auto& ar = a.as_array("XAUTOCLAIM");
-  if (ar.size() >= 2)
-    for (const auto& e : ar[1].as_array("XAUTOCLAIM")) {
-      if (e.type != RedisReply::Type::array) continue;
-      const auto [entry, id] = entry_of(e);
-      std::fprintf(stderr, "serve: worker %s: claimed job %s (its worker stopped)\n", opt_.name.c_str(), id.c_str());
-      run(c, entry, id);
-      return true;
-    }
+  for (const std::string& m : models) {
+    const std::string stream = keys::stream(m);
+    const RedisReply a = c.exec({"XAUTOCLAIM", stream, keys::kGroup, opt_.name, claim_ms, "0-0", "COUNT", "1"});
+    const auto& ar = a.as_array("XAUTOCLAIM");
+    if (ar.size() >= 2)
+      for (const auto& e : ar[1].as_array("XAUTOCLAIM")) {
+        if (e.type != RedisReply::Type::array) continue;
+        const auto [entry, id] = entry_of(e);
+        std::fprintf(stderr, "serve: worker %s: claimed job %s (its worker stopped)\n", opt_.name.c_str(), id.c_str());
+        run(c, stream, entry, id);
+        return true;
+      }
+  }
   report(c, "", true);
-  const RedisReply r = c.exec({"XREADGROUP", "GROUP", keys::kGroup, opt_.name, "COUNT", "1", "BLOCK", "1000",
-                               "STREAMS", keys::kStream, ">"});
+  // The next new job of any model this worker serves (routing by model: jobs of other models stay for the
+  // workers that serve them).
+  std::vector<std::string> cmd = {"XREADGROUP", "GROUP", keys::kGroup, opt_.name, "COUNT", "1", "BLOCK", "1000", "STREAMS"};
+  for (const std::string& m : models) cmd.push_back(keys::stream(m));
+  for (size_t i = 0; i < models.size(); ++i) cmd.push_back(">");
+  const RedisReply r = c.exec(cmd);
   if (r.is_nil()) return false;  // nothing within a second: look for abandoned jobs again
   for (const auto& s : r.as_array("XREADGROUP")) {
     const auto& sv = s.as_array("XREADGROUP");
     if (sv.size() != 2) throw RedisUnavailable("Redis answered XREADGROUP with a stream that is not [name, entries]");
+    const std::string stream = sv[0].as_string("XREADGROUP");
     for (const auto& e : sv[1].as_array("XREADGROUP")) {
       const auto [entry, id] = entry_of(e);
-      run(c, entry, id);
+      run(c, stream, entry, id);
     }
   }
   return true;
 }
 
-void RedisWorker::run(RedisConnection& c, const std::string& entry, const std::string& id) {
+void RedisWorker::run(RedisConnection& c, const std::string& stream, const std::string& entry, const std::string& id) {
   auto ack = [&] {
-    c.exec({"XACK", keys::kStream, keys::kGroup, entry});
-    c.exec({"XDEL", keys::kStream, entry});
+    c.exec({"XACK", stream, keys::kGroup, entry});
+    c.exec({"XDEL", stream, entry});
   };
   if (id.empty() || c.exec({"EXISTS", keys::final_status(id)}).as_integer("EXISTS") != 0) return ack();
   const RedisReply spec_text = c.exec({"HGET", keys::job(id), "spec"});
@@ -158,6 +168,7 @@ void RedisWorker::run(RedisConnection& c, const std::string& entry, const std::s
   c.exec({"SADD", keys::kRunning, id});
   {
     std::lock_guard lk(mu_);
+    current_stream_ = stream;
     current_entry_ = entry;
     current_job_ = id;
   }
@@ -221,15 +232,16 @@ void RedisWorker::heartbeat_loop() {
   RedisConnection c(opt_.url);
   const auto every = std::chrono::milliseconds(std::clamp<int64_t>(int64_t(opt_.claim_after_s * 1000 / 4), 100, 5000));
   while (!stop_) {
-    std::string entry, job;
+    std::string stream, entry, job;
     {
       std::lock_guard lk(mu_);
+      stream = current_stream_;
       entry = current_entry_;
       job = current_job_;
     }
     if (!entry.empty()) {
       try {
-        c.exec({"XCLAIM", keys::kStream, keys::kGroup, opt_.name, "0", entry, "JUSTID"});
+        c.exec({"XCLAIM", stream, keys::kGroup, opt_.name, "0", entry, "JUSTID"});
         report(c, job, false);  // /metrics: this worker is alive and busy
       } catch (const RedisUnavailable&) {  // the job loop reports Redis being down
       }

@@ -43,8 +43,9 @@ class RedisWorker {
 
  private:
   void loop();
+  // The next job of a model this worker serves (-m): a job abandoned by a dead worker first, then a new one.
   bool take_one(RedisConnection& c);  // false when there was nothing to take
-  void run(RedisConnection& c, const std::string& entry, const std::string& id);
+  void run(RedisConnection& c, const std::string& stream, const std::string& entry, const std::string& id);
   void heartbeat_loop();
   // This worker's line in diffq:workers. Only the job loop asks the registry which models are loaded (the
   // heartbeat must never wait on a model load, which holds the registry): `from_loop` refreshes that list.
@@ -56,7 +57,8 @@ class RedisWorker {
   std::atomic<bool> stop_{false}, abandon_{false};
   std::mutex mu_;
   std::condition_variable cv_;
-  std::string current_entry_, current_job_;  // the stream entry and job being run ("" when idle); guarded by mu_
+  // The stream, entry and job being run ("" when idle); guarded by mu_.
+  std::string current_stream_, current_entry_, current_job_;
   std::atomic<int64_t> done_{0};
   std::vector<std::string> loaded_models_;  // as the job loop last saw them; guarded by mu_
   std::thread thread_, heartbeat_;

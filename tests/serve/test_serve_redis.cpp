@@ -54,10 +54,11 @@ class ServeRedis : public ::testing::Test {
   }
   fs::path results() const { return dir_ / "results"; }
 
-  // `diffq serve -m tests/fixtures/tiny-flux --queue <redis> --results <dir> <args>`, ready.
-  ServeProcess& serve(const std::string& name, std::vector<std::string> args) {
-    std::vector<std::string> all = {"-m", "tests/fixtures/tiny-flux", "--queue", redis_.url(), "--results",
-                                    results().string()};
+  // `diffq serve -m <each of models> --queue <redis> --results <dir> <args>`, ready.
+  ServeProcess& serve(const std::string& name, std::vector<std::string> args,
+                      const std::vector<std::string>& models = {"tests/fixtures/tiny-flux"}) {
+    std::vector<std::string> all = {"--queue", redis_.url(), "--results", results().string()};
+    for (const std::string& m : models) all.insert(all.end(), {"-m", m});
     all.insert(all.end(), args.begin(), args.end());
     procs_.push_back(std::make_unique<ServeProcess>(all, dir_ / (name + ".log")));
     return *procs_.back();
@@ -321,6 +322,31 @@ TEST_F(ServeRedis, CancelReachesTheWorkerRunningTheJob) {
   // A cancelled queued job never runs: the worker skips it.
   const std::string next = post_job(a, {{"prompt", "n"}, {"width", 32}, {"height", 32}, {"steps", 2}, {"seed", 5}});
   EXPECT_EQ(wait_final(a, next).value("status", ""), "completed");
+}
+
+// Routing by model: each worker serves one model (-m); every job runs, once, on the worker that has its model.
+TEST_F(ServeRedis, JobsGoToAWorkerThatServesTheirModel) {
+  const std::vector<std::string> both = {"tests/fixtures/tiny-flux", "tests/fixtures/tiny-flux-schnell"};
+  ServeProcess& a = serve("api", {"--role", "api", "--port", "0"}, both);
+  ServeProcess& dev = serve("dev", {"--role", "worker", "--worker-name", "dev"}, {"tests/fixtures/tiny-flux"});
+  ServeProcess& schnell =
+      serve("schnell", {"--role", "worker", "--worker-name", "schnell"}, {"tests/fixtures/tiny-flux-schnell"});
+  ASSERT_TRUE(a.ready()) << a.log();
+  ASSERT_TRUE(dev.ready()) << dev.log();
+  ASSERT_TRUE(schnell.ready()) << schnell.log();
+  std::vector<std::pair<std::string, std::string>> jobs;  // id, the worker that must run it
+  for (int i = 0; i < 3; ++i) {
+    jobs.emplace_back(post_job(a, {{"prompt", "a fox"}, {"model", "tiny-flux"}, {"steps", 2}, {"width", 32},
+                                   {"height", 32}, {"seed", i}}), "dev");
+    jobs.emplace_back(post_job(a, {{"prompt", "a fox"}, {"model", "tiny-flux-schnell"}, {"steps", 2}, {"width", 32},
+                                   {"height", 32}, {"seed", i}}), "schnell");
+  }
+  for (const auto& [id, who] : jobs) {
+    const json j = wait_final(a, id);
+    EXPECT_EQ(j.value("status", ""), "completed") << j.dump();
+    EXPECT_EQ(j.value("worker", ""), who) << j.dump();
+    EXPECT_EQ(j.value("attempts", int64_t(0)), 1) << j.dump();
+  }
 }
 
 TEST_F(ServeRedis, BadQueueOptionsAreClearErrors) {
