@@ -135,7 +135,7 @@ class ServeRedis : public ::testing::Test {
 };
 
 TEST_F(ServeRedis, ThreeWorkersRunEachJobOnceWithGeneratesPixels) {
-  ServeProcess& a = api();
+  ServeProcess& a = serve("api", {"--role", "api", "--port", "0", "--max-queue", "400"});  // all 200 at once
   std::vector<ServeProcess*> ws = {&worker("w1"), &worker("w2"), &worker("w3")};
   ASSERT_TRUE(a.ready()) << a.log();
   for (auto* w : ws) ASSERT_TRUE(w->ready()) << w->log();
@@ -144,15 +144,19 @@ TEST_F(ServeRedis, ThreeWorkersRunEachJobOnceWithGeneratesPixels) {
     std::string api;  // jobs | openai | a1111
     int64_t w, h, steps, seed, n;
   };
+  // 200 jobs: 12 distinct requests (so 12 `diffq generate` references), each sent about 17 times.
+  constexpr int kJobs = 200, kDistinct = 12;
   std::vector<Spec> specs;
-  for (int i = 0; i < 12; ++i)
+  for (int j = 0; j < kJobs; ++j) {
+    const int i = j % kDistinct;
     specs.push_back({i % 6 == 4 ? "openai" : i % 6 == 5 ? "a1111" : "jobs", i % 3 == 0 ? 48 : 64, i % 2 ? 32 : 64,
                      2 + i % 2, 100 + i, i == 2 ? 2 : 1});
+  }
   std::vector<std::string> ids(specs.size());
   std::vector<std::thread> sync_calls;
   for (size_t i = 0; i < specs.size(); ++i) {
     const Spec& s = specs[i];
-    const std::string prompt = "shape " + std::to_string(i);
+    const std::string prompt = "shape " + std::to_string(i % kDistinct);
     if (s.api == "jobs") {
       ids[i] = post_job(a, {{"prompt", prompt}, {"width", s.w}, {"height", s.h}, {"steps", s.steps},
                             {"seed", s.seed}, {"n", s.n}});
@@ -175,6 +179,7 @@ TEST_F(ServeRedis, ThreeWorkersRunEachJobOnceWithGeneratesPixels) {
   for (auto& t : sync_calls) t.join();
 
   std::set<std::string> expected_files, workers;
+  std::map<std::string, std::vector<uint8_t>> refs;  // `diffq generate` pixels by arguments and output
   for (size_t i = 0; i < specs.size(); ++i) {
     ASSERT_FALSE(ids[i].empty()) << "job " << i;
     const json j = wait_final(a, ids[i]);
@@ -188,7 +193,7 @@ TEST_F(ServeRedis, ThreeWorkersRunEachJobOnceWithGeneratesPixels) {
     EXPECT_EQ(std::count(names.begin(), names.end(), "step"), specs[i].steps) << ids[i];
     // The same pixels as `diffq generate` with the same parameters and seed.
     const Spec& s = specs[i];
-    const std::string args = "-p 'shape " + std::to_string(i) + "' --steps " + std::to_string(s.steps) + " --width " +
+    const std::string args = "-p 'shape " + std::to_string(i % kDistinct) + "' --steps " + std::to_string(s.steps) + " --width " +
                              std::to_string(s.w) + " --height " + std::to_string(s.h) + " --seed " +
                              std::to_string(s.seed) + (s.n > 1 ? " --num-images " + std::to_string(s.n) : "");
     for (int64_t k = 0; k < s.n; ++k) {
@@ -196,14 +201,17 @@ TEST_F(ServeRedis, ThreeWorkersRunEachJobOnceWithGeneratesPixels) {
       auto r = a.client()->Get(("/v1/jobs/" + ids[i] + "/result?index=" + std::to_string(k)).c_str());
       ASSERT_TRUE(r);
       ASSERT_EQ(r->status, 200) << r->body;
-      const auto ref = generate_pixels(args, dir_ / ("ref-" + std::to_string(i)),
-                                       s.n > 1 ? "ref-" + std::to_string(k) + ".png" : "ref.png");
-      EXPECT_EQ(pixels_of(r->body), ref) << "job " << i << " output " << k;
+      const std::string key = args + " #" + std::to_string(k);
+      if (!refs.count(key))
+        refs[key] = generate_pixels(args, dir_ / ("ref-" + std::to_string(i % kDistinct)),
+                                    s.n > 1 ? "ref-" + std::to_string(k) + ".png" : "ref.png");
+      EXPECT_EQ(pixels_of(r->body), refs[key]) << "job " << i << " output " << k;
     }
   }
   EXPECT_EQ(result_files(), expected_files);  // one file per output, no duplicates, no temporaries
-  EXPECT_EQ(metric(a, "diffq_jobs{state=\"completed\"}"), "12");
-  EXPECT_EQ(metric(a, "diffq_jobs_submitted_total"), "12");
+  EXPECT_EQ(metric(a, "diffq_jobs{state=\"completed\"}"), std::to_string(kJobs));
+  EXPECT_EQ(metric(a, "diffq_jobs_submitted_total"), std::to_string(kJobs));
+  EXPECT_EQ(refs.size(), size_t(kDistinct + 1));  // one request asks for 2 images
   EXPECT_GE(workers.size(), 2u) << "the jobs were shared among the workers";
   auto m = a.client()->Get("/metrics");
   ASSERT_TRUE(m);
