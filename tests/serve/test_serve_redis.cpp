@@ -309,6 +309,32 @@ TEST_F(ServeRedis, RedisDownIs503AndTheQueueResumes) {
   EXPECT_NE(w.log().find("retrying every second"), std::string::npos) << w.log();
 }
 
+// Redis restarted while a worker runs a job: the worker loses Redis at its next step, the job stays pending
+// (persisted in the append-only file), and once Redis is back the worker reconnects, claims it after
+// --claim-after and runs it again to completion, recorded once.
+TEST_F(ServeRedis, RedisRestartedDuringAJobTheJobStillCompletesOnce) {
+  ServeProcess& a = api();
+  ServeProcess& w = worker("w1", "1");
+  ASSERT_TRUE(a.ready()) << a.log();
+  ASSERT_TRUE(w.ready()) << w.log();
+  const std::string id =
+      post_job(a, {{"prompt", "a long one"}, {"width", 64}, {"height", 64}, {"steps", 40}, {"seed", 5}});
+  wait_step(a, id, 2);
+  redis_.stop();
+  auto r = a.client()->Get(("/v1/jobs/" + id).c_str());
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503) << r->body;
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // the worker meets the outage mid-job
+  ASSERT_TRUE(redis_.start(dir_ / "redis")) << redis_.log();
+  const json j = wait_final(a, id, std::chrono::seconds(120));
+  EXPECT_EQ(j.value("status", ""), "completed") << j.dump();
+  EXPECT_GE(j.value("attempts", int64_t(0)), 2) << j.dump();  // the run Redis cut short, then the one that ended
+  const auto names = event_names(a, id);
+  EXPECT_EQ(std::count(names.begin(), names.end(), "done"), 1) << id;
+  EXPECT_EQ(result_files(), (std::set<std::string>{id + "-0.png"}));
+  EXPECT_NE(w.log().find("retrying every second"), std::string::npos) << w.log();
+}
+
 TEST_F(ServeRedis, CancelReachesTheWorkerRunningTheJob) {
   ServeProcess& a = api();
   ServeProcess& w = worker("w1");
