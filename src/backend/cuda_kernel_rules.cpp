@@ -1,7 +1,5 @@
 #include "backend/cuda_kernel_rules.h"
 
-#include <initializer_list>
-
 #include "diffq/error.h"
 
 namespace diffq::backend {

@@ -84,9 +84,11 @@ Tensor execute(const OpCall& call) {
   if (call.kind == OpKind::to_device && !meta.device.is_cuda()) where = call.inputs[0].device();
   const bool quantized = call.kind == OpKind::linear_q;
   KernelFn fn = quantized ? find_linear_q_kernel(where.kind, call.attrs.packed->scheme()) : find_kernel(call.kind, where.kind);
-  if (!fn) backend::require_device(where, op_name(call.kind));  // no backend / no device: say which
-  check(fn != nullptr, op_name(call.kind), "no kernel for device ", where.str(),
-        quantized ? " and scheme " + call.attrs.packed->scheme() : std::string(), " in this build of diffq");
+  if (!fn) {
+    backend::require_device(where, op_name(call.kind));  // no backend / no device: say which
+    fail(op_name(call.kind), "no kernel for device ", where.str(),
+         quantized ? " and scheme " + call.attrs.packed->scheme() : std::string(), " in this build of diffq");
+  }
   check_precondition(call, meta, where);
   const auto t0 = op_profile_enabled() ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   // linear_q's kernels allocate their own result (ops/linear_q.h); every other kernel fills a fresh tensor.

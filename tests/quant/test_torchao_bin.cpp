@@ -5,6 +5,7 @@
 // dequantize() bit for bit, and the tiny FLUX pipeline with that transformer folder gives Diffusers'
 // latents (Diffusers loading the same .bin) within 1e-4.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -102,14 +103,25 @@ fs::path pipeline_with_transformer(const fs::path& root, const fs::path& transfo
 }
 
 // The tiny pipeline folder with its transformer replaced by the .bin one (symlinks, nothing copied).
+// Removes a test's pipeline folder when the test ends (declared before the pipeline, so after it is gone).
+struct RemovedAtExit {
+  fs::path root;
+  ~RemovedAtExit() {
+    std::error_code ec;
+    fs::remove_all(root, ec);
+  }
+};
+
 fs::path pipeline_with_bin_transformer() {
-  return pipeline_with_transformer(fs::temp_directory_path() / "diffq_torchao_bin_pipeline",
+  // Per process: ctest runs this test's @AVX2 / @SCALAR copies at the same time.
+  return pipeline_with_transformer(fs::temp_directory_path() / ("diffq_torchao_bin_pipeline-" + std::to_string(::getpid())),
                                    kDir / "flux-int8wo" / "transformer");
 }
 
 TEST(TorchaoBin, PipelineMatchesDiffusersLoadingTheBinFolder) {
   const json& call = expected()["call"];
   const fs::path root = pipeline_with_bin_transformer();
+  const RemovedAtExit cleanup{root};
   auto pipe = FluxPipeline::from_pretrained(root, DType::f32);
   EXPECT_EQ(pipe->quantization.at("transformer"), "torchao Int8WeightOnlyConfig (pre-quantized)");
   auto o = diffq::testing::flux_latent_call(call);
@@ -197,7 +209,9 @@ TEST_P(TorchaoBinConfigs, DequantizedWeightsBitExact) {
 TEST_P(TorchaoBinConfigs, PipelineWithinTheSchemesBound) {
   const json e = expected_json();
   const json& call = e["call"];
-  const fs::path root = pipeline_with_transformer(fs::temp_directory_path() / (std::string("diffq_torchao_bin_") + GetParam().tag), folder());
+  const fs::path root = pipeline_with_transformer(fs::temp_directory_path() / (std::string("diffq_torchao_bin_") + GetParam().tag + "-" + std::to_string(::getpid())),
+                                                  folder());
+  const RemovedAtExit cleanup{root};
   auto pipe = FluxPipeline::from_pretrained(root, DType::f32);
   EXPECT_EQ(pipe->quantization.at("transformer"), GetParam().label);
   auto o = diffq::testing::flux_latent_call(call);

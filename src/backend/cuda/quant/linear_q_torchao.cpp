@@ -6,6 +6,8 @@
 // layer of that size, so it is a buffer reused across layers, not a second copy of the model.
 // (torch's int8 x int8 GEMM is slower than bf16 on the H200, ../shared/peers/h200-diffq.md; IMMA against
 // this path is the measurement issue 37 asks for.)
+#include <initializer_list>
+
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/quant/dequant_kernels.h"
 #include "backend/cuda/runtime.h"
