@@ -61,6 +61,7 @@ void run(BenchArgs a) {
   if (a.threads > 0) set_num_threads(a.threads);
   check(a.repeat >= 1 && a.steps >= 1 && a.warmup >= 0, "bench", "--repeat and --steps must be >= 1, --warmup >= 0");
   check(a.frames >= 0, "bench", "--frames must be positive, got ", a.frames);
+  if (!a.worker) check_bench_args(a);  // a combination that does not parse says so before a missing GPU does
   check_execution_device(Device::parse(a.device));  // no backend / no GPU: say so before any worker starts
   if (!a.worker) return run_bench_parent(a);
   const nlohmann::json row = is_wan_model(a.model) ? run_wan_worker(a) : run_flux_worker(a);

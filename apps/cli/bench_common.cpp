@@ -158,9 +158,9 @@ Combo parse_combo(const std::string& text) {
     else if (std::find(quant_shorthands().begin(), quant_shorthands().end(), tok) != quant_shorthands().end()) {
       check(c.quant.empty(), "bench", "combination '", text, "' has two quantization schemes");
       c.quant = tok;
-    } else if (tok == "compile" || tok == "compile-full") {
+    } else if (tok == "compile" || tok == "regional" || tok == "compile-full") {  // regional: the seeds' name
       check(c.compile.empty(), "bench", "combination '", text, "' compiles twice");
-      c.compile = tok == "compile" ? "regional" : "full";
+      c.compile = tok == "compile-full" ? "full" : "regional";
     } else if (tok == "lora") {
       check(!c.lora, "bench", "combination '", text, "' has lora twice");
       c.lora = true;
@@ -179,7 +179,7 @@ Combo parse_combo(const std::string& text) {
     } else {
       fail("bench", "combination '", text, "': '", tok,
            "' is not available in diffq bench yet (available: fp32, bf16, fp16, the --quant schemes, "
-           "compile (regional), compile-full, autotune (with a compile), lora (the --lora files), model-offload, sequential-offload, "
+           "compile or regional (regional compile), compile-full, autotune (with a compile), lora (the --lora files), model-offload, sequential-offload, "
            "group-offload[:N], leaf-offload, disk-offload, and the step caches fbc[:T], taylorseer[:...], magcache[:...], teacache[:T])");
     }
   }
@@ -292,13 +292,18 @@ nlohmann::json last_run_fields(const BenchArgs& a, const Combo& c, const Generat
   return j;
 }
 
-void run_bench_parent(const BenchArgs& a) {
+std::vector<std::string> check_bench_args(const BenchArgs& a) {
   const auto combos = split(a.combos, ';');
   check(!combos.empty(), "bench", "--combos is empty");
   for (const auto& c : combos)  // every combination is checked before any runs
     check(!parse_combo(c).lora || !a.loras.empty(), "bench", "combination '", c, "' has +lora: give --lora FILE[:scale]");
   for (const auto& l : a.loras) parse_lora_arg(l);
   if (!a.size.empty()) parse_size(a.size);
+  return combos;
+}
+
+void run_bench_parent(const BenchArgs& a) {
+  const auto combos = check_bench_args(a);
   const size_t ref = a.quality ? quality_reference(combos) : 0;
   // --quality: each worker's output goes to a file of its own in a fresh folder, removed at the end.
   std::filesystem::path qdir;

@@ -77,6 +77,8 @@ nlohmann::json worker_row(const BenchArgs& a, const Combo& c, double load_s, con
 // bench_cache.h) and, with --quality, its output saved to a.quality_out ("quality_output"). `video`: Wan.
 nlohmann::json last_run_fields(const BenchArgs& a, const Combo& c, const GenerateResult& last, bool video);
 
+// Checks --combos (every combination parses), --lora and --size; returns the combinations.
+std::vector<std::string> check_bench_args(const BenchArgs& a);
 // The parent: every combination checked, then run in its own worker process (this binary, `bench
 // --worker`, so that each peak RSS is its own); prints the markdown table or --json.
 void run_bench_parent(const BenchArgs& a);

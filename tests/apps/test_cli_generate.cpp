@@ -316,6 +316,11 @@ TEST_F(CliGenerate, DeviceCudaWithoutAGpuIsAClearErrorForEveryCommand) {
   EXPECT_EQ(b.status, 1) << b.out;
   EXPECT_NE(b.out.find(why), std::string::npos) << b.out;
   EXPECT_NE(b.out.find("cuda:1"), std::string::npos) << b.out;
+  // The combinations are checked first: one that does not parse says so, not that the GPU is missing.
+  const Result bc = run_cli(dir_, "bench -m builtin:flux-small --device cuda --combos 'bf16+regional; bf16+nf5'");
+  EXPECT_EQ(bc.status, 1) << bc.out;
+  EXPECT_NE(bc.out.find("combination 'bf16+nf5': 'nf5' is not available"), std::string::npos) << bc.out;
+  EXPECT_EQ(bc.out.find(why), std::string::npos) << bc.out;
   const Result s = run_cli(dir_, "serve --device cuda --port 0");
   EXPECT_EQ(s.status, 1) << s.out;
   EXPECT_NE(s.out.find(why), std::string::npos) << s.out;
