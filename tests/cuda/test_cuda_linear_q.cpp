@@ -7,6 +7,10 @@
 #include "gpu_test.h"
 #include "modules/parameter.h"
 #include "ops/linear_q.h"
+#include "quant/bnb/bnb_4bit.h"
+#include "quant/gguf/gguf_weight.h"
+#include "quant/quanto/quanto.h"
+#include "quant/torchao/int4_weight.h"
 #include "quant/torchao/torchao.h"
 
 using namespace diffq;
@@ -34,10 +38,61 @@ double rel_err(const Tensor& got, const Tensor& want) {
 }  // namespace
 
 TEST(LinearQOnCuda, KernelsRegisteredPerScheme) {  // needs no GPU
-  for (const char* s : {"torchao_int8wo", "torchao_float8wo"})
+  for (const char* s : {"torchao_int8wo", "torchao_float8wo", "bnb_nf4", "bnb_fp4", "gguf_q4_0", "gguf_q4_k",
+                        "gguf_q5_k", "gguf_q6_k", "gguf_q8_0", "gguf_iq4_xs", "gguf_bf16", "torchao_int4wo",
+                        "quanto_int8", "quanto_float8", "quanto_int4", "quanto_int2"})
     EXPECT_NE(ops::find_linear_q_kernel(DeviceKind::cuda, s), nullptr) << s;
-  for (const char* s : {"bnb_nf4", "torchao_int8dq", "torchao_float8dq", "gguf_q4_0"})
+  for (const char* s : {"torchao_int8dq", "torchao_float8dq", "bnb_int8", "nunchaku_svdq_w4a4_int4"})
     EXPECT_EQ(ops::find_linear_q_kernel(DeviceKind::cuda, s), nullptr) << s << ": no CUDA kernel yet (issue 37)";
+}
+
+// The weight moved to the GPU as a parameter is (its packed storage uploaded), the linear computed there.
+Tensor linear_on_gpu(const std::shared_ptr<QuantizedWeight>& w, const Tensor& x, const Tensor& b) {
+  Parameter p(w->shape());
+  p.set(w, Residency::host);
+  p.move_to(gpu());
+  for (const Tensor& t : w->storage_tensors()) EXPECT_EQ(t.device(), gpu());
+  const Tensor y = p.quantized().linear(x.to(gpu()), b.defined() ? b.to(gpu()) : Tensor());
+  EXPECT_EQ(y.device(), gpu());
+  EXPECT_EQ(y.dtype(), x.dtype());
+  return y.to(Device::cpu());
+}
+
+double tolerance(DType dt) { return dt == DType::f32 ? 1e-5 : dt == DType::bf16 ? 1e-2 : 2e-3; }
+
+TEST(LinearQOnCuda, GgufMatchesTheCpu) {
+  DIFFQ_REQUIRE_GPU();
+  for (const char* type : {"q4_0", "q4_1", "q5_0", "q8_0", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "iq4_xs"})
+    for (DType cd : {DType::f32, DType::bf16})
+      for (DType dt : {DType::f32, DType::bf16}) {
+        SCOPED_TRACE(std::string(type) + " compute " + std::string(dtype_name(cd)) + " x " + std::string(dtype_name(dt)));
+        quant::GGUFQuantizationConfig cfg = quant::GGUFQuantizationConfig::from_json({{"type", type}});
+        cfg.compute_dtype = cd;
+        const Tensor w = random_values({64, 512}, DType::f32, 11), x = random_values({5, 512}, dt, 12),
+                     b = random_values({64}, dt, 13);
+        const auto on_cpu = quant::GGUFQuantizedWeight::quantize(w, cfg), on_gpu = quant::GGUFQuantizedWeight::quantize(w, cfg);
+        EXPECT_LE(rel_err(linear_on_gpu(on_gpu, x, b), on_cpu->linear(x, b)), tolerance(dt));
+      }
+}
+
+TEST(LinearQOnCuda, Bnb4bitMatchesTheCpu) {
+  DIFFQ_REQUIRE_GPU();
+  for (auto type : {quant::bnb::QuantType::nf4, quant::bnb::QuantType::fp4})
+    for (bool nested : {false, true})
+      for (DType cd : {DType::f32, DType::bf16, DType::f16})
+        for (DType dt : {DType::f32, DType::bf16}) {
+          SCOPED_TRACE(std::string(quant::bnb::quant_type_name(type)) + (nested ? " nested" : "") + " compute " +
+                       std::string(dtype_name(cd)) + " x " + std::string(dtype_name(dt)));
+          quant::Bnb4bitOptions o;
+          o.quant_type = type;
+          o.double_quant = nested;
+          o.compute_dtype = cd;
+          const Tensor w = random_values({72, 320}, DType::f32, 21), x = random_values({6, 320}, dt, 22),
+                       b = random_values({72}, dt, 23);
+          const auto on_cpu = quant::Bnb4bitWeight::quantize(w, o), on_gpu = quant::Bnb4bitWeight::quantize(w, o);
+          EXPECT_LE(rel_err(linear_on_gpu(on_gpu, x, b), on_cpu->linear(x, b)),
+                    std::max(tolerance(dt), tolerance(cd)));
+        }
 }
 
 TEST(LinearQOnCuda, TorchaoInt8WeightOnlyMatchesTheCpu) {
@@ -79,4 +134,25 @@ TEST(LinearQOnCuda, TorchaoFloat8WeightOnlyMatchesTheCpu) {
       EXPECT_LE(rel_err(y.to(Device::cpu()), on_cpu->linear(x, Tensor())), dt == DType::f32 ? 1e-5 : 1e-2);
     }
   }
+}
+
+TEST(LinearQOnCuda, TorchaoInt4WeightOnlyMatchesTheCpu) {
+  DIFFQ_REQUIRE_GPU();
+  for (DType dt : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const Tensor w = random_values({64, 256}, dt, 31), x = random_values({5, 256}, dt, 32), b = random_values({64}, dt, 33);
+    const auto on_cpu = tao::Int4Weight::quantize(w, 64), on_gpu = tao::Int4Weight::quantize(w, 64);
+    EXPECT_LE(rel_err(linear_on_gpu(on_gpu, x, b), on_cpu->linear(x, b)), tolerance(dt));
+  }
+}
+
+TEST(LinearQOnCuda, QuantoMatchesTheCpu) {
+  DIFFQ_REQUIRE_GPU();
+  for (auto qt : {quant::QuantoQType::int8, quant::QuantoQType::float8, quant::QuantoQType::int4, quant::QuantoQType::int2})
+    for (DType dt : {DType::f32, DType::bf16}) {
+      SCOPED_TRACE(std::string(quant::quanto_qtype_name(qt)) + " " + std::string(dtype_name(dt)));
+      const Tensor w = random_values({96, 256}, dt, 41), x = random_values({3, 256}, dt, 42), b = random_values({96}, dt, 43);
+      const auto on_cpu = quant::QuantoWeight::quantize(w, qt), on_gpu = quant::QuantoWeight::quantize(w, qt);
+      EXPECT_LE(rel_err(linear_on_gpu(on_gpu, x, b), on_cpu->linear(x, b)), tolerance(dt));
+    }
 }

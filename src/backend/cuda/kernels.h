@@ -36,7 +36,7 @@ void register_channel_norm_kernels();  // channel_norm.cu: channel_norm
 void register_upsample_kernels();      // upsample.cu: upsample_nearest2x
 void register_embedding_kernels();     // embedding.cu: embedding
 void register_absmax_kernels();        // absmax.cu: absmax_blocks
-void register_cudnn_kernels();
-void register_linear_q_kernels();     // quant/linear_q_*.cpp: linear_q per scheme (torchao_int8wo)        // cudnn_conv.cpp: conv2d through cuDNN (none without cuDNN)
+void register_cudnn_kernels();        // cudnn_conv.cpp: conv2d through cuDNN (none without cuDNN)
+void register_linear_q_kernels();     // quant/linear_q_common.cpp: linear_q per scheme (quant/linear_q_*.cpp)
 
 }  // namespace diffq::backend::cuda

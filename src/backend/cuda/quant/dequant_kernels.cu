@@ -44,7 +44,73 @@ __global__ void float8_kernel(const uint8_t* q, Float8Table table, const float* 
   }
 }
 
+__global__ void gguf_kernel(const uint8_t* data, uint32_t type, int64_t N, int64_t K, int64_t row_bytes, int64_t bs,
+                            int64_t ts, DType rdt, void* out, DType odt) {
+  const int64_t n_all = N * K;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n_all; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t n = i / K, k = i - n * K;
+    const uint8_t* block = data + n * row_bytes + (k / bs) * ts;
+    store_f32(out, odt, i, round_via(rdt, blockq::gguf_value(type, block, int(k % bs))));
+  }
+}
+
+__global__ void bnb4_kernel(blockq::Bnb4Params p, const uint8_t* packed, const void* absmax, const float* nested_absmax,
+                            const float* nested_map, int64_t n, void* out, DType odt) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    store_f32(out, odt, i, blockq::bnb4_value(p, packed, absmax, nested_absmax, nested_map, i));
+}
+
+__global__ void torchao_int4_kernel(const uint8_t* q, const void* scale, const void* zero, DType sdt, int64_t N,
+                                    int64_t K, int64_t g, void* out, DType odt) {
+  const int64_t n_all = N * K;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n_all; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t n = i / K;
+    store_f32(out, odt, i, blockq::torchao_int4_value(q, scale, zero, sdt, N, K, g, n, i - n * K));
+  }
+}
+
+__global__ void quanto_kernel(blockq::QuantoParams p, const uint8_t* data, const void* scale, const void* shift,
+                              Float8Table f8, int64_t N, DType rdt, void* out, DType odt) {
+  const int64_t K = p.in_features, n_all = N * K;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n_all; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t n = i / K;
+    store_f32(out, odt, i, round_via(rdt, blockq::quanto_value(p, data, scale, shift, f8.v, n, i - n * K)));
+  }
+}
+
 }  // namespace
+
+void dequant_torchao_int4(const uint8_t* q, const void* scale, const void* zero, DType scale_dtype, int64_t N,
+                          int64_t K, int64_t group, void* out, DType out_dtype, int device) {
+  const int64_t n = N * K;
+  if (n == 0) return;
+  torchao_int4_kernel<<<grid_for(n, kThreads), kThreads>>>(q, scale, zero, scale_dtype, N, K, group, out, out_dtype);
+  check_cuda(cudaGetLastError(), "linear_q: dequant_torchao_int4 launch", device);
+}
+
+void dequant_quanto(const blockq::QuantoParams& p, const uint8_t* data, const void* scale, const void* shift,
+                    const Float8Table& f8, int64_t N, DType round_dtype, void* out, DType out_dtype, int device) {
+  const int64_t n = N * p.in_features;
+  if (n == 0) return;
+  quanto_kernel<<<grid_for(n, kThreads), kThreads>>>(p, data, scale, shift, f8, N, round_dtype, out, out_dtype);
+  check_cuda(cudaGetLastError(), "linear_q: dequant_quanto launch", device);
+}
+
+void dequant_gguf(const uint8_t* data, uint32_t type, int64_t N, int64_t K, int64_t row_bytes, int64_t block_size,
+                  int64_t type_size, DType round_dtype, void* out, DType out_dtype, int device) {
+  const int64_t n = N * K;
+  if (n == 0) return;
+  gguf_kernel<<<grid_for(n, kThreads), kThreads>>>(data, type, N, K, row_bytes, block_size, type_size, round_dtype, out,
+                                                   out_dtype);
+  check_cuda(cudaGetLastError(), "linear_q: dequant_gguf launch", device);
+}
+
+void dequant_bnb4(const blockq::Bnb4Params& p, const uint8_t* packed, const void* absmax, const float* nested_absmax,
+                  const float* nested_map, int64_t n, void* out, DType out_dtype, int device) {
+  if (n == 0) return;
+  bnb4_kernel<<<grid_for(n, kThreads), kThreads>>>(p, packed, absmax, nested_absmax, nested_map, n, out, out_dtype);
+  check_cuda(cudaGetLastError(), "linear_q: dequant_bnb4 launch", device);
+}
 
 void dequant_float8(const uint8_t* q, const Float8Table& table, const float* scale, int64_t N, int64_t K,
                     int64_t bn, int64_t bk, DType round_dtype, void* out, DType out_dtype, int device) {

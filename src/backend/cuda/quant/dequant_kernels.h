@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/quant/block_values.cuh"
 #include "diffq/dtype.h"
 
 namespace diffq::backend::cuda {
@@ -25,5 +26,27 @@ struct Float8Table {
 // out_dtype, block b = (n / bn) * (K / bk) + k / bk, scale f32 (torchao's dequantize(round_dtype)).
 void dequant_float8(const uint8_t* q, const Float8Table& table, const float* scale, int64_t N, int64_t K,
                     int64_t bn, int64_t bk, DType round_dtype, void* out, DType out_dtype, int device);
+
+// A GGUF weight [N, K] stored as rows of `row_bytes` bytes of blocks (`block_size` elements in `type_size`
+// bytes each, ggml type `type`: blockq::gguf_type_decodable): every element decoded as gguf-py's
+// dequantize (f32), rounded through `round_dtype` (Diffusers' GGUFLinear: weight.to(compute_dtype)),
+// stored as out_dtype.
+void dequant_gguf(const uint8_t* data, uint32_t type, int64_t N, int64_t K, int64_t row_bytes, int64_t block_size,
+                  int64_t type_size, DType round_dtype, void* out, DType out_dtype, int device);
+
+// A bitsandbytes 4-bit weight of n elements (flat, row-major [N, K]): code x absmax in f32 (bnb's
+// dequantize_4bit), one rounding to out_dtype. absmax: f32 [blocks], or with p.nested uint8 codes with
+// nested_absmax f32 and nested_map f32 [256].
+void dequant_bnb4(const blockq::Bnb4Params& p, const uint8_t* packed, const void* absmax, const float* nested_absmax,
+                  const float* nested_map, int64_t n, void* out, DType out_dtype, int device);
+
+// torchao's Int4Tensor [N, K] (blockq::torchao_int4_value, f32) stored as out_dtype.
+void dequant_torchao_int4(const uint8_t* q, const void* scale, const void* zero, DType scale_dtype, int64_t N,
+                          int64_t K, int64_t group, void* out, DType out_dtype, int device);
+
+// A quanto weight [N, K] (blockq::quanto_value in its dtype) rounded through `round_dtype`, stored as
+// out_dtype. f8: the float8_e4m3fn table (float8 weights).
+void dequant_quanto(const blockq::QuantoParams& p, const uint8_t* data, const void* scale, const void* shift,
+                    const Float8Table& f8, int64_t N, DType round_dtype, void* out, DType out_dtype, int device);
 
 }  // namespace diffq::backend::cuda
