@@ -1,6 +1,6 @@
 // Host checks (no GPU needed) of the per-element decoding the CUDA linear_q kernels run
 // (src/backend/cuda/quant/block_values.cuh, compiled here for the host): every element of every GGUF block
-// type, of bitsandbytes' 4-bit layouts, of torchao's int4 and of quanto's weights equals, bit for bit, the scalar reference dequantization in
+// type, of bitsandbytes' 4-bit layouts, of torchao's int4, quanto, SDNQ and AutoRound weights equals, bit for bit, the scalar reference dequantization in
 // src/quant on the same packed bytes. The kernels add nothing but the element index map checked here
 // (row, block, element within the block) and the store to the output dtype (convert.cuh, checked by the
 // op table on a GPU).
@@ -17,9 +17,12 @@
 #include <vector>
 
 #include "backend/cuda/quant/block_values.cuh"
+#include "quant/autoround/autoround_weight.h"
 #include "quant/bnb/bnb_4bit.h"
 #include "quant/gguf/gguf_quants.h"
 #include "quant/quanto/quanto.h"
+#include "quant/sdnq/sdnq_dtypes.h"
+#include "quant/sdnq/sdnq_weight.h"
 #include "quant/torchao/int4_weight.h"
 
 using namespace diffq;
@@ -31,6 +34,12 @@ uint32_t bits(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
   return u;
+}
+
+Tensor int32_tensor(const std::vector<int32_t>& v, const Shape& shape) {
+  Tensor t = Tensor::empty(shape, DType::i32);
+  std::memcpy(t.data_ptr(), v.data(), v.size() * 4);
+  return t;
 }
 
 }  // namespace
@@ -160,4 +169,91 @@ TEST(CudaBlockValues, QuantoDecodesAsTheReference) {
       ++checked;
     }
   EXPECT_EQ(checked, 12);
+}
+
+TEST(CudaBlockValues, SdnqDecodesAsTheReference) {
+  float f8[2][256];
+  for (int i = 0; i < 256; ++i) f8[0][i] = f8_e4m3fn_to_f32(uint8_t(i)), f8[1][i] = f8_e5m2_to_f32(uint8_t(i));
+  std::mt19937 rng(13);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int64_t N = 48, K = 256;
+  std::vector<float> v(size_t(N * K));
+  for (float& x : v) x = nd(rng);
+  int checked = 0;
+  for (const std::string& name : quant::sdnq::sdnq_supported_dtypes())
+    for (int64_t group : {int64_t(0), int64_t(-1), int64_t(-2)})
+      for (DType sdt : {DType::f32, DType::bf16}) {
+        SCOPED_TRACE(name + " group_size " + std::to_string(group) + " scale " + std::string(dtype_name(sdt)));
+        const quant::sdnq::SdnqDtype& d = quant::sdnq::sdnq_dtype(name);
+        const auto q = quant::sdnq::SdnqWeight::quantize(Tensor::from_vector(v, {N, K}, DType::bf16), d, group, sdt);
+        const std::vector<Tensor> st = q->storage_tensors();
+        blockq::SdnqParams p;
+        p.bits = d.bits;
+        p.min = int(d.min);
+        p.is_unsigned = d.is_unsigned;
+        p.is_packed = d.is_packed;
+        p.storage = d.storage == DType::i8 ? 0 : d.storage == DType::u8 ? 1 : 2;
+        p.scale_dtype = st.at(1).dtype();
+        p.in_features = K;
+        p.groups = q->groups_per_row();
+        std::vector<float> want(size_t(N * K));
+        q->dequant_rows(0, N, p.scale_dtype, want.data());  // rounding to the scale's dtype: the value itself
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t c = 0; c < K; ++c) {
+            const float got = blockq::sdnq_value(p, static_cast<const uint8_t*>(st[0].data_ptr()), st[1].data_ptr(),
+                                                 st.size() > 2 ? st[2].data_ptr() : nullptr,
+                                                 f8[d.storage == DType::f8_e5m2 ? 1 : 0], n, c);
+            ASSERT_EQ(bits(got), bits(want[size_t(n * K + c)])) << n << "," << c;
+          }
+        ++checked;
+      }
+  EXPECT_GE(checked, 6 * 8);
+}
+
+TEST(CudaBlockValues, AutoRoundDecodesAsTheReference) {
+  std::mt19937 rng(17);
+  const int64_t N = 64, K = 256, group = 64, G = K / group;
+  int checked = 0;
+  for (int nb : {2, 4, 8})
+    for (bool minus_one : {false, true})
+      for (bool with_g_idx : {false, true})
+        for (DType compute : {DType::f32, DType::bf16, DType::f16}) {
+          SCOPED_TRACE(std::to_string(nb) + " bits" + (minus_one ? " gptq" : "") + (with_g_idx ? " g_idx " : " ") +
+                       std::string(dtype_name(compute)));
+          const int per = 32 / nb;
+          std::vector<int32_t> qw(size_t(K / per * N)), qz(size_t(G * (N / per))), groups(size_t(K), 0);
+          for (auto& w : qw) w = int32_t(rng());
+          for (auto& w : qz) w = int32_t(rng());
+          for (int64_t k = 0; k < K; ++k) groups[size_t(k)] = int32_t((k * 7) % G);  // an act-order permutation of groups
+          std::vector<float> sc(size_t(G * N));
+          std::uniform_real_distribution<float> ud(0.001f, 0.05f);
+          for (float& s : sc) s = ud(rng);
+          quant::autoround::AutoRoundLayout l;
+          l.bits = nb;
+          l.group_size = group;
+          l.zero_minus_one = minus_one;
+          const Tensor g_idx = with_g_idx ? int32_tensor(groups, {K}) : Tensor();
+          quant::autoround::AutoRoundWeight w(l, int32_tensor(qw, {K / per, N}), int32_tensor(qz, {G, N / per}),
+                                              Tensor::from_vector(sc, {G, N}, DType::f16), g_idx, {N, K});
+          blockq::AutoRoundParams p;
+          p.bits = nb;
+          p.zero_minus_one = minus_one;
+          p.N = N;
+          p.K = K;
+          p.group_size = group;
+          p.g_idx = with_g_idx ? 4 : 0;
+          p.scale_dtype = DType::f16;
+          const std::vector<Tensor> st = w.storage_tensors();
+          std::vector<float> want(size_t(N * K));
+          w.dequant_rows(0, N, compute, want.data());
+          for (int64_t n = 0; n < N; ++n)
+            for (int64_t k = 0; k < K; ++k) {
+              const float got = blockq::autoround_value(p, static_cast<const uint32_t*>(st[0].data_ptr()),
+                                                        static_cast<const uint32_t*>(st[1].data_ptr()), st[2].data_ptr(),
+                                                        with_g_idx ? st.at(3).data_ptr() : nullptr, compute, n, k);
+              ASSERT_EQ(bits(got), bits(want[size_t(n * K + k)])) << n << "," << k;
+            }
+          ++checked;
+        }
+  EXPECT_EQ(checked, 36);
 }

@@ -9,7 +9,10 @@
 #include "ops/linear_q.h"
 #include "quant/bnb/bnb_4bit.h"
 #include "quant/gguf/gguf_weight.h"
+#include "quant/autoround/autoround_weight.h"
 #include "quant/quanto/quanto.h"
+#include "quant/sdnq/sdnq_dtypes.h"
+#include "quant/sdnq/sdnq_weight.h"
 #include "quant/torchao/int4_weight.h"
 #include "quant/torchao/torchao.h"
 
@@ -40,7 +43,8 @@ double rel_err(const Tensor& got, const Tensor& want) {
 TEST(LinearQOnCuda, KernelsRegisteredPerScheme) {  // needs no GPU
   for (const char* s : {"torchao_int8wo", "torchao_float8wo", "bnb_nf4", "bnb_fp4", "gguf_q4_0", "gguf_q4_k",
                         "gguf_q5_k", "gguf_q6_k", "gguf_q8_0", "gguf_iq4_xs", "gguf_bf16", "torchao_int4wo",
-                        "quanto_int8", "quanto_float8", "quanto_int4", "quanto_int2"})
+                        "quanto_int8", "quanto_float8", "quanto_int4", "quanto_int2", "sdnq_int8", "sdnq_uint4",
+                        "sdnq_float8_e4m3fn", "autoround_int4", "autoround_int2"})
     EXPECT_NE(ops::find_linear_q_kernel(DeviceKind::cuda, s), nullptr) << s;
   for (const char* s : {"torchao_int8dq", "torchao_float8dq", "bnb_int8", "nunchaku_svdq_w4a4_int4"})
     EXPECT_EQ(ops::find_linear_q_kernel(DeviceKind::cuda, s), nullptr) << s << ": no CUDA kernel yet (issue 37)";
@@ -155,4 +159,41 @@ TEST(LinearQOnCuda, QuantoMatchesTheCpu) {
       const auto on_cpu = quant::QuantoWeight::quantize(w, qt), on_gpu = quant::QuantoWeight::quantize(w, qt);
       EXPECT_LE(rel_err(linear_on_gpu(on_gpu, x, b), on_cpu->linear(x, b)), tolerance(dt));
     }
+}
+
+TEST(LinearQOnCuda, SdnqMatchesTheCpu) {
+  DIFFQ_REQUIRE_GPU();
+  for (const std::string& name : quant::sdnq::sdnq_supported_dtypes())
+    for (DType dt : {DType::f32, DType::bf16}) {
+      SCOPED_TRACE(name + " " + std::string(dtype_name(dt)));
+      const Tensor w = random_values({64, 256}, dt, 51), x = random_values({4, 256}, dt, 52), b = random_values({64}, dt, 53);
+      const auto& d = quant::sdnq::sdnq_dtype(name);
+      const auto on_cpu = quant::sdnq::SdnqWeight::quantize(w, d, 0, DType::f32),
+                 on_gpu = quant::sdnq::SdnqWeight::quantize(w, d, 0, DType::f32);
+      EXPECT_LE(rel_err(linear_on_gpu(on_gpu, x, b), on_cpu->linear(x, b)), tolerance(dt));
+    }
+}
+
+TEST(LinearQOnCuda, AutoRoundMatchesTheCpu) {
+  DIFFQ_REQUIRE_GPU();
+  const int64_t N = 64, K = 256, G = 2;
+  std::mt19937 rng(61);
+  std::vector<float> sc(size_t(G * N));
+  for (float& s : sc) s = 0.01f + 0.001f * float(rng() % 32);
+  auto words = [&](int64_t n, const Shape& shape) {
+    Tensor t = Tensor::empty(shape, DType::i32);
+    for (int64_t i = 0; i < n; ++i) static_cast<int32_t*>(t.data_ptr())[i] = int32_t(rng());
+    return t;
+  };
+  for (DType dt : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    quant::autoround::AutoRoundLayout l;
+    l.bits = 4;
+    l.group_size = K / G;
+    const Tensor qweight = words(K / 8 * N, {K / 8, N}), qzeros = words(G * N / 8, {G, N / 8}),
+                 scales = Tensor::from_vector(sc, {G, N}, DType::f16);
+    auto make = [&] { return std::make_shared<quant::autoround::AutoRoundWeight>(l, qweight.clone(), qzeros.clone(), scales.clone(), Tensor(), Shape{N, K}); };
+    const Tensor x = random_values({4, K}, dt, 62), b = random_values({N}, dt, 63);
+    EXPECT_LE(rel_err(linear_on_gpu(make(), x, b), make()->linear(x, b)), tolerance(dt));
+  }
 }

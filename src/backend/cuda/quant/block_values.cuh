@@ -253,4 +253,59 @@ DIFFQ_HOST_DEVICE float quanto_value(const QuantoParams& p, const uint8_t* data,
   return round_to(p.dtype, sub(v, load_value(shift, p.dtype, p.scalar_shift ? 0 : gi)));
 }
 
+// ---- SDNQ (sdnq 0.2.8 weights: int / uint / float8 codes, packed below 8 bits) --------------------------
+
+struct SdnqParams {
+  int bits = 8;
+  int min = 0;                  // the dtype's smallest code (signed packed codes are stored minus it)
+  bool is_unsigned = false;     // zp + q * scale
+  bool is_packed = false;       // bits < 8: 8 / bits codes per byte, the first in the low bits
+  int storage = 0;              // 0: int8, 1: uint8, 2: float8 (f8 table)
+  DType scale_dtype = DType::f32;
+  int64_t in_features = 0, groups = 0;  // groups per row; 0: one scale for the whole tensor
+};
+
+// W[n, c] in the scale's dtype (src/quant/sdnq/sdnq_weight.cpp dequant_rows, before the rounding to the
+// compute dtype).
+DIFFQ_HOST_DEVICE float sdnq_value(const SdnqParams& p, const uint8_t* w, const void* scale, const void* zero,
+                                   const float* f8, int64_t n, int64_t c) {
+  const int64_t i = n * p.in_features + c;
+  float q;
+  if (p.is_packed) {
+    const int per = 8 / p.bits;
+    const int v = (w[i / per] >> ((i % per) * p.bits)) & ((1 << p.bits) - 1);
+    q = float(p.is_unsigned ? v : v + p.min);
+  } else {
+    q = p.storage == 0 ? float(int8_t(w[i])) : p.storage == 1 ? float(w[i]) : f8[w[i]];
+  }
+  const int64_t si = p.groups ? n * p.groups + c / (p.in_features / p.groups) : 0;
+  float v = round_to(p.scale_dtype, mul(q, load_value(scale, p.scale_dtype, si)));
+  if (p.is_unsigned) v = round_to(p.scale_dtype, add(load_value(zero, p.scale_dtype, si), v));
+  return v;
+}
+
+// ---- AutoRound (GPTQ-style packed int32 words) -----------------------------------------------------
+
+struct AutoRoundParams {
+  int bits = 4;
+  bool zero_minus_one = true;  // "gptq" packings store zp - 1
+  int64_t N = 0, K = 0, group_size = 0;  // group_size: columns per group when there is no g_idx
+  int g_idx = 0;               // 0: none, 4: int32 [K], 8: int64 [K]
+  DType scale_dtype = DType::f16;
+};
+
+// W[n, k] = round(compute, round(compute, scale[g, n]) * (q - zp)) (autoround_weight.cpp dequant_rows).
+DIFFQ_HOST_DEVICE float autoround_value(const AutoRoundParams& p, const uint32_t* qweight, const uint32_t* qzeros,
+                                        const void* scales, const void* g_idx, DType compute, int64_t n, int64_t k) {
+  const int per = 32 / p.bits;
+  const uint32_t mask = (1u << p.bits) - 1;
+  const int32_t q = int32_t((qweight[(k / per) * p.N + n] >> ((k % per) * p.bits)) & mask);
+  const int64_t g = p.g_idx == 0 ? k / p.group_size
+                    : p.g_idx == 4 ? int64_t(static_cast<const int32_t*>(g_idx)[k])
+                                   : static_cast<const int64_t*>(g_idx)[k];
+  const int32_t z = int32_t((qzeros[g * (p.N / per) + n / per] >> ((n % per) * p.bits)) & mask) +
+                    (p.zero_minus_one ? 1 : 0);
+  return round_to(compute, mul(round_to(compute, load_value(scales, p.scale_dtype, g * p.N + n)), float(q - z)));
+}
+
 }  // namespace diffq::backend::cuda::blockq

@@ -78,7 +78,41 @@ __global__ void quanto_kernel(blockq::QuantoParams p, const uint8_t* data, const
   }
 }
 
+__global__ void sdnq_kernel(blockq::SdnqParams p, const uint8_t* w, const void* scale, const void* zero, Float8Table f8,
+                            int64_t N, DType rdt, void* out, DType odt) {
+  const int64_t K = p.in_features, n_all = N * K;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n_all; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t n = i / K;
+    store_f32(out, odt, i, round_via(rdt, blockq::sdnq_value(p, w, scale, zero, f8.v, n, i - n * K)));
+  }
+}
+
+__global__ void autoround_kernel(blockq::AutoRoundParams p, const uint32_t* qweight, const uint32_t* qzeros,
+                                 const void* scales, const void* g_idx, DType compute, void* out, DType odt) {
+  const int64_t K = p.K, n_all = p.N * K;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n_all; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t n = i / K;
+    store_f32(out, odt, i, blockq::autoround_value(p, qweight, qzeros, scales, g_idx, compute, n, i - n * K));
+  }
+}
+
 }  // namespace
+
+void dequant_sdnq(const blockq::SdnqParams& p, const uint8_t* w, const void* scale, const void* zero,
+                  const Float8Table& f8, int64_t N, DType round_dtype, void* out, DType out_dtype, int device) {
+  const int64_t n = N * p.in_features;
+  if (n == 0) return;
+  sdnq_kernel<<<grid_for(n, kThreads), kThreads>>>(p, w, scale, zero, f8, N, round_dtype, out, out_dtype);
+  check_cuda(cudaGetLastError(), "linear_q: dequant_sdnq launch", device);
+}
+
+void dequant_autoround(const blockq::AutoRoundParams& p, const uint32_t* qweight, const uint32_t* qzeros,
+                       const void* scales, const void* g_idx, DType compute, void* out, DType out_dtype, int device) {
+  const int64_t n = p.N * p.K;
+  if (n == 0) return;
+  autoround_kernel<<<grid_for(n, kThreads), kThreads>>>(p, qweight, qzeros, scales, g_idx, compute, out, out_dtype);
+  check_cuda(cudaGetLastError(), "linear_q: dequant_autoround launch", device);
+}
 
 void dequant_torchao_int4(const uint8_t* q, const void* scale, const void* zero, DType scale_dtype, int64_t N,
                           int64_t K, int64_t group, void* out, DType out_dtype, int device) {

@@ -49,4 +49,12 @@ void dequant_torchao_int4(const uint8_t* q, const void* scale, const void* zero,
 void dequant_quanto(const blockq::QuantoParams& p, const uint8_t* data, const void* scale, const void* shift,
                     const Float8Table& f8, int64_t N, DType round_dtype, void* out, DType out_dtype, int device);
 
+// An SDNQ weight [N, K] (blockq::sdnq_value) rounded through `round_dtype`, stored as out_dtype.
+void dequant_sdnq(const blockq::SdnqParams& p, const uint8_t* w, const void* scale, const void* zero,
+                  const Float8Table& f8, int64_t N, DType round_dtype, void* out, DType out_dtype, int device);
+
+// An AutoRound weight [N, K] (blockq::autoround_value in `compute`), stored as out_dtype.
+void dequant_autoround(const blockq::AutoRoundParams& p, const uint32_t* qweight, const uint32_t* qzeros,
+                       const void* scales, const void* g_idx, DType compute, void* out, DType out_dtype, int device);
+
 }  // namespace diffq::backend::cuda

@@ -28,6 +28,8 @@ void register_linear_q_kernels() {
   register_linear_q_gguf_kernels();
   register_linear_q_bnb_kernels();
   register_linear_q_quanto_kernels();
+  register_linear_q_sdnq_kernels();
+  register_linear_q_autoround_kernels();
 }
 
 }  // namespace diffq::backend::cuda

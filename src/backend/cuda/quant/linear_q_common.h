@@ -36,5 +36,7 @@ void register_linear_q_torchao_kernels();  // linear_q_torchao.cpp
 void register_linear_q_gguf_kernels();     // linear_q_gguf.cpp
 void register_linear_q_bnb_kernels();      // linear_q_bnb.cpp
 void register_linear_q_quanto_kernels();   // linear_q_quanto.cpp
+void register_linear_q_sdnq_kernels();     // linear_q_sdnq.cpp
+void register_linear_q_autoround_kernels();  // linear_q_autoround.cpp
 
 }  // namespace diffq::backend::cuda
