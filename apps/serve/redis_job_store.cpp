@@ -6,6 +6,7 @@
 #include "diffq/error.h"
 #include "job_codec.h"
 #include "redis_jobs.h"
+#include "worker_beat.h"
 
 namespace diffq::serve {
 
@@ -41,14 +42,7 @@ RedisJobStore::RedisJobStore(RedisStoreOptions opt) : opt_(std::move(opt)), pool
 
 int64_t RedisJobStore::waiting(RedisConnection& c) const {
   int64_t waiting = 0;  // over every model's stream: entries not yet delivered to a worker
-  for (const auto& m : c.exec({"SMEMBERS", keys::kStreams}).as_array("SMEMBERS")) {
-    const std::string s = keys::stream(m.as_string("SMEMBERS"));
-    const int64_t len = c.exec({"XLEN", s}).as_integer("XLEN");
-    const RedisReply p = c.command({"XPENDING", s, keys::kGroup});
-    const int64_t pending =
-        p.type == RedisReply::Type::array && !p.elements.empty() ? p.elements[0].as_integer("XPENDING") : 0;
-    waiting += std::max<int64_t>(0, len - pending);
-  }
+  for (const auto& [m, n] : waiting_by_model(c)) waiting += n;
   return waiting;
 }
 
@@ -168,14 +162,7 @@ json RedisJobStore::describe(const Job& job) const {
   if (job.status == JobStatus::queued) {
     // Entries after the group's last delivered one, up to this job's: its place in its model's queue.
     auto c = pool_.get();
-    std::string delivered = "0-0";
-    const RedisReply g = c->command({"XINFO", "GROUPS", keys::stream(job.model)});
-    if (g.type == RedisReply::Type::array)
-      for (const auto& grp : g.elements) {
-        const auto& f = grp.as_array("XINFO GROUPS");
-        for (size_t i = 0; i + 1 < f.size(); i += 2)
-          if (f[i].type == RedisReply::Type::string && f[i].str == "last-delivered-id") delivered = f[i + 1].as_string("XINFO");
-      }
+    const std::string delivered = last_delivered_id(*c, job.model);
     const auto& entries = c->exec({"XRANGE", keys::stream(job.model), "(" + delivered, "+", "COUNT",
                                    std::to_string(opt_.max_queue + 1)}).as_array("XRANGE");
     for (const auto& e : entries) {
@@ -230,29 +217,8 @@ JobStore::Counts RedisJobStore::counts() const {
 
 std::string RedisJobStore::metrics_text() const {
   auto c = pool_.get();
-  const auto& kv = c->exec({"HGETALL", keys::kWorkers}).as_array("HGETALL");
-  std::string running, done, models, seen;
-  const int64_t now = now_ms();
-  for (size_t i = 0; i + 1 < kv.size(); i += 2) {
-    const std::string& name = kv[i].as_string("HGETALL");
-    const json w = json::parse(kv[i + 1].as_string("HGETALL"), nullptr, false);
-    if (!w.is_object()) continue;
-    std::string label;
-    for (char ch : name) label += (ch == '"' || ch == '\\' || ch == '\n') ? '_' : ch;
-    label = "{worker=\"" + label + "\"}";
-    running += "diffq_worker_running" + label + " " + std::to_string(w.value("job", "").empty() ? 0 : 1) + "\n";
-    done += "diffq_worker_jobs_total" + label + " " + std::to_string(w.value("done", int64_t(0))) + "\n";
-    models += "diffq_worker_models_loaded" + label + " " + std::to_string(w.value("models", json::array()).size()) + "\n";
-    seen += "diffq_worker_last_seen_seconds" + label + " " +
-            std::to_string(double(now - w.value("seen_ms", now)) / 1000.0) + "\n";
-  }
-  if (running.empty()) return "";
-  return "# HELP diffq_worker_running Whether the worker runs a job now.\n# TYPE diffq_worker_running gauge\n" + running +
-         "# HELP diffq_worker_jobs_total Jobs the worker ended.\n# TYPE diffq_worker_jobs_total counter\n" + done +
-         "# HELP diffq_worker_models_loaded Pipelines the worker has loaded.\n# TYPE diffq_worker_models_loaded gauge\n" +
-         models +
-         "# HELP diffq_worker_last_seen_seconds Seconds since the worker last reported.\n"
-         "# TYPE diffq_worker_last_seen_seconds gauge\n" + seen;
+  const auto live = live_beats(*c);
+  return workers_metrics_text(live, waiting_by_model(*c), now_ms());
 }
 
 }  // namespace diffq::serve

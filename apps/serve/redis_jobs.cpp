@@ -1,5 +1,6 @@
 #include "redis_jobs.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "diffq/error.h"
@@ -19,6 +20,67 @@ void ensure_group(RedisConnection& c, const std::string& model) {
   if (r.is_error() && r.str.rfind("BUSYGROUP", 0) != 0)
     throw RedisUnavailable("Redis refused to create the consumer group: " + r.str);
   c.exec({"SADD", keys::kStreams, model});
+}
+
+int64_t stream_waiting(RedisConnection& c, const std::string& model) {
+  const std::string s = keys::stream(model);
+  const int64_t len = c.exec({"XLEN", s}).as_integer("XLEN");
+  const RedisReply p = c.command({"XPENDING", s, keys::kGroup});  // an error when the group is not there yet
+  const int64_t pending =
+      p.type == RedisReply::Type::array && !p.elements.empty() ? p.elements[0].as_integer("XPENDING") : 0;
+  return std::max<int64_t>(0, len - pending);
+}
+
+std::string last_delivered_id(RedisConnection& c, const std::string& model) {
+  std::string delivered = "0-0";
+  const RedisReply g = c.command({"XINFO", "GROUPS", keys::stream(model)});
+  if (g.type == RedisReply::Type::array)
+    for (const auto& grp : g.elements) {
+      const auto& f = grp.as_array("XINFO GROUPS");
+      bool ours = false;
+      std::string last;
+      for (size_t i = 0; i + 1 < f.size(); i += 2)
+        if (f[i].type == RedisReply::Type::string) {
+          if (f[i].str == "name") ours = f[i + 1].type == RedisReply::Type::string && f[i + 1].str == keys::kGroup;
+          if (f[i].str == "last-delivered-id") last = f[i + 1].as_string("XINFO GROUPS");
+        }
+      if (ours && !last.empty()) delivered = last;
+    }
+  return delivered;
+}
+
+int64_t oldest_waiting_ms(RedisConnection& c, const std::string& model) {
+  std::string after = "(";  // exclusive
+  after += last_delivered_id(c, model);
+  const auto& e = c.exec({"XRANGE", keys::stream(model), after, "+", "COUNT", "1"}).as_array("XRANGE");
+  if (e.empty()) return 0;
+  const auto& pair = e.front().as_array("XRANGE");
+  if (pair.empty()) throw RedisUnavailable("Redis answered XRANGE with an empty entry");
+  const std::string& id = pair[0].as_string("XRANGE");  // <ms>-<seq>
+  try {
+    return std::stoll(id.substr(0, id.find('-')));
+  } catch (const std::exception&) {
+    throw RedisUnavailable("Redis answered XRANGE with an entry id that is not <ms>-<seq>: " + id);
+  }
+}
+
+std::map<std::string, int64_t> waiting_by_model(RedisConnection& c) {
+  std::map<std::string, int64_t> out;
+  for (const auto& m : c.exec({"SMEMBERS", keys::kStreams}).as_array("SMEMBERS")) {
+    const std::string& name = m.as_string("SMEMBERS");
+    out[name] = stream_waiting(c, name);
+  }
+  return out;
+}
+
+int64_t redis_time_ms(RedisConnection& c) {
+  const auto& t = c.exec({"TIME"}).as_array("TIME");
+  if (t.size() != 2) throw RedisUnavailable("Redis answered TIME with something else than [seconds, microseconds]");
+  try {
+    return std::stoll(t[0].as_string("TIME")) * 1000 + std::stoll(t[1].as_string("TIME")) / 1000;
+  } catch (const std::exception&) {
+    throw RedisUnavailable("Redis answered TIME with something else than numbers");
+  }
 }
 
 void push_redis_event(RedisConnection& c, const std::string& id, const JobEvent& ev) {

@@ -9,7 +9,8 @@
 //   diffq:job:<id>:final    the final status, SET once: whoever sets it first records the job's end
 //   diffq:order             sorted set of job ids by submission time (GET /v1/jobs, forgetting old jobs)
 //   diffq:running           set of the ids running now;  diffq:counts  hash of totals (/metrics)
-//   diffq:workers           hash worker name -> JSON {job, done, models, seen_ms} (/metrics)
+//   diffq:worker:<name>     the worker's heartbeat record, expiring (worker_beat.h: /metrics and routing)
+//   diffq:worker-names      set of the names of the workers that may have a record
 #pragma once
 
 #include <cstdint>
@@ -27,7 +28,8 @@ inline constexpr const char* kGroup = "workers";
 inline constexpr const char* kOrder = "diffq:order";
 inline constexpr const char* kRunning = "diffq:running";
 inline constexpr const char* kCounts = "diffq:counts";
-inline constexpr const char* kWorkers = "diffq:workers";
+inline constexpr const char* kWorkerNames = "diffq:worker-names";
+inline std::string worker(const std::string& name) { return "diffq:worker:" + name; }
 inline std::string job(const std::string& id) { return "diffq:job:" + id; }
 inline std::string events(const std::string& id) { return job(id) + ":events"; }
 inline std::string final_status(const std::string& id) { return job(id) + ":final"; }
@@ -39,6 +41,16 @@ int64_t now_ms();  // wall clock, milliseconds since the epoch
 
 // Creates the stream of `model` and its consumer group when missing (an existing group is kept).
 void ensure_group(RedisConnection& c, const std::string& model);
+
+// Jobs of `model` no worker has taken yet (its stream's entries less those delivered and not acknowledged).
+int64_t stream_waiting(RedisConnection& c, const std::string& model);
+// The id of the last entry of `model`'s stream delivered to a worker ("0-0" when none).
+std::string last_delivered_id(RedisConnection& c, const std::string& model);
+// When the oldest job of `model` no worker has taken was queued (ms, Redis's clock); 0 when none waits.
+int64_t oldest_waiting_ms(RedisConnection& c, const std::string& model);
+// Every model that has a stream -> its jobs waiting (stream_waiting).
+std::map<std::string, int64_t> waiting_by_model(RedisConnection& c);
+int64_t redis_time_ms(RedisConnection& c);  // Redis's clock (TIME), ms since the epoch
 
 // Appends an event to the job's event stream.
 void push_redis_event(RedisConnection& c, const std::string& id, const JobEvent& ev);

@@ -11,6 +11,7 @@
 #include "job_runner.h"
 #include "model_registry.h"
 #include "redis_jobs.h"
+#include "routing.h"
 
 namespace diffq::serve {
 
@@ -42,6 +43,7 @@ std::string RedisWorker::default_name() {
 
 RedisWorker::RedisWorker(ModelRegistry& models, WorkerOptions opt) : models_(models), opt_(std::move(opt)) {
   if (opt_.name.empty()) opt_.name = default_name();
+  served_ = models_.names();
   std::filesystem::create_directories(opt_.results_dir);
   thread_ = std::thread([this] { loop(); });
   heartbeat_ = std::thread([this] { heartbeat_loop(); });
@@ -58,6 +60,13 @@ void RedisWorker::stop(bool drain) {
   }
   if (thread_.joinable()) thread_.join();
   if (heartbeat_.joinable()) heartbeat_.join();
+  if (removed_) return;
+  removed_ = true;
+  try {  // off /metrics and out of routing at once (else when its record expires)
+    RedisConnection c(opt_.url);
+    remove_beat(c, opt_.name);
+  } catch (const RedisUnavailable&) {
+  }
 }
 
 void RedisWorker::sleep_for(std::chrono::milliseconds d) {
@@ -65,19 +74,30 @@ void RedisWorker::sleep_for(std::chrono::milliseconds d) {
   cv_.wait_for(lk, d, [&] { return stop_.load(); });
 }
 
-void RedisWorker::report(RedisConnection& c, const std::string& job, bool from_loop) {
+void RedisWorker::refresh_loaded() {
   std::vector<std::string> loaded;
-  if (from_loop)
-    for (const auto& m : models_.list())
-      if (m.value("loaded", false)) loaded.push_back(m["id"].get<std::string>());
-  json models;
-  {
-    std::lock_guard lk(mu_);
-    if (from_loop) loaded_models_ = loaded;
-    models = loaded_models_;
-  }
-  c.exec({"HSET", keys::kWorkers, opt_.name,
-          dump({{"job", job}, {"done", done_.load()}, {"models", models}, {"seen_ms", now_ms()}})});
+  for (const auto& m : models_.list())
+    if (m.value("loaded", false)) loaded.push_back(m["id"].get<std::string>());
+  std::lock_guard lk(mu_);
+  loaded_models_ = std::move(loaded);
+}
+
+WorkerBeat RedisWorker::beat() const {
+  WorkerBeat b;
+  b.name = opt_.name;
+  b.serves = served_;
+  b.done = done_.load();
+  b.seen_ms = now_ms();
+  std::lock_guard lk(mu_);
+  b.loaded = loaded_models_;
+  b.job = current_job_;
+  b.queue = queue_seen_;
+  return b;
+}
+
+void RedisWorker::publish(RedisConnection& c) {
+  std::lock_guard lk(publish_mu_);
+  publish_beat(c, beat());
 }
 
 void RedisWorker::loop() {
@@ -85,8 +105,9 @@ void RedisWorker::loop() {
   bool down = false;
   while (!stop_) {
     try {
-      for (const std::string& m : models_.names()) ensure_group(c, m);
-      report(c, "", true);
+      for (const std::string& m : served_) ensure_group(c, m);
+      refresh_loaded();
+      publish(c);
       if (down) std::fprintf(stderr, "serve: worker %s: Redis at %s is back\n", opt_.name.c_str(), opt_.url.text.c_str());
       down = false;
       while (!stop_ && take_one(c)) {
@@ -98,18 +119,13 @@ void RedisWorker::loop() {
       sleep_for(std::chrono::milliseconds(1000));
     }
   }
-  try {
-    c.command({"HDEL", keys::kWorkers, opt_.name});
-  } catch (const RedisUnavailable&) {
-  }
 }
 
 bool RedisWorker::take_one(RedisConnection& c) {
-  const std::vector<std::string> models = models_.names();
   // A job another worker left pending longer than --claim-after (it died, or lost Redis) comes first, from
-  // the streams of the models this worker serves.
+  // the streams of the models this worker serves, whether loaded here or not.
   const auto claim_ms = std::to_string(int64_t(opt_.claim_after_s * 1000));
-  for (const std::string& m : models) {
+  for (const std::string& m : served_) {
     const std::string stream = keys::stream(m);
     const RedisReply a = c.exec({"XAUTOCLAIM", stream, keys::kGroup, opt_.name, claim_ms, "0-0", "COUNT", "1"});
     const auto& ar = a.as_array("XAUTOCLAIM");
@@ -122,24 +138,88 @@ bool RedisWorker::take_one(RedisConnection& c) {
         return true;
       }
   }
-  report(c, "", true);
-  // The next new job of any model this worker serves (routing by model: jobs of other models stay for the
-  // workers that serve them).
-  std::vector<std::string> cmd = {"XREADGROUP", "GROUP", keys::kGroup, opt_.name, "COUNT", "1", "BLOCK", "1000", "STREAMS"};
-  for (const std::string& m : models) cmd.push_back(keys::stream(m));
-  for (size_t i = 0; i < models.size(); ++i) cmd.push_back(">");
-  const RedisReply r = c.exec(cmd);
-  if (r.is_nil()) return false;  // nothing within a second: look for abandoned jobs again
-  for (const auto& s : r.as_array("XREADGROUP")) {
-    const auto& sv = s.as_array("XREADGROUP");
-    if (sv.size() != 2) throw RedisUnavailable("Redis answered XREADGROUP with a stream that is not [name, entries]");
-    const std::string stream = sv[0].as_string("XREADGROUP");
-    for (const auto& e : sv[1].as_array("XREADGROUP")) {
-      const auto [entry, id] = entry_of(e);
-      run(c, stream, entry, id);
+  refresh_loaded();
+  std::vector<std::string> loaded, cold;  // served models loaded here; served, not loaded, with jobs waiting
+  int64_t queue = 0;
+  {
+    std::vector<std::pair<std::string, int64_t>> waiting;
+    for (const std::string& m : served_) waiting.emplace_back(m, stream_waiting(c, m));
+    std::lock_guard lk(mu_);
+    for (const auto& [m, n] : waiting) {
+      queue += n;
+      const bool here = std::find(loaded_models_.begin(), loaded_models_.end(), m) != loaded_models_.end();
+      if (here) loaded.push_back(m);
+      else if (n > 0) cold.push_back(m);
     }
+    queue_seen_ = queue;
   }
-  return true;
+  publish(c);  // idle, with what it has loaded: what the other workers' routing reads
+  if (take_cold(c, cold, true)) return true;
+  if (read_and_run(c, loaded)) return true;
+  if (take_cold(c, cold, false)) return true;
+  // Nothing for now: wait up to a second for a new job of a loaded model, then look at every stream again.
+  if (loaded.empty()) sleep_for(std::chrono::milliseconds(500));
+  else wait_for_new(c, loaded, 1000);
+  return false;
+}
+
+bool RedisWorker::read_and_run(RedisConnection& c, const std::vector<std::string>& models) {
+  // One stream per XREADGROUP: with several streams Redis hands out an entry of each, and a job handed to this
+  // worker is its own until it ends it (no other worker could take the others meanwhile).
+  for (size_t i = 0; i < models.size(); ++i) {
+    const std::string stream = keys::stream(models[(next_stream_ + i) % models.size()]);
+    const RedisReply r = c.exec({"XREADGROUP", "GROUP", keys::kGroup, opt_.name, "COUNT", "1", "STREAMS", stream, ">"});
+    if (r.is_nil()) continue;
+    next_stream_ = (next_stream_ + i + 1) % models.size();  // the next look starts at the following stream
+    bool ran = false;
+    for (const auto& s : r.as_array("XREADGROUP")) {
+      const auto& sv = s.as_array("XREADGROUP");
+      if (sv.size() != 2) throw RedisUnavailable("Redis answered XREADGROUP with a stream that is not [name, entries]");
+      for (const auto& e : sv[1].as_array("XREADGROUP")) {
+        const auto [entry, id] = entry_of(e);
+        run(c, stream, entry, id);
+        ran = true;
+      }
+    }
+    if (ran) return true;
+  }
+  return false;
+}
+
+void RedisWorker::wait_for_new(RedisConnection& c, const std::vector<std::string>& models, int64_t ms) {
+  std::vector<std::string> cmd = {"XREAD", "COUNT", "1", "BLOCK", std::to_string(ms), "STREAMS"};
+  for (const std::string& m : models) cmd.push_back(keys::stream(m));
+  for (size_t i = 0; i < models.size(); ++i) cmd.push_back("$");
+  c.exec(cmd);
+}
+
+bool RedisWorker::take_cold(RedisConnection& c, const std::vector<std::string>& cold, bool overdue_only) {
+  if (cold.empty()) return false;
+  const int64_t now = redis_time_ms(c);
+  std::vector<WorkerBeat> live;
+  std::map<std::string, int64_t> waiting;
+  bool read_beats = false;
+  for (const std::string& m : cold) {
+    const int64_t oldest = oldest_waiting_ms(c, m);
+    if (oldest == 0) continue;  // taken meanwhile
+    const bool overdue = now - oldest > kRouteGraceMs;
+    if (overdue_only && !overdue) continue;
+    std::string why = cat("it waited over ", kRouteGraceMs / 1000, " s");
+    if (!overdue) {
+      if (!read_beats) {
+        live = live_beats(c);
+        waiting = waiting_by_model(c);
+        read_beats = true;
+      }
+      const ColdRoute r = route_cold(beat(), m, live, waiting);
+      if (!r.take) continue;  // left to another worker
+      why = r.why;
+    }
+    std::fprintf(stderr, "serve: worker %s: taking a job of %s, not loaded here (%s)\n", opt_.name.c_str(), m.c_str(),
+                 why.c_str());
+    if (read_and_run(c, {m})) return true;
+  }
+  return false;
 }
 
 void RedisWorker::run(RedisConnection& c, const std::string& stream, const std::string& entry, const std::string& id) {
@@ -172,7 +252,7 @@ void RedisWorker::run(RedisConnection& c, const std::string& stream, const std::
     current_entry_ = entry;
     current_job_ = id;
   }
-  report(c, id, true);
+  publish(c);  // busy
   struct Idle {  // the heartbeat stops with the job, however it ends
     RedisWorker& w;
     ~Idle() {
@@ -187,7 +267,11 @@ void RedisWorker::run(RedisConnection& c, const std::string& stream, const std::
     const json spec = json::parse(spec_text.as_string("HGET spec"), nullptr, false);
     const auto job = job_from_spec(spec, opt_.limits, opt_.lora_dir);
     RunHooks hooks;
-    hooks.on_start = [&](int64_t steps) { c.exec({"HSET", keys::job(id), "steps", std::to_string(steps)}); };
+    hooks.on_start = [&](int64_t steps) {
+      c.exec({"HSET", keys::job(id), "steps", std::to_string(steps)});
+      refresh_loaded();  // the model is loaded now (it may have been loaded for this job)
+      publish(c);
+    };
     hooks.on_step = [&](JobEvent ev, int64_t step, int64_t steps, double dt) {
       step_reached = step;
       c.exec({"HSET", keys::job(id), "step", std::to_string(step), "steps", std::to_string(steps)});
@@ -222,31 +306,41 @@ void RedisWorker::run(RedisConnection& c, const std::string& stream, const std::
   if (!ended) c.exec({"SREM", keys::kRunning, id});  // another worker recorded its end first
   ++done_;
   ack();
-  report(c, "", true);
+  {
+    std::lock_guard lk(mu_);
+    current_entry_.clear();
+    current_job_.clear();
+  }
+  refresh_loaded();
+  publish(c);  // idle again
   return_freed_memory_to_os();
 }
 
 void RedisWorker::heartbeat_loop() {
-  // Claiming the running job's entry again (XCLAIM, min-idle 0) resets its idle time, so no other worker's
-  // XAUTOCLAIM takes it while this one is alive, however long a step or a model load takes.
+  // Every second: this worker's record (alive, idle or busy). While a job runs, its entry is also claimed
+  // again (XCLAIM, min-idle 0) every min(--claim-after/4, 5) s, which resets its idle time, so no other
+  // worker's XAUTOCLAIM takes it while this one is alive, however long a step or a model load takes.
   RedisConnection c(opt_.url);
-  const auto every = std::chrono::milliseconds(std::clamp<int64_t>(int64_t(opt_.claim_after_s * 1000 / 4), 100, 5000));
+  const auto claim_every =
+      std::chrono::milliseconds(std::clamp<int64_t>(int64_t(opt_.claim_after_s * 1000 / 4), 100, 5000));
+  const auto tick = std::min(claim_every, std::chrono::milliseconds(kBeatEveryMs));
+  auto last_claim = std::chrono::steady_clock::time_point{};
   while (!stop_) {
-    std::string stream, entry, job;
+    std::string stream, entry;
     {
       std::lock_guard lk(mu_);
       stream = current_stream_;
       entry = current_entry_;
-      job = current_job_;
     }
-    if (!entry.empty()) {
-      try {
+    try {
+      if (!entry.empty() && std::chrono::steady_clock::now() - last_claim >= claim_every) {
         c.exec({"XCLAIM", stream, keys::kGroup, opt_.name, "0", entry, "JUSTID"});
-        report(c, job, false);  // /metrics: this worker is alive and busy
-      } catch (const RedisUnavailable&) {  // the job loop reports Redis being down
+        last_claim = std::chrono::steady_clock::now();
       }
+      publish(c);
+    } catch (const RedisUnavailable&) {  // the job loop reports Redis being down
     }
-    sleep_for(every);
+    sleep_for(tick);
   }
 }
 

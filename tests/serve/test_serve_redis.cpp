@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -122,6 +123,70 @@ class ServeRedis : public ::testing::Test {
     if (at == std::string::npos) return "";
     return r->body.substr(at + name.size() + 2, r->body.find('\n', at + 1) - at - name.size() - 2);
   }
+  // /metrics' samples: "name{labels}" -> value.
+  using Samples = std::map<std::string, std::string>;
+  static Samples samples(ServeProcess& p) {
+    Samples out;
+    auto r = p.client()->Get("/metrics");
+    if (!r || r->status != 200) return out;
+    size_t at = 0;
+    while (at < r->body.size()) {
+      size_t end = r->body.find('\n', at);
+      if (end == std::string::npos) end = r->body.size();
+      const std::string line = r->body.substr(at, end - at);
+      at = end + 1;
+      const size_t sp = line.rfind(' ');
+      if (line.empty() || line[0] == '#' || sp == std::string::npos) continue;
+      out[line.substr(0, sp)] = line.substr(sp + 1);
+    }
+    return out;
+  }
+  // Polls /metrics until `ok` holds (true) or `timeout` passes (false); `last`: the samples last read.
+  static bool wait_metrics(ServeProcess& p, const std::function<bool(const Samples&)>& ok, Samples& last,
+                           std::chrono::seconds timeout = std::chrono::seconds(60)) {
+    const auto until = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      last = samples(p);
+      if (ok(last)) return true;
+      if (std::chrono::steady_clock::now() >= until) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  // A predicate: every sample of `want` has its value.
+  static std::function<bool(const Samples&)> has(Samples want) {
+    return [want](const Samples& s) {
+      for (const auto& [k, v] : want)
+        if (auto it = s.find(k); it == s.end() || it->second != v) return false;
+      return true;
+    };
+  }
+  static std::string dump(const Samples& s) {
+    std::string out;
+    for (const auto& [k, v] : s)
+      if (k.rfind("diffq_worker", 0) == 0 || k.rfind("diffq_model_queue", 0) == 0) out += k + " " + v + "\n";
+    return out;
+  }
+  static std::string running(const std::string& w) { return "diffq_worker_running{worker=\"" + w + "\"}"; }
+  static std::string loaded(const std::string& w, const std::string& m) {
+    return "diffq_worker_model_loaded{worker=\"" + w + "\",model=\"" + m + "\"}";
+  }
+  // The bytes --max-memory counts for a model folder (its .safetensors, .gguf and .bin files).
+  static int64_t weight_bytes(const fs::path& folder) {
+    int64_t n = 0;
+    for (const auto& e : fs::recursive_directory_iterator(folder)) {
+      const auto ext = e.path().extension().string();
+      if (e.is_regular_file() && (ext == ".safetensors" || ext == ".gguf" || ext == ".bin")) n += int64_t(e.file_size());
+    }
+    return n;
+  }
+  // A worker serving `models`, with --max-memory `budget` (0: none) and `args`.
+  ServeProcess& routed_worker(const std::string& name, const std::vector<std::string>& models, int64_t budget,
+                              std::vector<std::string> args = {}) {
+    args.insert(args.end(), {"--role", "worker", "--worker-name", name});
+    if (budget > 0) args.insert(args.end(), {"--max-memory", std::to_string(budget)});
+    return serve(name, args, models);
+  }
+
   // The files in the results folder (temporaries included: none may be left).
   std::set<std::string> result_files() const {
     std::set<std::string> out;
@@ -381,6 +446,136 @@ TEST_F(ServeRedis, JobsGoToAWorkerThatServesTheirModel) {
     EXPECT_EQ(j.value("worker", ""), who) << j.dump();
     EXPECT_EQ(j.value("attempts", int64_t(0)), 1) << j.dump();
   }
+}
+
+// Routing by loaded model: two workers that both serve tiny-flux (A) and tiny-flux-schnell (B), a memory budget
+// that holds one of them, each started with the other one loaded (the first -m that fits). Every job of A runs
+// on A's worker and every job of B on B's (neither loads the other's model), and /metrics shows both workers,
+// idle, with their loaded models, and the jobs each ended.
+TEST_F(ServeRedis, JobsGoToTheWorkerThatHasTheirModelLoaded) {
+  const std::string A = "tests/fixtures/tiny-flux", B = "tests/fixtures/tiny-flux-schnell";
+  const int64_t budget = std::max(weight_bytes(A), weight_bytes(B));
+  ASSERT_LT(budget, weight_bytes(A) + weight_bytes(B)) << "the budget must hold one model, not both";
+  ServeProcess& a = serve("api", {"--role", "api", "--port", "0"}, {A, B});
+  ServeProcess& wa = routed_worker("wa", {A, B}, budget);  // loads tiny-flux at start
+  ServeProcess& wb = routed_worker("wb", {B, A}, budget);  // loads tiny-flux-schnell at start
+  ASSERT_TRUE(a.ready()) << a.log();
+  ASSERT_TRUE(wa.ready()) << wa.log();
+  ASSERT_TRUE(wb.ready()) << wb.log();
+  const Samples start = {{"diffq_workers", "2"},
+                         {running("wa"), "0"},
+                         {running("wb"), "0"},
+                         {loaded("wa", "tiny-flux"), "1"},
+                         {loaded("wa", "tiny-flux-schnell"), "0"},
+                         {loaded("wb", "tiny-flux"), "0"},
+                         {loaded("wb", "tiny-flux-schnell"), "1"},
+                         {"diffq_worker_models_loaded{worker=\"wa\"}", "1"},
+                         {"diffq_worker_models_loaded{worker=\"wb\"}", "1"}};
+  Samples m;
+  ASSERT_TRUE(wait_metrics(a, has(start), m)) << dump(m);
+  constexpr int kRounds = 4;
+  for (int round = 0; round < kRounds; ++round) {
+    auto job = [&](const std::string& model) {
+      return post_job(a, {{"prompt", "a fox"}, {"model", model}, {"steps", 2}, {"width", 32}, {"height", 32},
+                          {"seed", round}});
+    };
+    // Both at once, in either order: each goes to the worker that has its model loaded.
+    const std::string first = round % 2 ? "tiny-flux-schnell" : "tiny-flux";
+    const std::string second = round % 2 ? "tiny-flux" : "tiny-flux-schnell";
+    const std::map<std::string, std::string> ids = {{first, job(first)}, {second, job(second)}};
+    for (const auto& [model, id] : ids) {
+      const json j = wait_final(a, id);
+      EXPECT_EQ(j.value("status", ""), "completed") << j.dump();
+      EXPECT_EQ(j.value("worker", ""), model == "tiny-flux" ? "wa" : "wb") << model << ": " << j.dump();
+      EXPECT_EQ(j.value("attempts", int64_t(0)), 1) << j.dump();
+    }
+    // The next round starts with both idle again (each reports it once its job has ended).
+    ASSERT_TRUE(wait_metrics(a, has({{running("wa"), "0"}, {running("wb"), "0"}}), m)) << dump(m);
+  }
+  Samples end = start;
+  end["diffq_worker_jobs_total{worker=\"wa\"}"] = std::to_string(kRounds);
+  end["diffq_worker_jobs_total{worker=\"wb\"}"] = std::to_string(kRounds);
+  end["diffq_model_queue_length{model=\"tiny-flux\"}"] = "0";
+  end["diffq_model_queue_length{model=\"tiny-flux-schnell\"}"] = "0";
+  EXPECT_TRUE(wait_metrics(a, has(end), m)) << dump(m);  // nobody loaded the other's model
+  for (ServeProcess* w : {&wa, &wb}) EXPECT_EQ(w->log().find("not loaded here"), std::string::npos) << w->log();
+}
+
+// The worker that has the model loaded is busy (a long job): the idle worker that serves the model too loads it
+// (evicting its own, --max-memory) rather than let the job wait. /metrics shows who runs and what each has
+// loaded; a worker killed without a word drops out of /metrics once its heartbeat expires.
+TEST_F(ServeRedis, ABusyWorkersModelIsLoadedByAnIdleWorker) {
+  const std::string A = "tests/fixtures/tiny-flux", B = "tests/fixtures/tiny-flux-schnell";
+  const int64_t budget = std::max(weight_bytes(A), weight_bytes(B));
+  ServeProcess& a = serve("api", {"--role", "api", "--port", "0", "--max-steps", "1000"}, {A, B});
+  ServeProcess& wa = routed_worker("wa", {A}, 0, {"--max-steps", "1000"});
+  ServeProcess& wb = routed_worker("wb", {B, A}, budget, {"--max-steps", "1000"});  // tiny-flux-schnell loaded
+  ASSERT_TRUE(a.ready()) << a.log();
+  ASSERT_TRUE(wa.ready()) << wa.log();
+  ASSERT_TRUE(wb.ready()) << wb.log();
+  Samples m;
+  ASSERT_TRUE(wait_metrics(a, has({{"diffq_workers", "2"}, {running("wa"), "0"}, {running("wb"), "0"},
+                                   {loaded("wa", "tiny-flux"), "1"}, {loaded("wb", "tiny-flux"), "0"},
+                                   {loaded("wb", "tiny-flux-schnell"), "1"}}), m)) << dump(m);
+  // A long job of tiny-flux: the idle worker that has it loaded takes it.
+  const std::string long_id = post_job(a, {{"prompt", "long"}, {"model", "tiny-flux"}, {"width", 256}, {"height", 256},
+                                           {"steps", 1000}, {"seed", 4}});
+  EXPECT_EQ(wait_step(a, long_id, 1).value("worker", ""), "wa");
+  ASSERT_TRUE(wait_metrics(a, has({{running("wa"), "1"}, {running("wb"), "0"}}), m)) << dump(m);
+  // Another: wa is busy, so wb loads tiny-flux (evicting tiny-flux-schnell) and runs it meanwhile.
+  const std::string short_id =
+      post_job(a, {{"prompt", "short"}, {"model", "tiny-flux"}, {"width", 32}, {"height", 32}, {"steps", 2}, {"seed", 1}});
+  const json s = wait_final(a, short_id, std::chrono::seconds(120));
+  EXPECT_EQ(s.value("status", ""), "completed") << s.dump();
+  EXPECT_EQ(s.value("worker", ""), "wb") << s.dump();
+  EXPECT_EQ(get(a, "/v1/jobs/" + long_id).value("status", ""), "running") << "the long job must outlast the short one";
+  EXPECT_TRUE(wait_metrics(a, has({{running("wa"), "1"}, {running("wb"), "0"}, {loaded("wb", "tiny-flux"), "1"},
+                                   {loaded("wb", "tiny-flux-schnell"), "0"}, {"diffq_worker_jobs_total{worker=\"wb\"}", "1"}}),
+                           m)) << dump(m);
+  EXPECT_NE(wb.log().find("taking a job of tiny-flux, not loaded here (the workers that have it loaded are busy)"),
+            std::string::npos) << wb.log();
+  auto r = a.client()->Delete(("/v1/jobs/" + long_id).c_str());
+  ASSERT_TRUE(r);
+  EXPECT_EQ(wait_final(a, long_id).value("status", ""), "cancelled");
+
+  wb.process().signal(SIGKILL);  // no chance to remove its record: it expires
+  ASSERT_TRUE(wb.process().wait_exit(std::chrono::seconds(10)));
+  EXPECT_TRUE(wait_metrics(a, [](const Samples& s) {
+    return s.count("diffq_workers") && s.at("diffq_workers") == "1" && !s.count(running("wb")) && s.count(running("wa"));
+  }, m)) << dump(m);
+}
+
+// A job of a model that only an idle worker without it loaded serves: that worker loads it (evicting the model it
+// had, --max-memory) and runs it; the next job of the evicted model goes to the worker that still has it.
+TEST_F(ServeRedis, AJobOfAModelNoWorkerHasLoadedIsLoadedAndRun) {
+  const std::string A = "tests/fixtures/tiny-flux", B = "tests/fixtures/tiny-flux-schnell";
+  const int64_t budget = std::max(weight_bytes(A), weight_bytes(B));
+  ServeProcess& a = serve("api", {"--role", "api", "--port", "0"}, {A, B});
+  ServeProcess& wa = routed_worker("wa", {A}, 0);
+  ServeProcess& wb = routed_worker("wb", {A, B}, budget);  // tiny-flux loaded, tiny-flux-schnell not
+  ASSERT_TRUE(a.ready()) << a.log();
+  ASSERT_TRUE(wa.ready()) << wa.log();
+  ASSERT_TRUE(wb.ready()) << wb.log();
+  Samples m;
+  ASSERT_TRUE(wait_metrics(a, has({{"diffq_workers", "2"}, {running("wa"), "0"}, {running("wb"), "0"},
+                                   {loaded("wb", "tiny-flux"), "1"}, {loaded("wb", "tiny-flux-schnell"), "0"}}), m))
+      << dump(m);
+  const std::string id = post_job(
+      a, {{"prompt", "a fox"}, {"model", "tiny-flux-schnell"}, {"width", 32}, {"height", 32}, {"steps", 2}, {"seed", 3}});
+  const json j = wait_final(a, id);
+  EXPECT_EQ(j.value("status", ""), "completed") << j.dump();
+  EXPECT_EQ(j.value("worker", ""), "wb") << j.dump();
+  EXPECT_EQ(j.value("attempts", int64_t(0)), 1) << j.dump();
+  EXPECT_EQ(result_files(), std::set<std::string>{id + "-0.png"});
+  EXPECT_NE(wb.log().find("taking a job of tiny-flux-schnell, not loaded here (no worker has it loaded)"),
+            std::string::npos) << wb.log();
+  EXPECT_TRUE(wait_metrics(a, has({{running("wb"), "0"}, {loaded("wb", "tiny-flux-schnell"), "1"},
+                                   {loaded("wb", "tiny-flux"), "0"}}), m)) << dump(m);
+  const std::string next = post_job(
+      a, {{"prompt", "a fox"}, {"model", "tiny-flux"}, {"width", 32}, {"height", 32}, {"steps", 2}, {"seed", 3}});
+  const json n = wait_final(a, next);
+  EXPECT_EQ(n.value("status", ""), "completed") << n.dump();
+  EXPECT_EQ(n.value("worker", ""), "wa") << n.dump();
 }
 
 TEST_F(ServeRedis, BadQueueOptionsAreClearErrors) {
