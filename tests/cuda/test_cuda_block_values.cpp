@@ -1,6 +1,6 @@
 // Host checks (no GPU needed) of the per-element decoding the CUDA linear_q kernels run
 // (src/backend/cuda/quant/block_values.cuh, compiled here for the host): every element of every GGUF block
-// type, of bitsandbytes' 4-bit layouts, of torchao's int4, quanto, SDNQ and AutoRound weights equals, bit for bit, the scalar reference dequantization in
+// type, of bitsandbytes' 4-bit layouts, of torchao's int4, quanto, SDNQ, AutoRound and the BFL / ModelOpt scaled weights equals, bit for bit, the scalar reference dequantization in
 // src/quant on the same packed bytes. The kernels add nothing but the element index map checked here
 // (row, block, element within the block) and the store to the output dtype (convert.cuh, checked by the
 // op table on a GPU).
@@ -18,8 +18,12 @@
 
 #include "backend/cuda/quant/block_values.cuh"
 #include "quant/autoround/autoround_weight.h"
+#include "quant/bfl/fp8_scaled_weight.h"
+#include "quant/bfl/nvfp4_weight.h"
 #include "quant/bnb/bnb_4bit.h"
 #include "quant/gguf/gguf_quants.h"
+#include "quant/modelopt/int4_awq_weight.h"
+#include "quant/modelopt/int8_channel_weight.h"
 #include "quant/quanto/quanto.h"
 #include "quant/sdnq/sdnq_dtypes.h"
 #include "quant/sdnq/sdnq_weight.h"
@@ -256,4 +260,62 @@ TEST(CudaBlockValues, AutoRoundDecodesAsTheReference) {
           ++checked;
         }
   EXPECT_EQ(checked, 36);
+}
+
+TEST(CudaBlockValues, ScaledLayoutsDecodeAsTheReference) {
+  std::mt19937 rng(23);
+  const int64_t N = 32, K = 128;
+  auto bytes = [&](const Shape& shape, DType dt) {
+    Tensor t = Tensor::empty(shape, dt);
+    auto* p = static_cast<uint8_t*>(t.data_ptr());
+    for (size_t i = 0; i < t.nbytes(); ++i) p[i] = uint8_t(rng());
+    return t;
+  };
+  auto floats = [&](const Shape& shape, DType dt) {
+    std::vector<float> v(size_t(shape_numel(shape)));
+    std::uniform_real_distribution<float> ud(0.01f, 2.0f);
+    for (float& x : v) x = ud(rng);
+    return Tensor::from_vector(v, shape, dt);
+  };
+  float f8[256];
+  for (int i = 0; i < 256; ++i) f8[i] = f8_e4m3fn_to_f32(uint8_t(i));
+  std::vector<std::pair<std::shared_ptr<quant::ScaledWeight>, blockq::ScaledParams>> cases;
+  for (int64_t sn : {int64_t(1), N}) {
+    blockq::ScaledParams p;
+    p.kind = blockq::kScaledFp8, p.K = K, p.per_row = sn == N;
+    cases.push_back({std::make_shared<quant::Fp8ScaledWeight>(bytes({N, K}, DType::f8_e4m3fn), floats({sn}, DType::f32),
+                                                              "bfl_fp8r", "w"), p});
+  }
+  {
+    auto w = std::make_shared<quant::Nvfp4Weight>(bytes({N, K / 2}, DType::u8), bytes({N, K / 16}, DType::f8_e4m3fn),
+                                                  floats({1}, DType::f32), "bfl_nvfp4", "w");
+    blockq::ScaledParams p;
+    p.kind = blockq::kScaledNvfp4, p.K = K, p.global_scale = w->weight_scale_2();
+    cases.push_back({w, p});
+  }
+  for (DType sdt : {DType::f32, DType::bf16, DType::f16}) {
+    blockq::ScaledParams p;
+    p.kind = blockq::kScaledInt4Awq, p.K = K, p.group = 32, p.scale_dtype = sdt;
+    cases.push_back({std::make_shared<quant::Int4AwqWeight>(bytes({N / 2, K}, DType::u8), floats({N, K / 32}, sdt),
+                                                            "modelopt_int4_awq", "w"), p});
+  }
+  {
+    blockq::ScaledParams p;
+    p.kind = blockq::kScaledInt8Channel, p.K = K;
+    cases.push_back({std::make_shared<quant::Int8ChannelWeight>(bytes({N, K}, DType::i8), floats({N}, DType::f32),
+                                                                "modelopt_int8", "w"), p});
+  }
+  for (const auto& [w, p] : cases) {
+    SCOPED_TRACE(w->scheme() + " kind " + std::to_string(p.kind));
+    const std::vector<Tensor> st = w->storage_tensors();
+    std::vector<float> want(size_t(N * K));
+    w->dequant_rows_f32(0, N, want.data());
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t c = 0; c < K; ++c) {
+        const float got =
+            blockq::scaled_value(p, static_cast<const uint8_t*>(st.at(0).data_ptr()), st.at(1).data_ptr(), f8, n, c);
+        ASSERT_EQ(bits(got), bits(want[size_t(n * K + c)])) << n << "," << c;
+      }
+  }
+  EXPECT_EQ(cases.size(), 7u);
 }

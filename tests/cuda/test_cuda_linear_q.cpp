@@ -7,9 +7,13 @@
 #include "gpu_test.h"
 #include "modules/parameter.h"
 #include "ops/linear_q.h"
+#include "quant/bfl/fp8_scaled_weight.h"
+#include "quant/bfl/nvfp4_weight.h"
 #include "quant/bnb/bnb_4bit.h"
 #include "quant/gguf/gguf_weight.h"
 #include "quant/autoround/autoround_weight.h"
+#include "quant/modelopt/int4_awq_weight.h"
+#include "quant/modelopt/int8_channel_weight.h"
 #include "quant/quanto/quanto.h"
 #include "quant/sdnq/sdnq_dtypes.h"
 #include "quant/sdnq/sdnq_weight.h"
@@ -44,7 +48,8 @@ TEST(LinearQOnCuda, KernelsRegisteredPerScheme) {  // needs no GPU
   for (const char* s : {"torchao_int8wo", "torchao_float8wo", "bnb_nf4", "bnb_fp4", "gguf_q4_0", "gguf_q4_k",
                         "gguf_q5_k", "gguf_q6_k", "gguf_q8_0", "gguf_iq4_xs", "gguf_bf16", "torchao_int4wo",
                         "quanto_int8", "quanto_float8", "quanto_int4", "quanto_int2", "sdnq_int8", "sdnq_uint4",
-                        "sdnq_float8_e4m3fn", "autoround_int4", "autoround_int2"})
+                        "sdnq_float8_e4m3fn", "autoround_int4", "autoround_int2", "bfl_fp8r", "bfl_nvfp4",
+                        "modelopt_fp8", "modelopt_fp8_pc", "modelopt_int8", "modelopt_int4_awq", "modelopt_nvfp4"})
     EXPECT_NE(ops::find_linear_q_kernel(DeviceKind::cuda, s), nullptr) << s;
   for (const char* s : {"torchao_int8dq", "torchao_float8dq", "bnb_int8", "nunchaku_svdq_w4a4_int4"})
     EXPECT_EQ(ops::find_linear_q_kernel(DeviceKind::cuda, s), nullptr) << s << ": no CUDA kernel yet (issue 37)";
@@ -195,5 +200,42 @@ TEST(LinearQOnCuda, AutoRoundMatchesTheCpu) {
     auto make = [&] { return std::make_shared<quant::autoround::AutoRoundWeight>(l, qweight.clone(), qzeros.clone(), scales.clone(), Tensor(), Shape{N, K}); };
     const Tensor x = random_values({4, K}, dt, 62), b = random_values({N}, dt, 63);
     EXPECT_LE(rel_err(linear_on_gpu(make(), x, b), make()->linear(x, b)), tolerance(dt));
+  }
+}
+
+TEST(LinearQOnCuda, ScaledLayoutsMatchTheCpu) {
+  DIFFQ_REQUIRE_GPU();
+  const int64_t N = 64, K = 256;
+  std::mt19937 rng(71);
+  auto codes = [&](const Shape& shape, DType dt, uint8_t mask) {  // finite codes (no float8 NaN)
+    Tensor t = Tensor::empty(shape, dt);
+    auto* p = static_cast<uint8_t*>(t.data_ptr());
+    for (size_t i = 0; i < t.nbytes(); ++i) p[i] = uint8_t(rng()) & mask;
+    return t;
+  };
+  for (DType dt : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    // Each weight made twice from the same tensors (one stays on the CPU).
+    std::vector<std::function<std::shared_ptr<quant::ScaledWeight>()>> makers;
+    const Tensor fq = codes({N, K}, DType::f8_e4m3fn, 0x77), fs = random_values({N}, DType::f32, 72, 0.01f, 0.1f);
+    makers.push_back([=] { return std::make_shared<quant::Fp8ScaledWeight>(fq.clone(), fs.clone(), "bfl_fp8r", "w"); });
+    const Tensor np = codes({N, K / 2}, DType::u8, 0xff), nb = codes({N, K / 16}, DType::f8_e4m3fn, 0x3f),
+                 n2 = random_values({1}, DType::f32, 73);
+    makers.push_back([=] { return std::make_shared<quant::Nvfp4Weight>(np.clone(), nb.clone(), n2.clone(), "modelopt_nvfp4", "w"); });
+    const Tensor ap = codes({N / 2, K}, DType::u8, 0xff), as = random_values({N, K / 64}, DType::bf16, 74, 0.01f, 0.1f),
+                 pq = random_values({K}, DType::f32, 75, 0.5f, 2.0f);
+    makers.push_back([=] {
+      auto w = std::make_shared<quant::Int4AwqWeight>(ap.clone(), as.clone(), "modelopt_int4_awq", "w");
+      w->set_pre_quant_scale(pq.clone(), "pre_quant_scale");
+      return w;
+    });
+    const Tensor iq = codes({N, K}, DType::i8, 0xff), is = random_values({N}, DType::f32, 76, 0.001f, 0.01f);
+    makers.push_back([=] { return std::make_shared<quant::Int8ChannelWeight>(iq.clone(), is.clone(), "modelopt_int8", "w"); });
+    const Tensor x = random_values({5, K}, dt, 77), b = random_values({N}, dt, 78);
+    for (const auto& make : makers) {
+      const auto on_cpu = make();
+      SCOPED_TRACE(on_cpu->scheme());
+      EXPECT_LE(rel_err(linear_on_gpu(make(), x, b), on_cpu->linear(x, b)), tolerance(dt));
+    }
   }
 }

@@ -1,4 +1,4 @@
-// One weight of a packed quantized weight (GGUF blocks, bitsandbytes 4-bit, torchao int4, quanto), element by element, as the CUDA dequantization kernels compute it
+// One weight of a packed quantized weight (GGUF blocks, bitsandbytes 4-bit, torchao int4, quanto, SDNQ, AutoRound, the BFL / ModelOpt scaled layouts), element by element, as the CUDA dequantization kernels compute it
 // (one thread per element: coalesced writes of the dequantized weight). Callable from the host too:
 // tests/cuda/test_cuda_block_values.cpp checks every element of every block type against the scalar
 // reference dequantizers (src/quant) on a machine without a GPU. Each value is formed by the reference's
@@ -306,6 +306,45 @@ DIFFQ_HOST_DEVICE float autoround_value(const AutoRoundParams& p, const uint32_t
   const int32_t z = int32_t((qzeros[g * (p.N / per) + n / per] >> ((n % per) * p.bits)) & mask) +
                     (p.zero_minus_one ? 1 : 0);
   return round_to(compute, mul(round_to(compute, load_value(scales, p.scale_dtype, g * p.N + n)), float(q - z)));
+}
+
+// ---- BFL / ModelOpt "codes times scales" layouts (src/quant/bfl/scaled_weight.h) ---------------------
+
+enum ScaledKind : int { kScaledFp8 = 0, kScaledNvfp4 = 1, kScaledInt4Awq = 2, kScaledInt8Channel = 3 };
+
+struct ScaledParams {
+  int kind = kScaledFp8;
+  int64_t K = 0;
+  bool per_row = false;         // fp8: one scale per row (else one for the tensor)
+  int64_t group = 0;            // int4 AWQ: columns per scale
+  DType scale_dtype = DType::f32;  // int4 AWQ's weight_scale dtype (the others are f32 / float8)
+  float global_scale = 1.0f;    // nvfp4: weight_scale_2
+};
+
+DIFFQ_HOST_DEVICE float e2m1_value(int code) {
+  constexpr float kv[16] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f,
+                            -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+  return kv[code & 0x0f];
+}
+
+// W[n, c] in float32 as the scheme's dequant_rows_f32 forms it. q: the codes; scale: the (block) scales;
+// f8: the float8_e4m3fn table (fp8 codes, nvfp4 block scales).
+DIFFQ_HOST_DEVICE float scaled_value(const ScaledParams& p, const uint8_t* q, const void* scale, const float* f8,
+                                     int64_t n, int64_t c) {
+  switch (p.kind) {
+    case kScaledFp8: return mul(f8[q[n * p.K + c]], static_cast<const float*>(scale)[p.per_row ? n : 0]);
+    case kScaledNvfp4: {  // two E2M1 codes per byte (even element low), a float8 scale per 16 along K
+      const float s = mul(f8[static_cast<const uint8_t*>(scale)[n * (p.K / 16) + c / 16]], p.global_scale);
+      const uint8_t b = q[n * (p.K / 2) + c / 2];
+      return mul(e2m1_value((c & 1) ? (b >> 4) : (b & 0x0f)), s);
+    }
+    case kScaledInt4Awq: {  // two rows per byte (row 2i low nibble), signed
+      int v = (q[(n / 2) * p.K + c] >> ((n & 1) ? 4 : 0)) & 0x0f;
+      if (v >= 8) v -= 16;
+      return mul(float(v), load_value(scale, p.scale_dtype, n * (p.K / p.group) + c / p.group));
+    }
+    default: return mul(float(int8_t(q[n * p.K + c])), static_cast<const float*>(scale)[n]);  // int8 channel
+  }
 }
 
 }  // namespace diffq::backend::cuda::blockq

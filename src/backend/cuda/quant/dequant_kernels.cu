@@ -96,7 +96,24 @@ __global__ void autoround_kernel(blockq::AutoRoundParams p, const uint32_t* qwei
   }
 }
 
+__global__ void scaled_kernel(blockq::ScaledParams p, const uint8_t* q, const void* scale, Float8Table f8, int64_t N,
+                              DType rdt, void* out, DType odt) {
+  const int64_t K = p.K, n_all = N * K;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n_all; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t n = i / K;
+    store_f32(out, odt, i, round_via(rdt, blockq::scaled_value(p, q, scale, f8.v, n, i - n * K)));
+  }
+}
+
 }  // namespace
+
+void dequant_scaled(const blockq::ScaledParams& p, const uint8_t* q, const void* scale, const Float8Table& f8,
+                    int64_t N, DType round_dtype, void* out, DType out_dtype, int device) {
+  const int64_t n = N * p.K;
+  if (n == 0) return;
+  scaled_kernel<<<grid_for(n, kThreads), kThreads>>>(p, q, scale, f8, N, round_dtype, out, out_dtype);
+  check_cuda(cudaGetLastError(), "linear_q: dequant_scaled launch", device);
+}
 
 void dequant_sdnq(const blockq::SdnqParams& p, const uint8_t* w, const void* scale, const void* zero,
                   const Float8Table& f8, int64_t N, DType round_dtype, void* out, DType out_dtype, int device) {

@@ -57,4 +57,9 @@ void dequant_sdnq(const blockq::SdnqParams& p, const uint8_t* w, const void* sca
 void dequant_autoround(const blockq::AutoRoundParams& p, const uint32_t* qweight, const uint32_t* qzeros,
                        const void* scales, const void* g_idx, DType compute, void* out, DType out_dtype, int device);
 
+// A BFL / ModelOpt scaled weight [N, K] (blockq::scaled_value, f32) rounded through `round_dtype`, stored as
+// out_dtype.
+void dequant_scaled(const blockq::ScaledParams& p, const uint8_t* q, const void* scale, const Float8Table& f8,
+                    int64_t N, DType round_dtype, void* out, DType out_dtype, int device);
+
 }  // namespace diffq::backend::cuda

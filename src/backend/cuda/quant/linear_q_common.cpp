@@ -30,6 +30,7 @@ void register_linear_q_kernels() {
   register_linear_q_quanto_kernels();
   register_linear_q_sdnq_kernels();
   register_linear_q_autoround_kernels();
+  register_linear_q_scaled_kernels();
 }
 
 }  // namespace diffq::backend::cuda
