@@ -50,7 +50,7 @@ case "${1:-}" in
     # reference cycle or a use after free hides) and the pipelines placed on the fake device.
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
       ctest --test-dir build-asan --output-on-failure -j "$jobs" \
-        -R '^(Serve(Api|Jobs|Lora|Cli|Utf8|Redis)|Redis(Url|JobSpec)|PipelinePlacement|Pipelines/PlacementVariants|LinearQOp)\.'
+        -R '^(Serve(Api|Jobs|Lora|Cli|Utf8|Redis)|Redis(Url|JobSpec|Routing|WorkerBeat)|PipelinePlacement|Pipelines/PlacementVariants|LinearQOp|Modes/DeviceOffloadSchedule)\.'
 
     for f in build-asan/bin/fuzz_*; do
       name=$(basename "$f" | sed 's/^fuzz_//')

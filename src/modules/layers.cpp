@@ -31,6 +31,10 @@ LayerNorm::LayerNorm(int64_t dim, double e, bool elementwise_affine, bool b)
 }
 
 Tensor LayerNorm::forward(const Tensor& x) {
+  if (fp32) {
+    auto wide = [](const Tensor& t) { return t.defined() ? t.to(DType::f32) : t; };
+    return ops::layer_norm(x.to(DType::f32), wide(opt(weight, affine)), wide(opt(bias, has_bias)), eps).to(x.dtype());
+  }
   return ops::layer_norm(x, opt(weight, affine), opt(bias, has_bias), eps);
 }
 

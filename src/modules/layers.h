@@ -33,6 +33,7 @@ class LayerNorm : public Module {
   Tensor forward(const Tensor& x);
   double eps;
   bool affine, has_bias;
+  bool fp32 = false;  // Diffusers' FP32LayerNorm: x, weight and bias widened to float32, the result in x's dtype
   Parameter weight, bias;
 };
 

@@ -35,6 +35,17 @@ struct FakeOpRecord {
   size_t out_bytes = 0;
 };
 
+// The device-interface calls offloading makes, in order (the copy schedule): pinned host allocations,
+// fences recorded on the compute stream, uploads on the transfer stream (each waiting on a fence, or none),
+// and the ops between them. Fence ids count from 1; an upload's `wait` is 0 when it waits on nothing.
+struct FakeScheduleEvent {
+  enum Kind { pinned_alloc, fence, upload, op } kind;
+  int64_t fence_id = 0;   // fence: its id; upload: the fence it waits on (0: none)
+  const void* ptr = nullptr;  // upload: the device buffer written; pinned_alloc: the host block
+  size_t nbytes = 0;
+  std::vector<const void*> reads;  // op: where its device inputs start
+};
+
 class FakeDevice final : public backend::DeviceInterface {
  public:
   FakeDevice() {
@@ -65,10 +76,20 @@ class FakeDevice final : public backend::DeviceInterface {
   int device_count(std::string*) const override { return 1; }
   Allocator& allocator(int) override { return alloc_; }
   void synchronize(int) override {}
-  void* alloc_pinned(size_t nbytes, int) override { return std::aligned_alloc(64, (nbytes + 63) / 64 * 64); }
+  void* alloc_pinned(size_t nbytes, int) override {
+    void* p = std::aligned_alloc(64, (nbytes + 63) / 64 * 64);
+    log({FakeScheduleEvent::pinned_alloc, 0, p, nbytes, {}});
+    return p;
+  }
   void free_pinned(void* p) override { std::free(p); }
-  std::shared_ptr<void> record_fence(int) override { return std::make_shared<int>(0); }
-  void upload_on_side_stream(int, void* dst, const void* src, size_t n, const std::shared_ptr<void>&) override {
+  std::shared_ptr<void> record_fence(int) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto id = std::make_shared<int64_t>(++fences_);
+    schedule_.push_back({FakeScheduleEvent::fence, *id, nullptr, 0, {}});
+    return id;
+  }
+  void upload_on_side_stream(int, void* dst, const void* src, size_t n, const std::shared_ptr<void>& wait) override {
+    log({FakeScheduleEvent::upload, wait ? *static_cast<const int64_t*>(wait.get()) : 0, dst, n, {}});
     std::memcpy(dst, src, n);
   }
 
@@ -80,6 +101,11 @@ class FakeDevice final : public backend::DeviceInterface {
   void clear_records() {
     std::lock_guard<std::mutex> lock(mu_);
     records_.clear();
+    schedule_.clear();
+  }
+  std::vector<FakeScheduleEvent> schedule() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return schedule_;
   }
   int64_t live_bytes() const { return alloc_.stats().current_bytes; }
 
@@ -127,6 +153,10 @@ class FakeDevice final : public backend::DeviceInterface {
     {
       std::lock_guard<std::mutex> lock(self->mu_);
       self->records_.push_back(r);
+      FakeScheduleEvent e{FakeScheduleEvent::op, 0, nullptr, out.nbytes(), {}};
+      for (const Tensor& t : c.inputs)
+        if (t.defined() && t.device().is_cuda()) e.reads.push_back(t.data_ptr());
+      self->schedule_.push_back(std::move(e));
     }
     if (kind == ops::OpKind::to_device) {  // host <-> "device": both are host bytes, any view
       self->cpu_[size_t(ops::OpKind::copy)](ops::OpCall{ops::OpKind::copy, {host.inputs[0]}, {}}, host_out);
@@ -148,6 +178,12 @@ class FakeDevice final : public backend::DeviceInterface {
   std::vector<std::pair<std::string, ops::KernelFn>> saved_linear_q_;
   mutable std::mutex mu_;
   std::vector<FakeOpRecord> records_;
+  std::vector<FakeScheduleEvent> schedule_;
+  int64_t fences_ = 0;
+  void log(const FakeScheduleEvent& e) {
+    std::lock_guard<std::mutex> lock(mu_);
+    schedule_.push_back(e);
+  }
 };
 
 }  // namespace diffq::testing

@@ -151,14 +151,13 @@ T5Attention::T5Attention(const T5Config& c, bool has_bias)
   if (has_bias) register_module("relative_attention_bias", relative_attention_bias);
 }
 
-Tensor T5Attention::compute_bias(int64_t Sq, int64_t Sk) {
+Tensor T5Attention::compute_bias(int64_t Sq, int64_t Sk, Device d) {
   check(has_relative_attention_bias, "t5", "compute_bias on an attention without relative_attention_bias");
   Tensor buckets = Tensor::empty({Sq, Sk}, DType::i64);  // bucket of (key position - query position)
   int64_t* p = buckets.data<int64_t>();
   for (int64_t i = 0; i < Sq; ++i)
     for (int64_t j = 0; j < Sk; ++j)
       p[i * Sk + j] = relative_position_bucket(j - i, /*bidirectional=*/true, num_buckets, max_distance);
-  const Device d = relative_attention_bias.weight.dense().device();
   const Tensor values = relative_attention_bias(buckets.to(d));  // [Sq, Sk, H]
   return values.permute({2, 0, 1}).unsqueeze(0).contiguous();    // [1, H, Sq, Sk]
 }
@@ -236,8 +235,8 @@ T5Stack::T5Stack(const T5Config& c)
   register_module("final_layer_norm", final_layer_norm);
 }
 
-Tensor T5Stack::position_bias(size_t i, int64_t S) {
-  return block[umt5 ? i : 0].layer.self_attention.SelfAttention.compute_bias(S, S);  // [1, H, S, S]
+Tensor T5Stack::position_bias(size_t i, int64_t S, Device d) {
+  return block[umt5 ? i : 0].layer.self_attention.SelfAttention.compute_bias(S, S, d);  // [1, H, S, S]
 }
 
 T5EncoderModel::T5EncoderModel(const T5Config& c)
@@ -267,7 +266,7 @@ Tensor T5EncoderModel::forward(const Tensor& input_ids, const Tensor& attention_
   // The relative-position bias plus the padding mask, for block i: T5 computes it once from block 0 and
   // reuses it; UMT5 computes it in every block from that block's own table.
   auto block_bias = [&](size_t i) {
-    Tensor bias = encoder.position_bias(i, S);  // [1, H, S, S]
+    Tensor bias = encoder.position_bias(i, S, x.device());  // [1, H, S, S]
     if (!pad.defined()) return bias;
     return ops::add(bias.to(DType::f32), pad.to(bias.device()));  // [B, H, S, S]
   };

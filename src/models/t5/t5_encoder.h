@@ -75,8 +75,10 @@ class T5Attention : public Module {
     return call([&] { return forward(x, position_bias); });
   }
   Tensor forward(const Tensor& x, const Tensor& position_bias);
-  // [1, H, Sq, Sk] in relative_attention_bias's dtype (bidirectional buckets: an encoder).
-  Tensor compute_bias(int64_t query_length, int64_t key_length);
+  // [1, H, Sq, Sk] in relative_attention_bias's dtype (bidirectional buckets: an encoder), computed on `d`:
+  // the device the hidden states are on, which is where the table is when the layer runs (with leaf-level
+  // group offloading the table is onloaded by the embedding's own hook, after the buckets are made).
+  Tensor compute_bias(int64_t query_length, int64_t key_length, Device d);
 
   int64_t n_heads, d_kv, num_buckets, max_distance;
   bool has_relative_attention_bias;
@@ -132,7 +134,7 @@ class T5Stack : public Module {
  public:
   explicit T5Stack(const T5Config& c);
   // Block i's position bias [1, H, S, S]: its own table under UMT5, block 0's under T5.
-  Tensor position_bias(size_t i, int64_t S);
+  Tensor position_bias(size_t i, int64_t S, Device d);
   bool umt5;
   ModuleList<T5Block> block;
   T5LayerNorm final_layer_norm;

@@ -115,6 +115,7 @@ WanTransformerBlock::WanTransformerBlock(int64_t dim, int64_t ffn_dim, int64_t h
   register_module("attn2", attn2);
   if (cross_attn_norm) {
     norm2 = std::make_unique<LayerNorm>(dim, eps);
+    norm2->fp32 = true;
     register_module("norm2", *norm2);
   }
   register_module("ffn", ffn);
@@ -143,9 +144,7 @@ Tensor WanTransformerBlock::forward(const Tensor& x, const Tensor& text, const T
 
   // 2. cross-attention to the text (no RoPE, no gate); norm2 = FP32LayerNorm with affine or Identity
   Tensor h2 = y;
-  if (norm2) {
-    h2 = ops::layer_norm(y.to(f32), norm2->weight.dense().to(f32), norm2->bias.dense().to(f32), eps).to(dt);
-  }
+  if (norm2) h2 = (*norm2)(y);  // called as a module, so its hooks (leaf-level group offloading) run
   y = ops::add(y, attn2(h2, text, Tensor(), Tensor()));                                  // [B, N, D]
 
   // 3. feed-forward; gated residual in float32
