@@ -31,10 +31,11 @@
 #                    crash or hang, and, where nvidia-smi sees a GPU, on a test skipped for "no CUDA device present"
 #   parity           `diffq generate --device cuda` against `--device cpu` (same binary, same command) on
 #                    tests/fixtures/tiny-flux (PNG + --output-latents; also with the transformer quantized
-#                    --quant int8wo: linear_q on CUDA) and tiny-wan (--output-type latent: no video writer in
+#                    --quant int8wo, nf4 and q4_0: linear_q on CUDA) and tiny-wan (--output-type latent: no video writer in
 #                    the device build), float32 and bfloat16; tools/peers/compare_outputs.py:
 #                    max |gpu - cpu| / max |cpu| of the latents <= 1e-3 (float32), 5e-2 (bfloat16)
 #   diffq_flux_step  diffq bench -m builtin:flux-dev-shape --device cuda --combos bf16 --size 1024x1024: a step
+#   diffq_flux_quant the same step with the transformer quantized at load: bf16+nf4, bf16+int8wo (linear_q)
 #   diffq_vae        FLUX.1's VAE (random bf16 weights) decoding 1024x1024: diffq bench on the folder of
 #                    tools/peers/make_vae_bench_folder.py (tiny transformer and encoders, 1 step)
 #   diffq_wan_step   diffq bench -m builtin:wan-1.3b-shape --device cuda, 832x480, 81 frames: a CFG step
@@ -51,7 +52,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root" || exit 2
 dry=0 assume_gpu=0 pack="" prebuilt="" build="$root/build" wheels="$root/.whl" int4_wheels="$root/.whl-int4"
 out="${OUT:-$root/out/device-check}" budget=470 parts=""
-all_parts="gpu_tests,parity,diffq_flux_step,diffq_vae,diffq_wan_step,profile_flux,profile_wan,peer,diffq_flux_28,torchao_int4"
+all_parts="gpu_tests,parity,diffq_flux_step,diffq_flux_quant,diffq_vae,diffq_wan_step,profile_flux,profile_wan,peer,diffq_flux_28,torchao_int4"
 limit_mb=60
 usage() { sed -n '2,45p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
@@ -279,8 +280,8 @@ parity_dir="$work/parity"
 gen() {  # model dtype device -> $parity_dir/<model>-<dtype>-<device>.*
   local m=$1 dt=$2 dev=$3 base="$parity_dir/$1-$2-$3"
   local common=(-p "a red fox in the snow" --steps 4 --seed 7 --dtype "$dt" --device "$dev" --width 64 --height 64 --json)
-  # flux_int8wo: the transformer quantized with torchao's int8 weight-only (linear_q's CUDA kernel)
-  local quant=(); [[ $m == flux_int8wo ]] && quant=(--quant int8wo --quantize transformer)
+  # flux_<scheme>: the transformer quantized with that --quant scheme (its linear_q CUDA kernel)
+  local quant=(); [[ $m == flux_* ]] && quant=(--quant "${m#flux_}" --quantize transformer)
   if [[ $m == flux* ]]; then
     dq "$bindir/diffq" generate -m "$root/tests/fixtures/tiny-flux" "${common[@]}" "${quant[@]}" -o "$base.png" \
       --output-latents "$base.safetensors" > "$base.json" 2> "$base.err"
@@ -301,7 +302,7 @@ else
     timeout --kill-after=5 "$l" bash -c "$(declare -f gen dq); $(declare -p parity_dir root bindir dq_ld); gen $1 $2 $3"
   }
   prepare_site
-  for m in flux flux_int8wo wan; do
+  for m in flux flux_int8wo flux_nf4 flux_q4_0 wan; do
     for dt in float32 bfloat16; do
       prun "$m" "$dt" cpu; r=$?
       if ((r != 0)); then
@@ -354,9 +355,10 @@ bench_part() {  # name cap json-file-stem bench-args...
   local m=""
   if [[ $st == ok ]]; then
     # (no backslashes inside f-string braces: the device's python3 may be older than 3.12)
-    m=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))[0]
-print("step median %.1f ms, latency median %.3f s, load %.1f s, peak device %.1f GiB" % (r["step_s"]["median"] * 1e3,
-      r["latency_s"]["median"], r["load_s"], (r.get("peak_device_bytes") or 0) / 2**30))' \
+    m=$(python3 -c 'import json,sys; rs=json.load(open(sys.argv[1]))
+print("; ".join(("%s: " % r["combo"] if len(rs) > 1 else "") + "step median %.1f ms, latency median %.3f s, load %.1f s, "
+      "peak device %.1f GiB" % (r["step_s"]["median"] * 1e3, r["latency_s"]["median"], r["load_s"],
+      (r.get("peak_device_bytes") or 0) / 2**30) for r in rs))' \
       "$work/$name.json" 2>&1) || st=failed
   elif u=$(unavailable_in "$work/$name.log"); then st=unavailable m="$u"
   elif [[ $st == timeout ]]; then m="no result within ${secs}s; log: $(tail -n 1 "$work/$name.log" | cut -c1-200)"
@@ -365,6 +367,9 @@ print("step median %.1f ms, latency median %.3f s, load %.1f s, peak device %.1f
   record "$name" "$st" "$secs" "$m"
 }
 bench_part diffq_flux_step 150 -m builtin:flux-dev-shape --combos bf16 --size 1024x1024 --steps 2 --repeat 1 --warmup 1
+# The quantized linears on the GPU (issue 37): nf4 and int8 weight-only transformers, quantized at load.
+bench_part diffq_flux_quant 150 -m builtin:flux-dev-shape --combos "bf16+nf4; bf16+int8wo" --size 1024x1024 --steps 2 \
+  --repeat 1 --warmup 1
 if want diffq_vae && ((gpu)) && ((bins_ok)); then
   prepare_site
   vae_dir=/tmp/diffq-vae-bench-folder  # 170 MB: outside $work, which goes back in parts.tar.gz
