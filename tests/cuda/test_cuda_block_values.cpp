@@ -12,11 +12,13 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
 
 #include "backend/cuda/quant/block_values.cuh"
+#include "backend/cuda/quant/dynamic_act.cuh"
 #include "quant/autoround/autoround_weight.h"
 #include "quant/bfl/fp8_scaled_weight.h"
 #include "quant/bfl/nvfp4_weight.h"
@@ -27,7 +29,9 @@
 #include "quant/quanto/quanto.h"
 #include "quant/sdnq/sdnq_dtypes.h"
 #include "quant/sdnq/sdnq_weight.h"
+#include "quant/torchao/affine_int8_weight.h"
 #include "quant/torchao/int4_weight.h"
+#include "quant/torchao/torchao.h"
 
 using namespace diffq;
 namespace blockq = diffq::backend::cuda::blockq;
@@ -318,4 +322,54 @@ TEST(CudaBlockValues, ScaledLayoutsDecodeAsTheReference) {
       }
   }
   EXPECT_EQ(cases.size(), 7u);
+}
+
+// torchao int8dq on CUDA, value by value (dynamic_act.cuh), assembled here on the host: per-token (or per-tensor)
+// scales and codes of x, the exact int32 dot products, the epilogue; equal bit for bit to the CPU's linear.
+TEST(CudaBlockValues, Int8DynamicLinearAsTheCpu) {
+  namespace tao = quant::torchao;
+  for (const char* g : {"PerRow", "PerTensor"})
+    for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+      SCOPED_TRACE(std::string(g) + " " + std::string(dtype_name(dt)));
+      std::mt19937 rng(29);
+      std::normal_distribution<float> nd(0.0f, 1.0f);
+      const int64_t M = 5, N = 24, K = 96;
+      std::vector<float> wv(static_cast<size_t>(N * K)), xv(static_cast<size_t>(M * K)), bv(static_cast<size_t>(N));
+      for (float& v : wv) v = nd(rng);
+      for (float& v : xv) v = 3.0f * nd(rng);
+      for (float& v : bv) v = nd(rng);
+      const nlohmann::json gran = {{"_type", g}, {"_version", 2}, {"_data", nlohmann::json::object()}};
+      const auto cfg = tao::Config::from_json({{"_type", "Int8DynamicActivationInt8WeightConfig"},
+                                               {"_version", 2},
+                                               {"_data", {{"granularity", {gran, gran}}}}});
+      const auto w = std::dynamic_pointer_cast<tao::AffineInt8Weight>(tao::quantize(Tensor::from_vector(wv, {N, K}, dt), cfg));
+      ASSERT_TRUE(w && w->act_granularity().has_value()) << "not an int8dq weight";
+      const bool per_tensor = w->act_granularity()->type == tao::Granularity::PerTensor;
+      const Tensor x = Tensor::from_vector(xv, {M, K}, dt), b = Tensor::from_vector(bv, {N}, dt);
+      const Tensor want = w->linear(x, b).to(DType::f32);
+      const std::vector<float> xr = x.to_f32_vector(), br = b.to_f32_vector();
+      // scales
+      std::vector<float> xs(size_t(per_tensor ? 1 : M));
+      float tmn = INFINITY, tmx = -INFINITY;
+      for (int64_t r = 0; r < M; ++r) {
+        float mn = INFINITY, mx = -INFINITY;
+        for (int64_t c = 0; c < K; ++c)
+          mn = blockq::std_min(mn, xr[size_t(r * K + c)]), mx = blockq::std_max(mx, xr[size_t(r * K + c)]);
+        if (!per_tensor) xs[size_t(r)] = blockq::int8_symmetric_scale(mn, mx, dt);
+        tmn = blockq::std_min(tmn, mn), tmx = blockq::std_max(tmx, mx);
+      }
+      if (per_tensor) xs[0] = blockq::int8_symmetric_scale(tmn, tmx, dt);
+      const auto* qw = w->qdata().data<int8_t>();
+      const Tensor ws = w->scale().contiguous();
+      for (int64_t r = 0; r < M; ++r)
+        for (int64_t n = 0; n < N; ++n) {
+          const float sx = xs[per_tensor ? 0 : size_t(r)];
+          int32_t acc = 0;
+          for (int64_t c = 0; c < K; ++c)
+            acc += int32_t(blockq::int8_code(xr[size_t(r * K + c)], blockq::div(1.0f, sx))) * int32_t(qw[n * K + c]);
+          const float v = round_through(dt, blockq::int8dq_output(acc, sx, blockq::load_value(ws.data_ptr(), ws.dtype(), n / w->block_rows()),
+                                                                  true, br[size_t(n)], dt));
+          ASSERT_EQ(bits(v), bits(want.data<float>()[r * N + n])) << r << "," << n;
+        }
+    }
 }

@@ -7,7 +7,7 @@
 // expanded to the common batch shape (a copy) and run as one strided-batched GEMM.
 // The column-major layouts given to cuBLASLt come from gemm_plan.h (checked on the CPU by a test); the
 // built plans (descriptor, layouts, algorithm) are cached per shape (GemmKey), so the heuristic runs once
-// per shape, not per call.
+// per shape, not per call. gemm_s8s8_s32 is the integer GEMM (IMMA) of the dynamically quantized linears.
 #include <cublasLt.h>
 
 #include <array>
@@ -97,8 +97,12 @@ PlanCache<GemmKey, LtPlan, GemmKeyHash>& gemm_plans() {
 std::shared_ptr<LtPlan> build_plan(const char* ctx, const GemmKey& key, LtDevice& dev) {
   const int idx = key.device;
   auto plan = std::make_shared<LtPlan>();
-  const cudaDataType_t t = lt_type(DType(key.dtype));
-  check_lt(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), ctx, "cublasLtMatmulDescCreate", idx);
+  // int8 x int8 -> int32 (IMMA, "TN": the weight transposed, K a multiple of 4) keys as DType::i8.
+  const bool imma = DType(key.dtype) == DType::i8;
+  const cudaDataType_t t = imma ? CUDA_R_8I : lt_type(DType(key.dtype)), td = imma ? CUDA_R_32I : t;
+  check_lt(imma ? cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32I, CUDA_R_32I)
+                : cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+           ctx, "cublasLtMatmulDescCreate", idx);
   const GemmPlan p = plan_gemm(key.m, key.n, key.k, key.w_nk, key.w_batched, key.batch);
   const cublasOperation_t ta = p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
   cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
@@ -113,7 +117,7 @@ std::shared_ptr<LtPlan> build_plan(const char* ctx, const GemmKey& key, LtDevice
   const int32_t nb = int32_t(key.batch);
   plan->la = std::make_unique<Layout>(t, p.a.rows, p.a.cols, p.a.ld, key.w_batched ? nb : 1, p.a.batch_stride, ctx, idx);
   plan->lb = std::make_unique<Layout>(t, p.b.rows, p.b.cols, p.b.ld, nb, p.b.batch_stride, ctx, idx);
-  plan->ld = std::make_unique<Layout>(t, p.d.rows, p.d.cols, p.d.ld, nb, p.d.batch_stride, ctx, idx);
+  plan->ld = std::make_unique<Layout>(td, p.d.rows, p.d.cols, p.d.ld, nb, p.d.batch_stride, ctx, idx);
   cublasLtMatmulPreference_t pref = nullptr;
   check_lt(cublasLtMatmulPreferenceCreate(&pref), ctx, "cublasLtMatmulPreferenceCreate", idx);
   struct PrefOwner {
@@ -152,12 +156,15 @@ void gemm(const char* ctx, int idx, DType dt, const void* x, const void* w, bool
                     uint32_t(address_alignment(d))};
   const std::shared_ptr<LtPlan> plan = gemm_plans().get_or_build(key, [&] { return build_plan(ctx, key, dev); });
   const float alpha = 1.0f, beta = 0.0f;
+  const int32_t ialpha = 1, ibeta = 0;
+  const bool imma = dt == DType::i8;
   std::lock_guard<std::mutex> lock(plan->mu);
   if (bias)
     check_lt(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
              ctx, "set bias pointer", idx);
-  check_lt(cublasLtMatmul(dev.handle, plan->desc, &alpha, w, plan->la->h, x, plan->lb->h, &beta, d, plan->ld->h, d,
-                          plan->ld->h, &plan->algo, dev.workspace, kWorkspaceBytes, nullptr),
+  check_lt(cublasLtMatmul(dev.handle, plan->desc, imma ? static_cast<const void*>(&ialpha) : &alpha, w, plan->la->h, x,
+                          plan->lb->h, imma ? static_cast<const void*>(&ibeta) : &beta, d, plan->ld->h, d, plan->ld->h,
+                          &plan->algo, dev.workspace, kWorkspaceBytes, nullptr),
            ctx, "cublasLtMatmul", idx);
 }
 
@@ -235,6 +242,11 @@ void matmul(const OpCall& c, Tensor& out) {
 }
 
 }  // namespace
+
+void gemm_s8s8_s32(int idx, const int8_t* x, const int8_t* w, int32_t* d, int64_t M, int64_t N, int64_t K) {
+  check(K % 4 == 0, "linear_q", "cuda: the int8 GEMM needs K a multiple of 4, got ", K);
+  gemm("linear_q", idx, DType::i8, x, w, /*w_nk=*/true, false, nullptr, d, M, N, K, 1);
+}
 
 // A view that starts off a 16-byte boundary (a slice) is copied too, so every operand is 16-byte aligned.
 Tensor packed_operand(const Tensor& t, DType dt) {

@@ -18,6 +18,8 @@ Allocator& device_allocator(int index);
 // `t` itself when it already is, else an eager cast and/or copy (ops::execute: never recorded by a trace).
 // cuBLASLt's GEMMs and cuDNN's convolutions take their operands through it (gemm.cpp).
 Tensor packed_operand(const Tensor& t, DType dt);
+// C[M, N] (int32, row-major) = X[M, K] (int8) x W^T, W stored [N, K] int8: cuBLASLt's IMMA GEMM (gemm.cpp).
+void gemm_s8s8_s32(int idx, const int8_t* x, const int8_t* w, int32_t* d, int64_t M, int64_t N, int64_t K);
 
 // sdpa through f32 GEMMs and a softmax in chunks of query rows (sdpa_gemm.cpp): head dims above 256 and
 // large float32 calls; no mask.

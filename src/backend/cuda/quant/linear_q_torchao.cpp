@@ -5,7 +5,9 @@
 // (torch's int8 x int8 GEMM is slower than bf16 on the H200, ../shared/peers/h200-diffq.md; IMMA against
 // this path is the measurement issue 37 asks for.)
 #include "backend/cuda/quant/dequant_kernels.h"
+#include "backend/cuda/quant/dynamic_act.h"
 #include "backend/cuda/quant/linear_q_common.h"
+#include "backend/cuda/runtime.h"
 #include "quant/torchao/affine_int8_weight.h"
 #include "quant/torchao/float8_weight.h"
 #include "quant/torchao/int4_weight.h"
@@ -46,6 +48,8 @@ void torchao_float8wo(const OpCall& c, Tensor& out) {
 // Int4WeightOnlyConfig: q * scale + zero in f32 per element (the CPU's tile plan: the f32 values feed the
 // GEMM unrounded; here they are held in x's dtype).
 void torchao_int4wo(const OpCall& c, Tensor& out) {
+  // IntxWeightOnlyConfig(int4) holds one code per int8 (AffineInt8Weight) under the same scheme name.
+  if (dynamic_cast<const AffineInt8Weight*>(c.attrs.packed)) return torchao_int8wo(c, out);
   const auto& w = linear_q_weight<Int4Weight>(c, "torchao_int4wo", [](const Int4Weight&) { return false; });
   const auto parts = w.tensor_data();  // qdata, scale, zero_point
   const Tensor q = parts.at(0).second.contiguous(), scale = parts.at(1).second.contiguous(),
@@ -60,9 +64,56 @@ void torchao_int4wo(const OpCall& c, Tensor& out) {
   });
 }
 
+// Int8DynamicActivationInt8WeightConfig: the activations quantized per token (or per tensor) on the device,
+// cuBLASLt's int8 x int8 -> int32 GEMM (IMMA), then torchao's epilogue: round(x dtype, c * x_scale) * w_scale
+// + bias, in x's dtype (the CPU's int8_dynamic_linear, value for value).
+void torchao_int8dq(const OpCall& c, Tensor& out) {
+  const auto& w = linear_q_weight<AffineInt8Weight>(c, "torchao_int8dq",
+                                                    [](const AffineInt8Weight& a) { return !a.act_granularity().has_value(); });
+  const Tensor& x = c.inputs[0];
+  const Tensor bias = c.inputs.size() > 1 ? c.inputs[1] : Tensor();
+  const int64_t N = w.shape()[0], K = w.shape()[1], M = K ? x.numel() / K : 0;
+  check(x.dtype() == DType::f32 || x.dtype() == DType::bf16 || x.dtype() == DType::f16, "linear_q",
+        "cuda: torchao_int8dq input ", x.str(), " is not float32, bfloat16 or float16");
+  check(w.block_cols() == K, "linear_q", "cuda: torchao_int8dq needs a per-row or per-tensor weight scale, got block [",
+        w.block_rows(), ", ", w.block_cols(), "]");
+  for (int64_t j = 0; j < N; j += w.block_rows())
+    check(w.zero_at(j, 0) == 0, "linear_q", "cuda: torchao_int8dq weight row ", j, " has zero_point ", w.zero_at(j, 0),
+          " (the dynamic int8 linear needs a symmetric weight)");
+  const Tensor qw = w.qdata().contiguous(), ws = w.scale().contiguous(), xc = x.contiguous();
+  for (const Tensor* t : {&qw, &ws})
+    check(t->device() == x.device(), "linear_q", "cuda: the torchao_int8dq weight is on ", t->device().str(), ", x on ",
+          x.device().str());
+  check(ws.dtype() == DType::f32 || ws.dtype() == DType::bf16 || ws.dtype() == DType::f16, "linear_q",
+        "cuda: torchao_int8dq weight scale of ", ws.str());
+  const bool per_tensor = w.act_granularity()->type == quant::torchao::Granularity::PerTensor;
+  const Device d = x.device();
+  Shape out_shape = x.shape();
+  out_shape.back() = N;
+  out = Tensor::empty(out_shape, x.dtype(), d);
+  if (M == 0 || N == 0) return;
+  const Tensor q = Tensor::empty({M, K}, DType::i8, d), xs = Tensor::empty({per_tensor ? 1 : M}, DType::f32, d);
+  const Tensor minmax = per_tensor ? Tensor::empty({2 * M}, DType::f32, d) : Tensor();
+  const Tensor acc = Tensor::empty({M, N}, DType::i32, d);
+  const Tensor b = bias.defined() ? bias.contiguous() : Tensor();
+  DeviceGuard guard(d.index);
+  int8_quantize_activations(xc.data_ptr(), xc.dtype(), M, K, per_tensor, x.dtype(), static_cast<int8_t*>(q.data_ptr()),
+                            static_cast<float*>(xs.data_ptr()),
+                            per_tensor ? static_cast<float*>(minmax.data_ptr()) : nullptr, d.index);
+  gemm_s8s8_s32(d.index, static_cast<const int8_t*>(q.data_ptr()), static_cast<const int8_t*>(qw.data_ptr()),
+                static_cast<int32_t*>(acc.data_ptr()), M, N, K);
+  int8dq_epilogue(static_cast<const int32_t*>(acc.data_ptr()), static_cast<const float*>(xs.data_ptr()), per_tensor,
+                  ws.data_ptr(), ws.dtype(), w.block_rows(), b.defined() ? b.data_ptr() : nullptr,
+                  b.defined() ? b.dtype() : DType::f32, M, N, out.data_ptr(), out.dtype(), d.index);
+}
+
 }  // namespace
 
 void register_linear_q_torchao_kernels() {
+  ops::register_linear_q_kernel(DeviceKind::cuda, "torchao_int8dq", torchao_int8dq);
+  for (const char* s : {"torchao_int1wo", "torchao_int2wo", "torchao_int3wo", "torchao_int5wo", "torchao_int6wo",
+                        "torchao_int7wo"})  // IntxWeightOnlyConfig: codes one per int8, as int8wo
+    ops::register_linear_q_kernel(DeviceKind::cuda, s, torchao_int8wo);
   ops::register_linear_q_kernel(DeviceKind::cuda, "torchao_int4wo", torchao_int4wo);
   ops::register_linear_q_kernel(DeviceKind::cuda, "torchao_int8wo", torchao_int8wo);
   ops::register_linear_q_kernel(DeviceKind::cuda, "torchao_float8wo", torchao_float8wo);

@@ -1,0 +1,90 @@
+#include "backend/cuda/quant/dynamic_act.h"
+
+#include "backend/cuda/convert.cuh"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/quant/dynamic_act.cuh"
+#include "backend/cuda/runtime.h"
+
+namespace diffq::backend::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+// One block per row: its min and max (NaN ignored, as std::min / std::max leave them), then its scale
+// (per row), or the row's min / max kept for the per-tensor pass.
+__global__ void row_min_max_kernel(const void* x, DType xdt, int64_t K, bool per_tensor, DType cd, float* scale,
+                                   float* mins, float* maxs) {
+  __shared__ float smin[kThreads], smax[kThreads];
+  const int64_t r = blockIdx.x;
+  float a = INFINITY, b = -INFINITY;
+  for (int64_t c = threadIdx.x; c < K; c += blockDim.x) {
+    const float v = load_f32(x, xdt, r * K + c);
+    a = blockq::std_min(a, v), b = blockq::std_max(b, v);
+  }
+  smin[threadIdx.x] = a, smax[threadIdx.x] = b;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s /= 2) {
+    if (int(threadIdx.x) < s) {
+      smin[threadIdx.x] = blockq::std_min(smin[threadIdx.x], smin[threadIdx.x + s]);
+      smax[threadIdx.x] = blockq::std_max(smax[threadIdx.x], smax[threadIdx.x + s]);
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x != 0) return;
+  if (per_tensor) {
+    mins[r] = smin[0], maxs[r] = smax[0];
+  } else {
+    scale[r] = blockq::int8_symmetric_scale(smin[0], smax[0], cd);
+  }
+}
+
+// Per tensor: the rows' minima and maxima (in row order, as the CPU combines them) to the one scale.
+__global__ void tensor_scale_kernel(const float* mins, const float* maxs, int64_t M, DType cd, float* scale) {
+  float a = INFINITY, b = -INFINITY;
+  for (int64_t r = 0; r < M; ++r) a = blockq::std_min(a, mins[r]), b = blockq::std_max(b, maxs[r]);
+  scale[0] = blockq::int8_symmetric_scale(a, b, cd);
+}
+
+__global__ void quantize_kernel(const void* x, DType xdt, int64_t M, int64_t K, bool per_tensor, const float* scale,
+                                int8_t* q) {
+  const int64_t n_all = M * K;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n_all; i += int64_t(gridDim.x) * blockDim.x) {
+    const float recip = blockq::div(1.0f, scale[per_tensor ? 0 : i / K]);
+    q[i] = blockq::int8_code(load_f32(x, xdt, i), recip);
+  }
+}
+
+__global__ void epilogue_kernel(const int32_t* c, const float* x_scale, bool per_tensor, const void* w_scale,
+                                DType wsdt, int64_t bn, const void* bias, DType bdt, int64_t M, int64_t N, void* y,
+                                DType out) {
+  const int64_t n_all = M * N;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n_all; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / N, n = i - r * N;
+    const float v = blockq::int8dq_output(c[i], x_scale[per_tensor ? 0 : r], blockq::load_value(w_scale, wsdt, n / bn),
+                                          bias != nullptr, bias ? blockq::load_value(bias, bdt, n) : 0.0f, out);
+    store_f32(y, out, i, v);
+  }
+}
+
+}  // namespace
+
+void int8_quantize_activations(const void* x, DType xdt, int64_t M, int64_t K, bool per_tensor, DType cd, int8_t* q,
+                               float* scale, float* minmax, int device) {
+  if (M == 0) return;
+  row_min_max_kernel<<<unsigned(M), kThreads>>>(x, xdt, K, per_tensor, cd, scale, minmax, per_tensor ? minmax + M : nullptr);
+  if (per_tensor) tensor_scale_kernel<<<1, 1>>>(minmax, minmax + M, M, cd, scale);
+  quantize_kernel<<<grid_for(M * K, kThreads), kThreads>>>(x, xdt, M, K, per_tensor, scale, q);
+  check_cuda(cudaGetLastError(), "linear_q: int8 activation quantization launch", device);
+}
+
+void int8dq_epilogue(const int32_t* c, const float* x_scale, bool per_tensor, const void* w_scale, DType wsdt,
+                     int64_t w_block_rows, const void* bias, DType bdt, int64_t M, int64_t N, void* y, DType out,
+                     int device) {
+  if (M * N == 0) return;
+  epilogue_kernel<<<grid_for(M * N, kThreads), kThreads>>>(c, x_scale, per_tensor, w_scale, wsdt, w_block_rows, bias,
+                                                          bdt, M, N, y, out);
+  check_cuda(cudaGetLastError(), "linear_q: int8dq epilogue launch", device);
+}
+
+}  // namespace diffq::backend::cuda

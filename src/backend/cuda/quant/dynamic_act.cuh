@@ -1,0 +1,53 @@
+// The activation side of torchao's dynamically quantized int8 linear (Int8DynamicActivationInt8WeightConfig),
+// value by value as the CPU computes it (src/quant/torchao/int8_dynamic_linear.cpp, backend/cpu's int8
+// activation quantizer and epilogue): the symmetric scale of a row (or the tensor), the code of one value,
+// and the output of one int32 dot product. Callable from the host: tests/cuda/test_cuda_block_values.cpp
+// checks them against the CPU's functions.
+#pragma once
+
+#include <cfloat>
+#include <cmath>
+
+#include "backend/cuda/quant/block_values.cuh"
+
+namespace diffq::backend::cuda::blockq {
+
+// std::min / std::max exactly (a NaN in the second place loses).
+DIFFQ_HOST_DEVICE float std_min(float a, float b) { return b < a ? b : a; }
+DIFFQ_HOST_DEVICE float std_max(float a, float b) { return a < b ? b : a; }
+
+DIFFQ_HOST_DEVICE float div(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+
+// choose_qparams(mn, mx, Symmetric, -128, 127, FLT_EPSILON, cd).scale.
+DIFFQ_HOST_DEVICE float int8_symmetric_scale(float mn, float mx, DType cd) {
+  const float min_neg = std_min(mn, 0.0f), max_pos = std_max(mx, 0.0f);
+  const float m = std_max(-min_neg, max_pos);
+  return round_to(cd, std_max(round_to(cd, div(m, 127.5f)), FLT_EPSILON));
+}
+
+// clamp(round_half_even(x * recip), -128, 127), NaN -> 0 (recip = 1 / scale in f32).
+DIFFQ_HOST_DEVICE int8_t int8_code(float x, float recip) {
+#ifdef __CUDA_ARCH__
+  float v = rintf(mul(x, recip));
+#else
+  float v = std::nearbyint(mul(x, recip));
+#endif
+  v = std_min(std_max(v, -128.0f), 127.0f);
+  return v != v ? int8_t(0) : int8_t(v);
+}
+
+// One output of the int8 GEMM's epilogue: round(out, c * x_scale) * w_scale (+ bias), in f32 (the caller
+// rounds it to `out` when storing).
+DIFFQ_HOST_DEVICE float int8dq_output(int32_t c, float x_scale, float w_scale, bool has_bias, float bias, DType out) {
+  float v = mul(round_to(out, mul(float(c), x_scale)), w_scale);
+  if (has_bias) v = add(v, bias);
+  return v;
+}
+
+}  // namespace diffq::backend::cuda::blockq
