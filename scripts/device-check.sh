@@ -31,7 +31,7 @@
 #                    crash or hang, and, where nvidia-smi sees a GPU, on a test skipped for "no CUDA device present"
 #   parity           `diffq generate --device cuda` against `--device cpu` (same binary, same command) on
 #                    tests/fixtures/tiny-flux (PNG + --output-latents; also with the transformer quantized
-#                    --quant int8wo, int8dq, nf4 and q4_0: linear_q on CUDA) and tiny-wan (--output-type latent: no video writer in
+#                    --quant int8wo, int8dq, fp8dq, nf4, q4_0: linear_q on CUDA) and tiny-wan (--output-type latent: no video writer in
 #                    the device build), float32 and bfloat16; tools/peers/compare_outputs.py:
 #                    max |gpu - cpu| / max |cpu| of the latents <= 1e-3 (float32), 5e-2 (bfloat16)
 #   diffq_flux_step  diffq bench -m builtin:flux-dev-shape --device cuda --combos bf16 --size 1024x1024: a step
@@ -302,7 +302,7 @@ else
     timeout --kill-after=5 "$l" bash -c "$(declare -f gen dq); $(declare -p parity_dir root bindir dq_ld); gen $1 $2 $3"
   }
   prepare_site
-  for m in flux flux_int8wo flux_int8dq flux_nf4 flux_q4_0 wan; do
+  for m in flux flux_int8wo flux_int8dq flux_fp8dq flux_nf4 flux_q4_0 wan; do
     for dt in float32 bfloat16; do
       prun "$m" "$dt" cpu; r=$?
       if ((r != 0)); then

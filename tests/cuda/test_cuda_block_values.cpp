@@ -30,6 +30,7 @@
 #include "quant/sdnq/sdnq_dtypes.h"
 #include "quant/sdnq/sdnq_weight.h"
 #include "quant/torchao/affine_int8_weight.h"
+#include "quant/torchao/float8_weight.h"
 #include "quant/torchao/int4_weight.h"
 #include "quant/torchao/torchao.h"
 
@@ -370,6 +371,44 @@ TEST(CudaBlockValues, Int8DynamicLinearAsTheCpu) {
           const float v = round_through(dt, blockq::int8dq_output(acc, sx, blockq::load_value(ws.data_ptr(), ws.dtype(), n / w->block_rows()),
                                                                   true, br[size_t(n)], dt));
           ASSERT_EQ(bits(v), bits(want.data<float>()[r * N + n])) << r << "," << n;
+        }
+    }
+}
+
+TEST(CudaBlockValues, Float8ActivationsAsTheCpu) {
+  // The f32 -> e4m3fn conversion on a sweep of bit patterns (every sign, exponent, NaN and inf region).
+  for (uint64_t u = 0; u < (uint64_t(1) << 32); u += 65537) {
+    float f;
+    const uint32_t b = uint32_t(u);
+    std::memcpy(&f, &b, 4);
+    ASSERT_EQ(blockq::f32_to_e4m3fn(f), f32_to_f8_e4m3fn(f)) << std::hex << b;
+  }
+  float f8[256];
+  for (int i = 0; i < 256; ++i) f8[i] = f8_e4m3fn_to_f32(uint8_t(i));
+  namespace tao = quant::torchao;
+  for (bool per_tensor : {false, true})
+    for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+      SCOPED_TRACE(std::string(per_tensor ? "per tensor " : "per row ") + std::string(dtype_name(dt)));
+      std::mt19937 rng(31);
+      std::normal_distribution<float> nd(0.0f, 40.0f);
+      const int64_t M = 6, K = 80;
+      std::vector<float> xv(static_cast<size_t>(M * K));
+      for (float& v : xv) v = nd(rng);
+      const std::vector<float> xr = Tensor::from_vector(xv, {M, K}, dt).to_f32_vector();  // values of dtype dt
+      tao::Float8ActQuant a;
+      a.granularity.type = per_tensor ? tao::Granularity::PerTensor : tao::Granularity::PerRow;
+      std::vector<float> want(xr.size());
+      tao::float8_quant_dequant_activations(xr.data(), M, K, dt, a, want.data());
+      std::vector<float> amax(size_t(M), 0.0f);
+      float all = 0.0f;
+      for (int64_t r = 0; r < M; ++r) {
+        for (int64_t c = 0; c < K; ++c) amax[size_t(r)] = blockq::amax_combine(amax[size_t(r)], std::fabs(xr[size_t(r * K + c)]));
+        all = blockq::amax_combine(all, amax[size_t(r)]);
+      }
+      for (int64_t r = 0; r < M; ++r)
+        for (int64_t c = 0; c < K; ++c) {
+          const float s = blockq::e4m3_scale(per_tensor ? all : amax[size_t(r)], dt);
+          ASSERT_EQ(bits(blockq::e4m3_fake_quant(xr[size_t(r * K + c)], s, f8)), bits(want[size_t(r * K + c)])) << r << "," << c;
         }
     }
 }

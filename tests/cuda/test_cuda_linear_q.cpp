@@ -51,9 +51,9 @@ TEST(LinearQOnCuda, KernelsRegisteredPerScheme) {  // needs no GPU
                         "sdnq_float8_e4m3fn", "autoround_int4", "autoround_int2", "bfl_fp8r", "bfl_nvfp4",
                         "modelopt_fp8", "modelopt_fp8_pc", "modelopt_int8", "modelopt_int4_awq", "modelopt_nvfp4"})
     EXPECT_NE(ops::find_linear_q_kernel(DeviceKind::cuda, s), nullptr) << s;
-  for (const char* s : {"torchao_int8dq", "torchao_int2wo", "torchao_int7wo"})
+  for (const char* s : {"torchao_int8dq", "torchao_float8dq", "torchao_int2wo", "torchao_int7wo"})
     EXPECT_NE(ops::find_linear_q_kernel(DeviceKind::cuda, s), nullptr) << s;
-  for (const char* s : {"torchao_float8dq", "bnb_int8", "nunchaku_svdq_w4a4_int4", "nunchaku_awq_w4a16_int4"})
+  for (const char* s : {"bnb_int8", "nunchaku_svdq_w4a4_int4", "nunchaku_awq_w4a16_int4"})
     EXPECT_EQ(ops::find_linear_q_kernel(DeviceKind::cuda, s), nullptr) << s << ": no CUDA kernel yet (issue 37)";
 }
 
@@ -256,5 +256,21 @@ TEST(LinearQOnCuda, TorchaoInt8DynamicMatchesTheCpu) {  // cuBLASLt's IMMA int8 
       ASSERT_EQ(on_gpu->scheme(), "torchao_int8dq");
       // Integer products are exact on both sides: the only differences are the final roundings.
       EXPECT_LE(rel_err(linear_on_gpu(on_gpu, x, b), on_cpu->linear(x, b)), dt == DType::f32 ? 1e-6 : 1e-2);
+    }
+}
+
+TEST(LinearQOnCuda, TorchaoFloat8DynamicMatchesTheCpu) {
+  DIFFQ_REQUIRE_GPU();
+  for (const char* g : {"PerRow", "PerTensor"})
+    for (DType dt : {DType::f32, DType::bf16}) {
+      SCOPED_TRACE(std::string(g) + " " + std::string(dtype_name(dt)));
+      const nlohmann::json gran = {{"_type", g}, {"_version", 2}, {"_data", nlohmann::json::object()}};
+      const auto cfg = tao::Config::from_json({{"_type", "Float8DynamicActivationFloat8WeightConfig"},
+                                               {"_version", 2},
+                                               {"_data", {{"granularity", {gran, gran}}}}});
+      const Tensor w = random_values({80, 192}, dt, 91), x = random_values({6, 192}, dt, 92), b = random_values({80}, dt, 93);
+      const auto on_cpu = tao::quantize(w, cfg), on_gpu = tao::quantize(w, cfg);
+      ASSERT_EQ(on_gpu->scheme(), "torchao_float8dq");
+      EXPECT_LE(rel_err(linear_on_gpu(on_gpu, x, b), on_cpu->linear(x, b)), tolerance(dt));
     }
 }

@@ -36,6 +36,7 @@ class Float8Weight final : public TorchaoWeight {
   int64_t block_rows() const { return bn_; }
   int64_t block_cols() const { return bk_; }
   bool dynamic_activation() const { return act_.has_value(); }
+  const std::optional<Float8ActQuant>& act_quant() const { return act_; }
 
  private:
   Tensor qdata_, scale_;

@@ -67,7 +67,49 @@ __global__ void epilogue_kernel(const int32_t* c, const float* x_scale, bool per
   }
 }
 
+// One block per row: the row's absmax (NaN wins), then its e4m3 scale, or the absmax kept for the tensor.
+__global__ void row_amax_kernel(const void* x, DType xdt, int64_t K, bool per_tensor, DType hp, float* scale,
+                                float* amax) {
+  __shared__ float sm[kThreads];
+  const int64_t r = blockIdx.x;
+  float m = 0.0f;
+  for (int64_t c = threadIdx.x; c < K; c += blockDim.x) m = blockq::amax_combine(m, fabsf(load_f32(x, xdt, r * K + c)));
+  sm[threadIdx.x] = m;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s /= 2) {
+    if (int(threadIdx.x) < s) sm[threadIdx.x] = blockq::amax_combine(sm[threadIdx.x], sm[threadIdx.x + s]);
+    __syncthreads();
+  }
+  if (threadIdx.x != 0) return;
+  if (per_tensor)
+    amax[r] = sm[0];
+  else
+    scale[r] = blockq::e4m3_scale(sm[0], hp);
+}
+
+__global__ void tensor_amax_scale_kernel(const float* amax, int64_t M, DType hp, float* scale) {
+  float m = 0.0f;
+  for (int64_t r = 0; r < M; ++r) m = blockq::amax_combine(m, amax[r]);
+  scale[0] = blockq::e4m3_scale(m, hp);
+}
+
+__global__ void fp8_fake_quant_kernel(const void* x, DType xdt, int64_t M, int64_t K, bool per_tensor, const float* scale,
+                                      Float8Table f8, float* out) {
+  const int64_t n_all = M * K;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n_all; i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = blockq::e4m3_fake_quant(load_f32(x, xdt, i), scale[per_tensor ? 0 : i / K], f8.v);
+}
+
 }  // namespace
+
+void fp8_fake_quantize_activations(const void* x, DType xdt, int64_t M, int64_t K, bool per_tensor, DType hp,
+                                   const Float8Table& f8, float* scale, float* amax, float* out, int device) {
+  if (M == 0) return;
+  row_amax_kernel<<<unsigned(M), kThreads>>>(x, xdt, K, per_tensor, hp, scale, amax);
+  if (per_tensor) tensor_amax_scale_kernel<<<1, 1>>>(amax, M, hp, scale);
+  fp8_fake_quant_kernel<<<grid_for(M * K, kThreads), kThreads>>>(x, xdt, M, K, per_tensor, scale, f8, out);
+  check_cuda(cudaGetLastError(), "linear_q: float8 activation quantization launch", device);
+}
 
 void int8_quantize_activations(const void* x, DType xdt, int64_t M, int64_t K, bool per_tensor, DType cd, int8_t* q,
                                float* scale, float* minmax, int device) {

@@ -1,7 +1,8 @@
-// The activation side of torchao's dynamically quantized int8 linear (Int8DynamicActivationInt8WeightConfig),
-// value by value as the CPU computes it (src/quant/torchao/int8_dynamic_linear.cpp, backend/cpu's int8
+// The activation side of torchao's dynamically quantized linears, value by value as the CPU computes them:
+// int8 (Int8DynamicActivationInt8WeightConfig; src/quant/torchao/int8_dynamic_linear.cpp, backend/cpu's int8
 // activation quantizer and epilogue): the symmetric scale of a row (or the tensor), the code of one value,
-// and the output of one int32 dot product. Callable from the host: tests/cuda/test_cuda_block_values.cpp
+// the output of one int32 dot product; float8 (Float8DynamicActivationFloat8WeightConfig, e4m3fn;
+// float8_weight.cpp): the scale of a row's absmax and one value quantized and dequantized. Callable from the host: tests/cuda/test_cuda_block_values.cpp
 // checks them against the CPU's functions.
 #pragma once
 
@@ -48,6 +49,51 @@ DIFFQ_HOST_DEVICE float int8dq_output(int32_t c, float x_scale, float w_scale, b
   float v = mul(round_to(out, mul(float(c), x_scale)), w_scale);
   if (has_bias) v = add(v, bias);
   return v;
+}
+
+// f32 -> float8_e4m3fn code exactly as the host's f32_to_f8_e4m3fn (src/core/dtype.cpp).
+DIFFQ_HOST_DEVICE uint8_t f32_to_e4m3fn(float f) {
+#ifdef __CUDA_ARCH__
+  uint32_t bits = __float_as_uint(f);
+#else
+  uint32_t bits = f32_bits(f);
+#endif
+  const uint32_t sign = bits & 0x80000000u;
+  bits ^= sign;
+  uint8_t result;
+  if (bits > 0x7f800000u) {
+    result = 0x7f;
+  } else if (bits >= 0x43e80000u) {  // 464.0
+    result = 0x7e;
+  } else if (bits < (121u << 23)) {
+    const uint32_t denorm_mask = 141u << 23;
+    const float sum = add(from_bits(bits), from_bits(denorm_mask));
+#ifdef __CUDA_ARCH__
+    bits = __float_as_uint(sum);
+#else
+    bits = f32_bits(sum);
+#endif
+    result = uint8_t(bits - denorm_mask);
+  } else {
+    const uint32_t mant_odd = (bits >> 20) & 1u;
+    bits += (uint32_t(7 - 127) << 23) + 0x7FFFFu;
+    bits += mant_odd;
+    result = uint8_t(bits >> 20);
+  }
+  return uint8_t(result | (sign >> 24));
+}
+
+// max(|a|, |b|) with a NaN winning (amax_abs stops at the first NaN).
+DIFFQ_HOST_DEVICE float amax_combine(float a, float b) { return a != a ? a : b != b ? b : std_max(a, b); }
+
+// float8_scale(amax, 448, hp): amax / 448 rounded through the activation dtype.
+DIFFQ_HOST_DEVICE float e4m3_scale(float amax, DType hp) { return round_to(hp, div(amax, 448.0f)); }
+
+// x quantized to float8_e4m3fn with `scale` (x / scale clamped to +-448, NaN kept) and dequantized: f8[code] * scale.
+DIFFQ_HOST_DEVICE float e4m3_fake_quant(float x, float scale, const float* f8) {
+  float v = div(x, scale);
+  if (v == v) v = std_min(std_max(v, -448.0f), 448.0f);
+  return mul(f8[f32_to_e4m3fn(v)], scale);
 }
 
 }  // namespace diffq::backend::cuda::blockq

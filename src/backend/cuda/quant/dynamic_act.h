@@ -1,10 +1,11 @@
-// Kernels of the dynamically quantized int8 linear on CUDA (torchao int8dq): activations to int8 codes with
-// per-row (or per-tensor) symmetric scales, and the epilogue of the int32 GEMM (dynamic_act.cu; the value
+// Kernels of the dynamically quantized linears on CUDA (torchao int8dq, fp8dq): activations to int8 codes with
+// per-row (or per-tensor) symmetric scales and the epilogue of the int32 GEMM; activations through float8 (dynamic_act.cu; the value
 // math in dynamic_act.cuh). Host-callable launchers on plain pointers, on the current device.
 #pragma once
 
 #include <cstdint>
 
+#include "backend/cuda/quant/dequant_kernels.h"  // Float8Table
 #include "diffq/dtype.h"
 
 namespace diffq::backend::cuda {
@@ -20,5 +21,11 @@ void int8_quantize_activations(const void* x, DType xdt, int64_t M, int64_t K, b
 void int8dq_epilogue(const int32_t* c, const float* x_scale, bool per_tensor, const void* w_scale, DType wsdt,
                      int64_t w_block_rows, const void* bias, DType bdt, int64_t M, int64_t N, void* y, DType out,
                      int device);
+
+// x [M, K] -> out [M, K] f32: each value quantized to float8_e4m3fn with its row's (or the tensor's) scale
+// (absmax / 448 rounded through hp, the activation dtype) and dequantized, as torchao's fp8dq prepares the
+// activations of _scaled_mm. scale: [M] or [1]; amax: M floats of scratch (per_tensor only; may be null).
+void fp8_fake_quantize_activations(const void* x, DType xdt, int64_t M, int64_t K, bool per_tensor, DType hp,
+                                   const Float8Table& f8, float* scale, float* amax, float* out, int device);
 
 }  // namespace diffq::backend::cuda

@@ -107,10 +107,53 @@ void torchao_int8dq(const OpCall& c, Tensor& out) {
                   b.defined() ? b.dtype() : DType::f32, M, N, out.data_ptr(), out.dtype(), d.index);
 }
 
+// Float8DynamicActivationFloat8WeightConfig (e4m3fn activations): the CPU's computation of _scaled_mm,
+// value for value up to the GEMM's summation order: x quantized per row (or tensor) to float8 and back on the
+// device, W's float8 codes times their scales in f32, an f32 GEMM with the bias, one rounding to x's dtype.
+// (cuBLASLt's fp8 GEMM with scale pointers is the fast path to come; it changes only the summation.)
+void torchao_float8dq(const OpCall& c, Tensor& out) {
+  const auto& w = linear_q_weight<Float8Weight>(c, "torchao_float8dq",
+                                                [](const Float8Weight& a) { return !a.dynamic_activation(); });
+  const quant::torchao::Float8ActQuant& act = *w.act_quant();
+  check(act.float8 == DType::f8_e4m3fn, "linear_q", "cuda: torchao_float8dq with ", dtype_name(act.float8),
+        " activations has no CUDA kernel (float8_e4m3fn has)");
+  const Tensor& x = c.inputs[0];
+  check(x.dtype() == DType::f32 || x.dtype() == DType::bf16 || x.dtype() == DType::f16, "linear_q",
+        "cuda: torchao_float8dq input ", x.str(), " is not float32, bfloat16 or float16");
+  const Tensor q = w.qdata().contiguous(), scale = w.scale().contiguous(), xc = x.contiguous();
+  check(scale.dtype() == DType::f32, "linear_q", "cuda: the torchao_float8dq scale is ", scale.str(), ", not float32");
+  const int64_t K = w.shape()[1], M = K ? x.numel() / K : 0;
+  const bool per_tensor = act.granularity.type == quant::torchao::Granularity::PerTensor;
+  const Device d = x.device();
+  Float8Table e4m3, wt;
+  for (int i = 0; i < 256; ++i) {
+    e4m3.v[i] = f8_e4m3fn_to_f32(uint8_t(i));
+    wt.v[i] = q.dtype() == DType::f8_e5m2 ? f8_e5m2_to_f32(uint8_t(i)) : e4m3.v[i];
+  }
+  const Tensor xq = Tensor::empty(x.shape(), DType::f32, d), xs = Tensor::empty({per_tensor ? 1 : std::max<int64_t>(M, 1)}, DType::f32, d);
+  const Tensor amax = per_tensor ? Tensor::empty({std::max<int64_t>(M, 1)}, DType::f32, d) : Tensor();
+  {
+    DeviceGuard guard(d.index);
+    fp8_fake_quantize_activations(xc.data_ptr(), xc.dtype(), M, K, per_tensor, x.dtype(), e4m3,
+                                  static_cast<float*>(xs.data_ptr()),
+                                  per_tensor ? static_cast<float*>(amax.data_ptr()) : nullptr,
+                                  static_cast<float*>(xq.data_ptr()), d.index);
+  }
+  const Tensor y = dequantize_then_linear(c, "torchao_float8dq", {&q, &scale}, xq, c.inputs.size() > 1 ? c.inputs[1] : Tensor(),
+                                          [&](Tensor& wd) {
+                                            dequant_float8(static_cast<const uint8_t*>(q.data_ptr()), wt,
+                                                           static_cast<const float*>(scale.data_ptr()), wd.size(0),
+                                                           wd.size(1), w.block_rows(), w.block_cols(), DType::f32,
+                                                           wd.data_ptr(), wd.dtype(), wd.device().index);
+                                          });
+  out = y.dtype() == x.dtype() ? y : y.to(x.dtype());
+}
+
 }  // namespace
 
 void register_linear_q_torchao_kernels() {
   ops::register_linear_q_kernel(DeviceKind::cuda, "torchao_int8dq", torchao_int8dq);
+  ops::register_linear_q_kernel(DeviceKind::cuda, "torchao_float8dq", torchao_float8dq);
   for (const char* s : {"torchao_int1wo", "torchao_int2wo", "torchao_int3wo", "torchao_int5wo", "torchao_int6wo",
                         "torchao_int7wo"})  // IntxWeightOnlyConfig: codes one per int8, as int8wo
     ops::register_linear_q_kernel(DeviceKind::cuda, s, torchao_int8wo);
