@@ -8,7 +8,9 @@ nlohmann::json compile_report(const DiffusionPipeline::CompileReport& r) {
   if (!r.compiled) return nullptr;
   nlohmann::json j = {{"graphs", r.graphs}, {"cache_hits", r.cache_hits}, {"eager_fallbacks", r.eager_fallbacks},
                       {"compile_s", r.compile_s}, {"opaque_nodes", r.opaque_nodes},
-                      {"quantized_gemm_nodes", r.quantized_gemm_nodes}, {"autotune", nullptr}};
+                      {"quantized_gemm_nodes", r.quantized_gemm_nodes}, {"autotune", nullptr},
+                      {"declined", nullptr}};
+  if (!r.declined_passes.empty()) j["declined"] = {{"passes", r.declined_passes}, {"why", r.declined_why}};
   if (r.autotune)
     j["autotune"] = {{"nodes", r.autotune_nodes},           {"tuned", r.autotune_tuned},
                      {"candidates", r.autotune_candidates}, {"cache_hits", r.autotune_cache_hits},
@@ -25,6 +27,11 @@ std::string compile_report_line(const nlohmann::json& r) {
   std::string s = buf;
   if (const int64_t q = r.at("quantized_gemm_nodes").get<int64_t>(); q > 0) s += "; " + std::to_string(q) + " quantized GEMM node(s)";
   if (const int64_t o = r.at("opaque_nodes").get<int64_t>(); o > 0) s += "; " + std::to_string(o) + " opaque call(s)";
+  if (const auto& d = r.at("declined"); !d.is_null()) {
+    std::string passes;
+    for (const auto& p : d.at("passes")) passes += (passes.empty() ? "" : ",") + p.get<std::string>();
+    s += "; declined " + passes + " (" + d.at("why").get<std::string>() + ")";
+  }
   if (const auto& a = r.at("autotune"); !a.is_null()) {
     std::snprintf(buf, sizeof buf,
                   "; autotune: %lld nodes, %lld timed (%lld candidates), %lld from the cache, %lld not default, "

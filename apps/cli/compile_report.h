@@ -11,7 +11,8 @@ namespace diffq::cli {
 
 // {"graphs", "cache_hits", "eager_fallbacks", "compile_s", "opaque_nodes", "quantized_gemm_nodes",
 // "autotune": {"nodes", "tuned", "candidates", "cache_hits", "non_default", "seconds", "cache_file"}
-// (null without --autotune)}; null when not compiled.
+// (null without --autotune), "declined": {"passes", "why"} (null unless passes declined on the device:
+// one without a compile backend)}; null when not compiled.
 nlohmann::json compile_report(const DiffusionPipeline::CompileReport& r);
 // One line for stderr ("compile: 2 graphs in 0.12 s; autotune: ...").
 std::string compile_report_line(const nlohmann::json& report);

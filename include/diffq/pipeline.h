@@ -134,6 +134,11 @@ class DiffusionPipeline {
             autotune_non_default = 0;
     double autotune_s = 0;
     std::string autotune_cache_file;
+    // The passes that declined on the pipeline's device ("fuse", ..., "plan", "autotune") because compile
+    // has no fused kernels, memory planning or autotuning there, and why (naming the device): its graphs
+    // then run op by op through the device's own kernels. Empty on the cpu.
+    std::vector<std::string> declined_passes;
+    std::string declined_why;
   };
   virtual CompileReport compile_report() const = 0;
   // Each quantized component's backend and scheme, e.g. {"transformer": "bitsandbytes_4bit nf4"}.

@@ -3,6 +3,7 @@
 #include <map>
 #include <unordered_map>
 
+#include "compile/compile_backend.h"
 #include "diffq/error.h"
 #include "modules/layers.h"
 #include "quant/quantized_weight.h"
@@ -18,9 +19,20 @@ struct Opaque {
   bool quantized_linear = false;  // a hook-free Linear whose quantized weight computes its linear in parts
 };
 
+// The graph's device: its inputs', else its dense parameters', else the cpu.
+Device graph_device(Module& root, const std::vector<Tensor>& examples) {
+  for (const Tensor& t : examples)
+    if (t.defined()) return t.device();
+  for (const auto& [name, p] : root.named_parameters())
+    if (p->defined() && !p->is_quantized()) return p->dense().device();
+  return Device::cpu();
+}
+
 class Capturer : public CaptureHook {
  public:
-  Capturer(Module& root, ops::Trace& trace) : root_(root), trace_(trace), previous_(CaptureHook::current()) {
+  // `device`: the compile backend of the graph's device (nullptr when it has none).
+  Capturer(Module& root, ops::Trace& trace, const CompileBackend* device)
+      : root_(root), trace_(trace), device_(device), previous_(CaptureHook::current()) {
     for (const auto& [path, m] : root.named_modules()) paths_[m] = path;
     CaptureHook::set_current(this);
   }
@@ -47,7 +59,8 @@ class Capturer : public CaptureHook {
     ops::Attrs a;
     a.i0 = int64_t(opaques_.size());
     auto* lin = dynamic_cast<Linear*>(&m);
-    const bool qlin = lin && m.hooks().empty() && !lin->adapter && lin->weight.is_quantized() && lin->weight.quantized().has_linear_parts();
+    const bool qlin = lin && m.hooks().empty() && !lin->adapter && lin->weight.is_quantized() && device_ &&
+                      device_->quantized_linear_in_parts(lin->weight.quantized());
     opaques_.push_back({path(m), std::move(run), qlin});
     return trace_.record(ops::OpCall{ops::OpKind::count_, {x}, a}, output_meta(m, x));
   }
@@ -93,6 +106,7 @@ class Capturer : public CaptureHook {
 
   Module& root_;
   ops::Trace& trace_;
+  const CompileBackend* device_;
   CaptureHook* previous_;
   std::unordered_map<const Module*, std::string> paths_;
   std::vector<Opaque> opaques_;
@@ -136,6 +150,7 @@ struct Converter {
 }  // namespace
 
 Graph capture(Module& root, const ForwardFn& fwd, const std::vector<Tensor>& examples) {
+  const Device device = graph_device(root, examples);
   ops::Graph og;
   std::vector<Opaque> opaques;
   std::vector<int64_t> input_ids(examples.size(), -1);
@@ -143,7 +158,7 @@ Graph capture(Module& root, const ForwardFn& fwd, const std::vector<Tensor>& exa
     ops::Trace trace;
     std::vector<Tensor> outs;
     try {
-      Capturer cap(root, trace);
+      Capturer cap(root, trace, find_compile_backend(device.kind));
       std::vector<Tensor> sym(examples.size());
       for (size_t i = 0; i < examples.size(); ++i) {
         if (!examples[i].defined()) continue;
@@ -160,6 +175,7 @@ Graph capture(Module& root, const ForwardFn& fwd, const std::vector<Tensor>& exa
   }
 
   Converter c;
+  c.g.device = device;
   for (size_t i = 0; i < examples.size(); ++i) {
     c.g.input_defined.push_back(examples[i].defined());
     c.g.inputs.push_back(examples[i].defined()

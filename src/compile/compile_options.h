@@ -17,7 +17,7 @@ struct CompileOptions {
   bool fullgraph = false;
   bool dce = true;      // dead-code elimination
   bool cse = true;      // common-subexpression elimination
-  bool fuse = true;     // elementwise fusion (CPU graphs)
+  bool fuse = true;     // elementwise fusion
   bool fuse_norm = true;  // pattern fusion: a LayerNorm/RMSNorm computed inside the fused node reading it
   bool fuse_epilogue = true;  // pattern fusion: a linear run as the GEMM prologue of the elementwise node reading it
   // pattern fusion: a quantized linear (a scheme that dequantizes W into the f32 GEMM) run as such a GEMM

@@ -1,13 +1,12 @@
-// The executor: runs a compiled graph's nodes in order on real buffers (arena views when planned).
+// The executor: runs a compiled graph's nodes in order on real buffers (arena views when planned): op
+// nodes through their device's kernels, fused nodes through the device's compile backend.
 #include "compiled_graph.h"
 
 #include <cstdio>
 #include <cstdlib>
-#include <optional>
+#include <memory>
 #include <string_view>
 
-#include "compile/fused_kernel.h"
-#include "compile/placed_linear.h"
 #include "compile/passes.h"
 #include "diffq/error.h"
 #include "modules/layers.h"
@@ -25,7 +24,7 @@ Tensor view_of(const Tensor& base, const Ref& r) {
 template <class Resolve>
 void copy_into_slices(const Node& n, const Resolve& resolve, Tensor& out) {
   const int64_t rank = out.dim(), dim = n.attrs.i0 < 0 ? n.attrs.i0 + rank : n.attrs.i0;
-  static const ops::KernelFn copy = ops::find_kernel(ops::OpKind::copy, DeviceKind::cpu);
+  const ops::KernelFn copy = ops::find_kernel(ops::OpKind::copy, out.device().kind);
   int64_t at = 0;
   for (size_t k = 0; k < n.inputs.size(); ++k) {
     const Ref& r = n.inputs[k];
@@ -38,21 +37,38 @@ void copy_into_slices(const Node& n, const Resolve& resolve, Tensor& out) {
   }
 }
 
-// The GEMM of a quantized GEMM prologue: the quantized Linear at `path` under the module being run (in
-// regional compilation, the block being run), its scheme's tile linear with its bias.
-QuantizedGemm quantized_gemm(Module* root, const std::string& path) {
+// The Linear of a quantized GEMM prologue: the quantized Linear at `path` under the module being run (in
+// regional compilation, the block being run), with its bias.
+QuantizedLinear quantized_linear(const CompileBackend& backend, Module* root, const std::string& path) {
   check(root != nullptr, "compile", "the quantized GEMM of ", path, " needs the root module");
   auto* lin = dynamic_cast<Linear*>(root->find_module(path));
   check(lin != nullptr, "compile", "module '", path, "' is not a Linear under ", root->type_name());
-  check(lin->weight.is_quantized() && lin->weight.quantized().has_linear_parts() && lin->hooks().empty() &&
-            !lin->adapter,
+  check(lin->weight.is_quantized() && backend.quantized_linear_in_parts(lin->weight.quantized()) &&
+            lin->hooks().empty() && !lin->adapter,
         "compile", "'", path,
         "' was captured as a quantized Linear computed in parts with no hooks and no LoRA, but is not one now "
         "(a LoRA loaded after compile on a layer that had none needs a recompile)");
-  return [lin](const Tensor& x, const backend::cpu::GemmParts& parts) {
-    const Tensor bias = lin->has_bias ? lin->bias.dense() : Tensor();
-    lin->weight.quantized().linear_parts(x, bias, parts);
+  return {&lin->weight.quantized(), lin->has_bias ? lin->bias.dense() : Tensor()};
+}
+
+// On a device without a compile backend: the passes that need one are turned off in `o`; returns those
+// that were on (dce and cse are the device's too: they only remove nodes).
+std::vector<std::string> decline_device_passes(CompileOptions& o) {
+  std::vector<std::string> declined;
+  auto decline = [&](bool& on, const char* name) {
+    if (on) declined.push_back(name);
+    on = false;
   };
+  decline(o.fuse, "fuse");
+  decline(o.fuse_norm, "fuse_norm");
+  decline(o.fuse_epilogue, "fuse_epilogue");
+  decline(o.fuse_dequant, "fuse_dequant");
+  decline(o.fuse_rope, "fuse_rope");
+  decline(o.elide_concat, "elide_concat");
+  decline(o.plan, "plan");
+  decline(o.inplace, "inplace");
+  if (o.mode == CompileMode::max_autotune) declined.push_back("autotune");
+  return declined;
 }
 
 // A concat of graph inputs (Node::alias_inputs) as a view of their buffer: when the resolved inputs are,
@@ -88,8 +104,15 @@ void dump_plan(const Graph& g, const MemoryPlan& p) {
 }
 }  // namespace
 
-CompiledGraph compile_graph(Graph g, const CompileOptions& o) {
+CompiledGraph compile_graph(Graph g, const CompileOptions& options) {
   CompiledGraph c;
+  c.backend = find_compile_backend(g.device.kind);
+  CompileOptions o = options;
+  if (!c.backend) {
+    c.stats.declined = decline_device_passes(o);
+    if (!c.stats.declined.empty())
+      c.stats.declined_why = g.device.str() + " has no compile backend: the graph runs op by op through its kernels";
+  }
   c.stats.captured_nodes = int64_t(g.nodes.size());
   if (o.dce) c.stats.dce_removed = eliminate_dead_code(g);
   if (o.cse) {
@@ -170,6 +193,17 @@ std::vector<Tensor> CompiledGraph::run(const std::vector<Tensor>& inputs, const 
     return Tensor();
   };
 
+  auto resolve_all = [&](const Node& n) {
+    std::vector<Tensor> v;
+    v.reserve(n.inputs.size());
+    for (const Ref& r : n.inputs) v.push_back(resolve(r));
+    return v;
+  };
+  // Node i's kernel tuning (max-autotune), installed on this thread while the guard lives.
+  auto install_tuning = [&](size_t i) -> std::shared_ptr<void> {
+    return i < tuning.size() && !tuning[i].is_default() ? backend->install(tuning[i]) : nullptr;
+  };
+
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
     if (n.kind == Node::Kind::opaque) {
@@ -180,12 +214,14 @@ std::vector<Tensor> CompiledGraph::run(const std::vector<Tensor>& inputs, const 
       check(y.shape() == n.out.shape && y.dtype() == n.out.dtype, "compile", "module '", n.module_path,
             "' returned ", y.str(), " but the graph was captured with ", shape_str(n.out.shape));
       values[i] = y.is_contiguous() && y.offset() == 0 ? y : y.contiguous();
-    } else if (Tensor alias; n.alias_inputs && (alias = alias_of_inputs(n, [&] {
-                                 std::vector<Tensor> v;
-                                 for (const Ref& r : n.inputs) v.push_back(resolve(r));
-                                 return v;
-                               }())).defined()) {
+    } else if (Tensor alias; n.alias_inputs && (alias = alias_of_inputs(n, resolve_all(n))).defined()) {
       values[i] = std::move(alias);
+    } else if (n.kind == Node::Kind::op && (kernels[i] == nullptr || backend == nullptr)) {
+      // to_device (the backend picks the side), or a graph on a device without a compile backend: the
+      // dispatcher runs the device's kernel into a fresh tensor, as eagerly.
+      const ops::OpCall call{n.op, resolve_all(n), n.attrs};
+      if (before_op) before_op(i, call);
+      values[i] = ops::execute(call);
     } else {
       Tensor out;
       if (n.host >= 0) {
@@ -197,30 +233,21 @@ std::vector<Tensor> CompiledGraph::run(const std::vector<Tensor>& inputs, const 
       if (n.elided) {
         copy_into_slices(n, resolve, out);
       } else if (n.kind == Node::Kind::fused) {
-        std::vector<Tensor> leaves;
-        leaves.reserve(n.inputs.size());
-        for (const Ref& r : n.inputs) leaves.push_back(resolve(r));
+        const std::vector<Tensor> leaves = resolve_all(n);
         if (before_op && n.program->gemm) before_op(i, ops::OpCall{n.op, leaves, n.attrs});
-        std::optional<backend::cpu::ScopedTuning> tuned;  // the GEMM prologue's split
-        if (i < tuning.size() && tuning[i] != backend::cpu::Tuning{}) tuned.emplace(tuning[i]);
-        QuantizedGemm qgemm;
-        if (n.program->gemm && !n.program->gemm->module.empty()) qgemm = quantized_gemm(root, n.program->gemm->module);
-        run_fused(*n.program, leaves, out, &qgemm);
+        const std::shared_ptr<void> tuned = install_tuning(i);  // the GEMM prologue's split
+        QuantizedLinear qlinear;
+        if (n.program->gemm && !n.program->gemm->module.empty())
+          qlinear = quantized_linear(*backend, root, n.program->gemm->module);
+        backend->run_fused(*n.program, leaves, out, &qlinear);
       } else if (n.kind == Node::Kind::norm_rope) {
-        std::vector<Tensor> leaves;
-        for (const Ref& r : n.inputs) leaves.push_back(resolve(r));
-        run_norm_rope(*n.norm_rope, leaves, out);
+        backend->run_norm_rope(*n.norm_rope, resolve_all(n), out);
       } else {
-        ops::OpCall call{n.op, {}, n.attrs};
-        call.inputs.reserve(n.inputs.size());
-        for (const Ref& r : n.inputs) call.inputs.push_back(resolve(r));
+        const ops::OpCall call{n.op, resolve_all(n), n.attrs};
         if (before_op) before_op(i, call);
-        std::optional<backend::cpu::ScopedTuning> tuned;
-        if (i < tuning.size() && tuning[i] != backend::cpu::Tuning{}) tuned.emplace(tuning[i]);
-        if (kernels[i] == nullptr) {
-          out = ops::execute(call);  // to_device: the backend picks the side
-        } else if (n.op == ops::OpKind::linear && !out.is_contiguous()) {
-          run_linear_strided(call.inputs, out);  // placed in a concat: the GEMM writes with the slice's ld
+        const std::shared_ptr<void> tuned = install_tuning(i);
+        if (n.op == ops::OpKind::linear && !out.is_contiguous()) {
+          backend->run_linear_strided(call.inputs, out);  // placed in a concat: the GEMM writes with the slice's ld
         } else if (out.numel() > 0) {
           kernels[i](call, out);
         }

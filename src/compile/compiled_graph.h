@@ -2,11 +2,13 @@
 #pragma once
 
 #include <functional>
+#include <string>
 #include <vector>
 
-#include "backend/cpu/tuning.h"
+#include "compile/compile_backend.h"
 #include "compile/compile_options.h"
 #include "compile/graph.h"
+#include "compile/kernel_tuning.h"
 #include "compile/plan_memory.h"
 
 namespace diffq::compile {
@@ -18,6 +20,10 @@ struct PassStats {
   int64_t fused_dequant = 0;  // of fused_epilogues: quantized linears (dequantize inside the GEMM)
   int64_t placed_in_concat = 0;  // producers writing straight into a concat's buffer (elide_concat)
   int64_t final_nodes = 0, fused_nodes = 0, opaque_nodes = 0;
+  // The passes that were on but declined because the graph's device has no compile backend
+  // (compile_backend.h): "fuse", ..., "plan", "autotune"; and why, naming the device. Empty otherwise.
+  std::vector<std::string> declined;
+  std::string declined_why;
 };
 
 struct CompiledGraph {
@@ -25,8 +31,11 @@ struct CompiledGraph {
   MemoryPlan plan;
   PassStats stats;
   std::vector<ops::KernelFn> kernels;  // per op node
+  // The graph device's compile backend: runs the fused nodes and installs the tunings. nullptr: the
+  // device has none, the device-specific passes declined and every op node runs through the dispatcher.
+  const CompileBackend* backend = nullptr;
   // Per node: the kernel tuning installed around it (max-autotune, autotune.h); defaults when empty.
-  std::vector<backend::cpu::Tuning> tuning;
+  std::vector<KernelTuning> tuning;
 
   // Called before each op node's kernel runs, with its call on real inputs (the autotuner times here),
   // and before each fused node with a GEMM prologue, with its leaves as the call's inputs.
@@ -38,7 +47,8 @@ struct CompiledGraph {
                           const OpHook& before_op = nullptr) const;
 };
 
-// Runs the enabled passes (o) over g and plans its memory.
+// Runs the enabled passes (o) over g and plans its memory; on a device without a compile backend only the
+// device-neutral passes (dce, cse) run and the others are recorded as declined.
 CompiledGraph compile_graph(Graph g, const CompileOptions& o);
 
 }  // namespace diffq::compile

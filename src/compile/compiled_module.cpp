@@ -1,5 +1,6 @@
 #include "compile/compiled_module.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <optional>
@@ -86,7 +87,8 @@ std::vector<Tensor> CompiledModule::run(Module& m, const std::vector<Tensor>& in
                      m.type_name().c_str(), err.what());
       }
       stats_.compile_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (cg && opt_.mode == CompileMode::max_autotune) {  // errors (a bad cache file) are not a fallback
+      // Errors (a bad cache file) are not a fallback. Without a compile backend autotune declined (PassStats).
+      if (cg && cg->backend && opt_.mode == CompileMode::max_autotune) {
         if (!tuner_) tuner_ = std::make_unique<Autotuner>(opt_);
         tuned_out = tuner_->tune_and_run(*cg, inputs, dense_parameters(m), &m, stats_.autotune);
       }
@@ -118,6 +120,10 @@ CompileStats total_stats(const std::vector<const CompiledModule*>& mods) {
     t.compile_seconds += s.compile_seconds;
     t.last_passes.opaque_nodes += s.last_passes.opaque_nodes;
     t.last_passes.fused_dequant += s.last_passes.fused_dequant;
+    for (const std::string& p : s.last_passes.declined)
+      if (std::find(t.last_passes.declined.begin(), t.last_passes.declined.end(), p) == t.last_passes.declined.end())
+        t.last_passes.declined.push_back(p);
+    if (t.last_passes.declined_why.empty()) t.last_passes.declined_why = s.last_passes.declined_why;
     t.autotune.nodes += s.autotune.nodes;
     t.autotune.tuned += s.autotune.tuned;
     t.autotune.candidates += s.autotune.candidates;

@@ -60,7 +60,7 @@ class CompiledModule {
 
 // The stats of several compiled modules (a model's regional graphs) added up: captures, hits, fallbacks,
 // compile and autotune figures summed; last_passes.opaque_nodes / fused_dequant summed over the graphs
-// compiled last by each; empty when `mods` is.
+// compiled last by each, last_passes.declined their union (and the first reason); empty when `mods` is.
 CompileStats total_stats(const std::vector<const CompiledModule*>& mods);
 
 // The dense parameters of `m` in named_parameters() order (quantized or unloaded ones undefined).

@@ -4,7 +4,7 @@
 // concat is its only reader, it is not a graph output, and it can write its output through the view of
 // the slice: its shape laid over the slice (a reshape between them is fine: strides are derived for the
 // producer's own shape), and
-//   - the slice is contiguous (a concat along the first non-1 dim): any CPU op or fused node;
+//   - the slice is contiguous (a concat along the first non-1 dim): any op or fused node;
 //   - otherwise (last stride 1): fused elementwise / norm-prologue nodes, norm_rope, copy / cast; GEMM
 //     writers (fused nodes with a GEMM prologue, linear) when the rows of the slice have one stride
 //     (the GEMM's ld).
@@ -61,8 +61,8 @@ bool dense_row_major(const Shape& shape, const Shape& strides) {
 }
 
 // Whether node n can write its output through (n.out.shape, strides).
-bool can_write_strided(const Node& n, const Shape& strides) {
-  if (n.kind == Node::Kind::opaque || !n.out.device.is_cpu()) return false;
+bool can_write_strided(const Graph& g, const Node& n, const Shape& strides) {
+  if (n.kind == Node::Kind::opaque || !g.on_graph_device(n)) return false;
   if (n.kind == Node::Kind::op && n.op == ops::OpKind::to_device) return false;  // the backend allocates
   if (strides == contiguous_strides(n.out.shape)) return true;
   if (n.out.shape.empty() || strides.back() != 1) return false;
@@ -134,7 +134,7 @@ int64_t elide_concats(Graph& g) {
   // 2. Concats of graph inputs: a view of the inputs' own buffer when they lie there in order (run time).
   for (size_t c = 0; c < g.nodes.size(); ++c) {
     Node& cat = g.nodes[c];
-    if (cat.kind != Node::Kind::op || cat.op != ops::OpKind::concat || !cat.out.device.is_cpu() ||
+    if (cat.kind != Node::Kind::op || cat.op != ops::OpKind::concat || !g.on_graph_device(cat) ||
         cat.out.shape.empty() || g.is_output(int32_t(c)) || cat.inputs.empty())
       continue;
     bool inputs = true;
@@ -148,7 +148,7 @@ int64_t elide_concats(Graph& g) {
   int64_t placed_total = 0;
   for (size_t c = 0; c < n; ++c) {
     Node& cat = g.nodes[c];
-    if (cat.kind != Node::Kind::op || cat.op != ops::OpKind::concat || !cat.out.device.is_cpu() ||
+    if (cat.kind != Node::Kind::op || cat.op != ops::OpKind::concat || !g.on_graph_device(cat) ||
         cat.out.shape.empty() || cat.elided)
       continue;
     const int64_t rank = int64_t(cat.out.shape.size());
@@ -172,7 +172,7 @@ int64_t elide_concats(Graph& g) {
       Shape ps;
       if (!reshape_strides(r.shape, hs, p.out.shape, ps)) continue;
       if (dense_row_major(p.out.shape, ps)) ps = contiguous_strides(p.out.shape);  // a contiguous slice
-      if (!can_write_strided(p, ps)) continue;
+      if (!can_write_strided(g, p, ps)) continue;
       p.host = int32_t(c);
       p.host_strides = ps;
       p.host_offset = slot;

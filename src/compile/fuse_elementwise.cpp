@@ -1,8 +1,8 @@
 // Elementwise fusion. A float elementwise op whose output is read exactly once, by another elementwise
 // op of the same output shape that reads it whole, is inlined into its reader; each maximal tree of
-// such ops becomes one fused node whose program is run by one loop nest over the output
-// (fused_kernel.cpp). Values read more than once, graph outputs and broadcast intermediates stay
-// materialised, so no work is ever repeated.
+// such ops becomes one fused node whose program is run by one loop nest over the output (by the graph
+// device's compile backend: on the CPU backend/cpu/compile/fused_kernel.cpp). Values read more than once,
+// graph outputs and broadcast intermediates stay materialised, so no work is ever repeated.
 #include "compile/passes.h"
 
 #include <map>
@@ -47,7 +47,7 @@ struct Emitter {
 }  // namespace
 
 bool is_fusable_elementwise(const Graph& g, const Node& n) {
-  if (n.kind != Node::Kind::op || !n.out.device.is_cpu() || !is_float16_or_32(n.out.dtype)) return false;
+  if (n.kind != Node::Kind::op || !g.on_graph_device(n) || !is_float16_or_32(n.out.dtype)) return false;
   switch (n.op) {
     case ops::OpKind::binary:
     case ops::OpKind::scalar:

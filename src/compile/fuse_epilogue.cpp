@@ -51,7 +51,7 @@ int64_t fuse_gemm_epilogue(Graph& g, bool quantized) {
     const Node& lin = g.nodes[i];
     const bool dense = lin.kind == Node::Kind::op && lin.op == ops::OpKind::linear && lin.inputs.size() >= 2;
     const bool quant = quantized && lin.kind == Node::Kind::opaque && lin.quantized_linear && lin.inputs.size() == 1;
-    if ((!dense && !quant) || !lin.out.device.is_cpu() || !is_float(lin.out.dtype) || uses[i] != 1 ||
+    if ((!dense && !quant) || !g.on_graph_device(lin) || !is_float(lin.out.dtype) || uses[i] != 1 ||
         g.is_output(int32_t(i)) || reader[i] < 0)
       continue;
     bool float_inputs = true;
@@ -96,7 +96,7 @@ int64_t fuse_gemm_epilogue(Graph& g, bool quantized) {
     // only loads the GEMM's part, so that its output is planned (arena, concat slices) like any node's
     // instead of being a separate allocation made by an opaque call.
     for (Node& n : g.nodes) {
-      if (n.kind != Node::Kind::opaque || !n.quantized_linear || n.inputs.size() != 1 || !n.out.device.is_cpu() ||
+      if (n.kind != Node::Kind::opaque || !n.quantized_linear || n.inputs.size() != 1 || !g.on_graph_device(n) ||
           !is_float(n.out.dtype) || !is_float(n.inputs[0].dtype))
         continue;
       FusedProgram prog;

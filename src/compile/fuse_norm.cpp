@@ -19,7 +19,7 @@ int64_t fuse_norm_prologue(Graph& g) {
       const Node& p = g.nodes[size_t(r.index)];
       const bool norm = p.kind == Node::Kind::op && (p.op == ops::OpKind::layer_norm || p.op == ops::OpKind::rms_norm);
       if (!norm || uses[size_t(r.index)] != 1 || g.is_output(r.index) || p.out.shape != f.out.shape ||
-          !r.is_whole(p.out.shape) || !p.out.device.is_cpu())
+          !r.is_whole(p.out.shape) || !g.on_graph_device(p))
         continue;
       bool float_inputs = true;
       for (const Ref& in : p.inputs)

@@ -10,11 +10,11 @@ namespace diffq::compile {
 namespace {
 bool is_float(DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f16; }
 
-// Node `v` read by `r` is an rms_norm read only there, whole, float, CPU.
+// Node `v` read by `r` is an rms_norm read only there, whole, float, on the graph's device.
 bool single_use_norm(const Graph& g, const std::vector<int>& uses, const Ref& r) {
   if (r.src != Ref::Src::value || uses[size_t(r.index)] != 1 || g.is_output(r.index)) return false;
   const Node& n = g.nodes[size_t(r.index)];
-  if (n.kind != Node::Kind::op || n.op != ops::OpKind::rms_norm || !n.out.device.is_cpu() ||
+  if (n.kind != Node::Kind::op || n.op != ops::OpKind::rms_norm || !g.on_graph_device(n) ||
       !r.is_whole(n.out.shape) || n.out.shape.size() != 4 || !is_float(n.out.dtype))
     return false;
   for (const Ref& in : n.inputs)
@@ -29,7 +29,7 @@ int64_t fuse_norm_rope(Graph& g) {
   int64_t matched = 0;
   for (size_t j = 0; j < g.nodes.size(); ++j) {
     Node& rope = g.nodes[j];
-    if (rope.kind != Node::Kind::op || rope.op != ops::OpKind::rope || !rope.out.device.is_cpu() ||
+    if (rope.kind != Node::Kind::op || rope.op != ops::OpKind::rope || !g.on_graph_device(rope) ||
         rope.inputs.size() != 3 || !is_float(rope.out.dtype) || !is_float(rope.inputs[1].dtype) ||
         !is_float(rope.inputs[2].dtype))
       continue;

@@ -2,7 +2,7 @@
 // the C library's math, rounding each register to its dtype as the eager ops do.
 #include <cmath>
 
-#include "compile/fused_kernel.h"
+#include "compile/fused_reference.h"
 #include "diffq/error.h"
 
 namespace diffq::compile {

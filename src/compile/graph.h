@@ -76,9 +76,10 @@ struct NormPrologue {
 // buffer is never allocated. `leaf` itself is an undefined input of the node.
 //
 // Quantized (dequantize inside the GEMM): `module` names a Linear (relative to the root module) whose
-// quantized weight computes its linear in parts (QuantizedWeight::has_linear_parts: weight tiles
-// dequantized into the f32 GEMM, or int8dq's int8 GEMM); the GEMM is that scheme's, with its bias, found
-// in the module being run, and only x is a leaf (w = b = -1).
+// quantized weight computes its linear in parts on the graph's device
+// (CompileBackend::quantized_linear_in_parts: on the CPU weight tiles dequantized into the f32 GEMM, or
+// int8dq's int8 GEMM); the GEMM is that scheme's, with its bias, found in the module being run, and only
+// x is a leaf (w = b = -1).
 struct GemmPrologue {
   int32_t leaf = -1;
   int32_t x = -1, w = -1, b = -1;  // leaves holding the linear's inputs (b: -1 when absent)
@@ -122,8 +123,9 @@ struct Node {
   std::shared_ptr<const NormRope> norm_rope;    // norm_rope
   std::string module_path;                      // opaque
   OpaqueFn opaque;                              // opaque
-  // Opaque: the module is a Linear without hooks whose quantized weight computes its linear in parts
-  // (QuantizedWeight::has_linear_parts), so the node can become a quantized GEMM prologue (fuse_epilogue.cpp).
+  // Opaque: the module is a Linear without hooks whose quantized weight computes its linear in parts on
+  // the graph's device (CompileBackend::quantized_linear_in_parts), so the node can become a quantized
+  // GEMM prologue (fuse_epilogue.cpp).
   bool quantized_linear = false;
   // Concat elision (elide_concat.cpp): the node writes its output straight into node `host`'s buffer,
   // as the view (out.shape, host_strides, host_offset in elements) of it, and has no buffer of its own.
@@ -147,6 +149,9 @@ struct Node {
 Instr elementwise_instr(const Node& n, int32_t a, int32_t b);
 
 struct Graph {
+  // Where the graph runs: the device of its inputs (else of its parameters) at capture. The fusing passes
+  // fuse the nodes on it, for its compile backend (compile_backend.h) to run.
+  Device device{};
   std::vector<BufferMeta> inputs;
   std::vector<bool> input_defined;  // an optional input that was absent at capture stays absent
   std::vector<Tensor> constants;
@@ -156,6 +161,7 @@ struct Graph {
   // Number of node inputs/outputs reading node `i`'s buffer (graph outputs count once each).
   std::vector<int> use_counts() const;
   bool is_output(int32_t node) const;
+  bool on_graph_device(const Node& n) const { return n.out.device == device; }
   std::string dump() const;
   int64_t count(Node::Kind k) const;
 };

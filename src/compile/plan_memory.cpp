@@ -35,10 +35,6 @@ int64_t MemoryPlan::num_inplace() const {
 MemoryPlan plan_memory(const Graph& g, bool enabled, bool inplace) {
   MemoryPlan p;
   const size_t n = g.nodes.size();
-  // CPU graphs only for now: CUDA graphs keep one allocation per buffer until measured on a device.
-  bool any_cpu = false;
-  for (const Node& nd : g.nodes) any_cpu |= nd.kind != Node::Kind::opaque && nd.out.device.is_cpu();
-  enabled = enabled && any_cpu;
   p.enabled = enabled;
   p.offset.assign(n, -1);
   p.inplace_of.assign(n, -1);
@@ -51,7 +47,7 @@ MemoryPlan plan_memory(const Graph& g, bool enabled, bool inplace) {
   for (size_t i = 0; i < n; ++i)
     if (p.last_use[i] < 0) p.last_use[i] = int32_t(i);  // never read: dies at once
   if (!enabled) return p;
-  p.device = Device::cpu();
+  p.device = g.device;  // the buffers of nodes elsewhere (after a to_device) are allocations of their own
 
   // 1. Buffers: each planned node output, except that a node written in place joins the buffer of the
   //    input it overwrites (a chain shares one buffer).

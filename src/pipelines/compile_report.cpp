@@ -22,6 +22,8 @@ DiffusionPipeline::CompileReport make_compile_report(const std::vector<const com
   r.autotune_s = st.autotune.seconds;
   for (const auto* m : mods)
     if (r.autotune_cache_file.empty()) r.autotune_cache_file = m->autotune_cache_file();
+  r.declined_passes = st.last_passes.declined;
+  r.declined_why = st.last_passes.declined_why;
   return r;
 }
 

@@ -139,10 +139,8 @@ class AdapterBase : public DiffusionPipeline, public detail::PipelineAccess {
   Device device() const override { return device_; }
 
   void compile(const std::string& mode, bool autotune) override {
-    // Compiled graphs run diffq's fused CPU kernels and plan host memory: on an accelerator they would
-    // read device memory on the host. Refused until compile has per-device kernels (issue 37).
-    check(device_.is_cpu(), kCtx, "compile on ", device_.str(), " is not supported yet: the fused kernels, memory "
-          "planning and autotune of compiled graphs exist for the cpu only; run without --compile there");
+    // On a device without a compile backend (compile/compile_backend.h) the fusing passes, memory planning
+    // and autotune decline and the graphs run op by op through the device's kernels (compile_report says so).
     compile_mode_ = mode;
     autotuned_ = autotune;
     // A step cache decides inside the block loop: a full graph cannot hold that, so compile regionally

@@ -11,6 +11,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/compile/autotune_candidates.h"
+#include "backend/cpu/compile/cpu_compile_backend.h"
+#include "backend/cpu/compile/tuning_json.h"
 #include "backend/cpu/tuning.h"
 #include "compile/autotune.h"
 #include "compile/compiled_module.h"
@@ -24,7 +27,9 @@
 
 using namespace diffq;
 using namespace diffq::compile;
+using backend::cpu::autotune_candidates;
 using backend::cpu::GemmSplit;
+using backend::cpu::processor_key;
 using backend::cpu::Tuning;
 using compile_test::max_rel;
 using models::flux::FluxTransformer2DModel;
@@ -177,7 +182,8 @@ TEST(Autotune, FirstRunTimesAndWritesTheCacheSecondModuleTimesNothing) {
   EXPECT_EQ(j.at("format"), "diffq-autotune");
   const auto& mine = j.at("processors").at(processor_key());
   EXPECT_EQ(mine.size(), chosen.size());
-  for (const auto& [key, t] : chosen) EXPECT_EQ(tuning_from_json(mine.at(key), "test"), t) << key;
+  for (const auto& [key, t] : chosen)
+    EXPECT_EQ(backend::cpu::kernel_tuning(backend::cpu::tuning_from_json(mine.at(key), "test")), t) << key;
   std::printf("[autotune] processor '%s': %lld tunable nodes, %lld timed (%lld candidates), %lld hits, %lld "
               "non-default, %.3f s\n",
               processor_key().c_str(), (long long)first.nodes, (long long)first.tuned, (long long)first.candidates,
@@ -229,7 +235,7 @@ TEST(Autotune, CachedChoicesAreInstalledAroundTheKernels) {
   forced.attn_bq = 32;
   forced.attn_bk = 512;
   size_t n = 0;
-  for (auto& [key, t] : j["processors"][processor_key()].items()) t = tuning_to_json(forced), ++n;
+  for (auto& [key, t] : j["processors"][processor_key()].items()) t = backend::cpu::tuning_to_json(forced), ++n;
   ASSERT_GT(n, 0u);
   write_text(file, j.dump());
 

@@ -4,15 +4,17 @@
 
 #include <cstdlib>
 
+#include "backend/cpu/compile/fused_kernel.h"
 #include "compile/capture.h"
 #include "compile/compiled_module.h"
-#include "compile/fused_kernel.h"
+#include "compile/fused_reference.h"
 #include "compile/passes.h"
 #include "compile_test_util.h"
 #include "diffq/error.h"
 #include "modules/layers.h"
 #include "modules/random_init.h"
 #include "ops/ops.h"
+#include "pipelines/fake_device.h"
 #include "quant/quant_method.h"
 #include "modules/quantize_on_load.h"
 
@@ -93,6 +95,48 @@ TEST(CompileGraph, CompiledEqualsEagerWithEveryPassSetting) {
   }
 }
 
+// On a device without a compile backend (the fake device stands in for CUDA, which registers none): dce
+// and cse run; the fusing passes, concat elision, memory planning and autotune decline, and the graph's
+// stats say which and why; every op node runs through the device's kernel table (one recorded kernel call
+// per op node, no fused node for a CPU kernel to run); the eager result's bits.
+TEST(CompileGraph, OnADeviceWithoutACompileBackendThePassesDeclineAndEveryOpRunsOnItsKernels) {
+  diffq::testing::FakeDevice dev;
+  {
+    auto toy = make_toy(3);
+    for (const auto& [name, p] : toy->named_parameters()) p->move_to(Device::cuda(0));
+    const Tensor x = randn({2, 3, 16}, 5).to(Device::cuda(0));
+    dev.clear_records();
+    const Tensor eager = toy->forward(x);
+    const size_t eager_ops = dev.records().size();
+    CompileOptions o;
+    o.fullgraph = true;
+    o.mode = CompileMode::max_autotune;
+    CompiledModule cm(toy_fn(), o);
+    cm.run(*toy, {x});  // captures and compiles
+    const auto g = cm.graph_for(*toy, {x});
+    ASSERT_NE(g, nullptr);
+    EXPECT_EQ(g->graph.device, Device::cuda(0));
+    EXPECT_EQ(g->backend, nullptr);
+    EXPECT_EQ(g->stats.dce_removed, 1);
+    EXPECT_EQ(g->stats.cse_merged, 1);
+    EXPECT_EQ(g->stats.declined, (std::vector<std::string>{"fuse", "fuse_norm", "fuse_epilogue", "fuse_dequant",
+                                                           "fuse_rope", "elide_concat", "plan", "inplace", "autotune"}));
+    EXPECT_NE(g->stats.declined_why.find("cuda:0 has no compile backend"), std::string::npos) << g->stats.declined_why;
+    EXPECT_EQ(g->graph.count(Node::Kind::op), int64_t(g->graph.nodes.size())) << g->graph.dump();
+    EXPECT_FALSE(g->plan.enabled);
+    EXPECT_EQ(cm.stats().autotune.nodes, 0);
+
+    dev.clear_records();
+    const Tensor y = cm.run(*toy, {x})[0];
+    const auto ran = dev.records();
+    EXPECT_EQ(int64_t(ran.size()), g->graph.count(Node::Kind::op));
+    EXPECT_EQ(ran.size(), eager_ops - 2);  // the dead exp and the duplicated mul_scalar
+    for (const auto& r : ran) EXPECT_TRUE(r.out.is_cuda()) << ops::op_name(r.kind) << " ran on " << r.out.str();
+    EXPECT_TRUE(compile_test::same_bits(y.to(Device::cpu()), eager.to(Device::cpu())));
+  }
+  EXPECT_EQ(dev.live_bytes(), 0);
+}
+
 TEST(CompileGraph, OneGraphServesEveryModuleOfTheSameStructure) {
   auto a = make_toy(3), b = make_toy(4);
   const Tensor x = randn({1, 5, 16}, 11);
@@ -168,7 +212,7 @@ TEST(CompileGraph, FusedKernelMatchesScalarReference) {
   for (DType dt : {DType::f32, DType::bf16}) {
     const Tensor a = randn({3, 37, 130}, 1), b = randn({37, 1}, 2), c = randn({130}, 3, dt);
     Tensor fast = Tensor::empty({3, 37, 130}, dt), ref = Tensor::empty({3, 37, 130}, dt);
-    run_fused(p, {a, b, c}, fast);
+    backend::cpu::run_fused(p, {a, b, c}, fast);
     run_fused_reference(p, {a, b, c}, ref);
     EXPECT_LE(max_rel(fast, ref), dt == DType::f32 ? 2e-6 : 8e-3) << dtype_name(dt);
   }
@@ -186,14 +230,14 @@ TEST(CompileGraph, FusedKernelMatchesScalarReference) {
     const Tensor x = randn({2, 9, 1100}, 7).slice(2, 0, 1030), w = randn({1030}, 8), bias = randn({1030}, 9);
     const Tensor b = randn({9, 1}, 2), c = randn({1030}, 3);
     Tensor fast = Tensor::empty({2, 9, 1030}, DType::f32), ref = Tensor::empty({2, 9, 1030}, DType::f32);
-    run_fused(q, {x, b, c, x, w, bias}, fast);
+    backend::cpu::run_fused(q, {x, b, c, x, w, bias}, fast);
     run_fused_reference(q, {x, b, c, x, w, bias}, ref);
     EXPECT_LE(max_rel(fast, ref), 2e-6) << (rms ? "rms" : "layer") << " norm prologue";
   }
   // Strided (transposed) leaf.
   const Tensor a = randn({40, 50}, 4).transpose(0, 1), b = randn({50, 40}, 5), c = randn({1}, 6);
   Tensor fast = Tensor::empty({50, 40}, DType::f32), ref = Tensor::empty({50, 40}, DType::f32);
-  run_fused(p, {a, b, c}, fast);
+  backend::cpu::run_fused(p, {a, b, c}, fast);
   run_fused_reference(p, {a, b, c}, ref);
   EXPECT_LE(max_rel(fast, ref), 2e-6);
 }

@@ -9,12 +9,13 @@
 #include <filesystem>
 #include <vector>
 
+#include "backend/cpu/compile/fused_kernel.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/threads.h"
 #include "backend/cpu/tuning.h"
 #include "compile/capture.h"
 #include "compile/compiled_module.h"
-#include "compile/fused_kernel.h"
+#include "compile/fused_reference.h"
 #include "compile/passes.h"
 #include "common/uniform_vec.h"
 #include "compile_test_util.h"
@@ -139,7 +140,7 @@ TEST(FuseEpilogue, KernelMatchesScalarReference) {
       for (int threads : {1, 2, 3}) {
         cpu::set_num_threads(threads);
         Tensor fast = Tensor::empty({2, 37, 600}, dt);
-        run_fused(q, leaves, fast);
+        backend::cpu::run_fused(q, leaves, fast);
         EXPECT_LE(max_rel(fast, ref), dt == DType::f32 ? 2e-6 : 8e-3) << dtype_name(dt) << " threads " << threads;
       }
     }

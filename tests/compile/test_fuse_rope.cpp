@@ -8,9 +8,10 @@
 #include <cstring>
 #include <filesystem>
 
+#include "backend/cpu/compile/fused_kernel.h"
 #include "backend/cpu/threads.h"
 #include "compile/compiled_module.h"
-#include "compile/fused_kernel.h"
+#include "compile/fused_reference.h"
 #include "compile_test_util.h"
 #include "flux_pass_ab.h"
 #include "io/safetensors.h"
@@ -48,7 +49,7 @@ TEST(FuseRope, KernelMatchesScalarReference) {
     for (int threads : {1, 2}) {
       backend::cpu::set_num_threads(threads);
       Tensor fast = Tensor::empty({B, S, H, D}, dt);
-      run_norm_rope(p, leaves, fast);
+      backend::cpu::run_norm_rope(p, leaves, fast);
       EXPECT_LE(max_rel(fast, ref), dt == DType::f32 ? 2e-6 : 8e-3) << dtype_name(dt);
     }
   }

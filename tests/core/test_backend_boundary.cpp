@@ -3,10 +3,11 @@
 // backend/cuda header, no CUDA runtime header and test no DIFFQ_HAS_CUDA: devices are reached through
 // src/backend/device_interface.h and the op dispatcher alone (src/backend/register_backends.cpp is the
 // one place that knows which backends a build has).
-// The host thread pool is the runtime's (src/core/thread_pool.h), not the CPU backend's. The CPU backend's
-// headers are still included from quant and compile (SIMD dequantization kernels, the integer GEMMs of
-// int8dq / Nunchaku, compile's fused kernels and autotune call backend/cpu directly until the quantized
-// linear becomes an op with per-device kernels):
+// The host thread pool is the runtime's (src/core/thread_pool.h), not the CPU backend's. Compile reaches
+// its device-specific parts (fused kernels, autotune) through its per-device compile backend
+// (src/compile/compile_backend.h; the CPU's in src/backend/cpu/compile): no file under src/compile names
+// the CPU backend. The CPU backend's headers are still included from quant (SIMD dequantization kernels,
+// the integer GEMMs of int8dq / Nunchaku):
 // those files are listed below as a ratchet: a file not on the list that includes backend/cpu fails,
 // and so does a listed file that no longer does (take it off the list), so the list only shrinks.
 #include <gtest/gtest.h>
@@ -28,17 +29,14 @@ const char* kLayers[] = {"quant", "compile", "offload", "core", "models", "pipel
 
 // Files above the backends that still include backend/cpu (to be emptied by the linear_q redesign).
 const std::set<std::string> kCpuIncludesLeft = {
-    "src/compile/autotune.cpp",       "src/compile/autotune_cache.cpp",
-    "src/compile/autotune_cache.h",   "src/compile/compiled_graph.h",
-    "src/compile/fused_kernel.cpp",   "src/compile/placed_linear.cpp",
     "src/quant/bnb/bnb_4bit.cpp",     "src/quant/bnb/bnb_kernels.cpp",
     "src/quant/dequant_linear.cpp",   "src/quant/gguf/dequant_simd.cpp",
     "src/quant/gguf/gguf_weight.cpp", "src/quant/nunchaku/nunchaku.cpp",
     "src/quant/torchao/dequant_kernels.cpp", "src/quant/torchao/int8_dynamic_linear.cpp"};
 
-std::vector<std::string> sources_above_the_backends() {
+std::vector<std::string> sources_under(const std::vector<std::string>& layers) {
   std::vector<std::string> out;
-  for (const char* layer : kLayers) {
+  for (const std::string& layer : layers) {
     const fs::path dir = kRoot / "src" / layer;
     if (!fs::exists(dir)) continue;
     for (const auto& e : fs::recursive_directory_iterator(dir)) {
@@ -50,6 +48,8 @@ std::vector<std::string> sources_above_the_backends() {
   std::sort(out.begin(), out.end());
   return out;
 }
+
+std::vector<std::string> sources_above_the_backends() { return sources_under({std::begin(kLayers), std::end(kLayers)}); }
 
 bool contains(const std::string& file, const std::string& needle) {
   std::ifstream in(kRoot / file);
@@ -77,6 +77,16 @@ TEST(BackendBoundary, CpuBackendIncludesOnlyShrink) {
                                               "interface instead";
   for (const auto& f : kCpuIncludesLeft)
     EXPECT_TRUE(found.count(f)) << f << " no longer includes backend/cpu: take it off kCpuIncludesLeft";
+}
+
+TEST(BackendBoundary, CompileNamesNoBackend) {
+  // Compile's graph carries its device; what is device-specific is asked of that device's compile backend.
+  const auto files = sources_under({"compile"});
+  ASSERT_GT(files.size(), 20u) << "the scan found too few sources under src/compile";
+  for (const auto& f : files)
+    for (const char* needle : {"backend::cpu", "\"backend/cpu/", "backend::cuda", "\"backend/cuda/"})
+      EXPECT_FALSE(contains(f, needle)) << f << " names a backend (" << needle
+                                        << "): ask the graph device's compile backend (compile_backend.h)";
 }
 
 }  // namespace

@@ -199,16 +199,35 @@ TEST(PipelinePlacement, ACallTheCudaKernelsRefuseFailsAsOnTheGpu) {
   EXPECT_EQ(dev.live_bytes(), 0);
 }
 
-TEST(PipelinePlacement, CompileOnTheDeviceIsRefusedClearly) {
-  // Compiled graphs run CPU-only fused kernels: refused on a device rather than reading device memory.
+// Compile on a device without a compile backend (CUDA registers none; the fake device stands in for it):
+// the fusing passes, memory planning and autotune decline and compile_report says which and why; the
+// graphs run op by op through the device's kernels: every op on the device, the CPU's bits.
+TEST(PipelinePlacement, CompileOnTheDeviceDeclinesItsPassesAndRunsEveryOpThere) {
+  const auto folder = kFixtures / "tiny-flux";
+  const GenerateParams g = small_call(false);
+  const GenerateResult cpu = run_on_cpu(folder, g);
   testing::FakeDevice dev;
-  {
+  for (const char* mode : {"full", "regional"}) {
     PipelineOptions po;
-  po.dtype = DType::f32;
+    po.dtype = DType::f32;
     po.device = Device::cuda(0);
-    auto pipe = DiffusionPipeline::from_pretrained(kFixtures / "tiny-flux", po);
-    const std::string e = error_of([&] { pipe->compile("regional"); });
-    EXPECT_NE(e.find("compile on cuda:0 is not supported yet"), std::string::npos) << e;
+    auto pipe = DiffusionPipeline::from_pretrained(folder, po);
+    pipe->compile(mode, /*autotune=*/true);
+    dev.clear_records();
+    const GenerateResult r = pipe->generate(g);
+    expect_all_on_device(dev.records(), mode);
+    EXPECT_EQ(testing::rel_err(r.latents, cpu.latents), 0.0) << mode;
+    EXPECT_EQ(testing::psnr_u8(r.images_u8, cpu.images_u8), std::numeric_limits<double>::infinity()) << mode;
+    const auto rep = pipe->compile_report();
+    EXPECT_TRUE(rep.compiled) << mode;
+    EXPECT_GT(rep.graphs, 0) << mode;
+    EXPECT_GT(rep.cache_hits, 0) << mode;  // the graphs ran (no eager fallback)
+    EXPECT_EQ(rep.eager_fallbacks, 0) << mode;
+    EXPECT_EQ(rep.declined_passes, (std::vector<std::string>{"fuse", "fuse_norm", "fuse_epilogue", "fuse_dequant",
+                                                             "fuse_rope", "elide_concat", "plan", "inplace", "autotune"}))
+        << mode;
+    EXPECT_NE(rep.declined_why.find("cuda:0 has no compile backend"), std::string::npos) << rep.declined_why;
+    EXPECT_EQ(rep.autotune_nodes, 0) << mode;
   }
   EXPECT_EQ(dev.live_bytes(), 0);
 }

@@ -1,3 +1,4 @@
+#include "backend/cpu/compile/cpu_compile_backend.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/simd_targets.h"
 
@@ -18,6 +19,7 @@ void register_kernels() {
   register_layout_kernels();
   register_reduce_kernels();
   register_linear_q_kernels();
+  register_compile_backend();  // compile's fused kernels and autotune (backend/cpu/compile)
 }
 
 }  // namespace diffq::backend::cpu

@@ -1,20 +1,20 @@
-#include "compile/placed_linear.h"
+#include "backend/cpu/compile/placed_linear.h"
 
 #include "backend/cpu/linear.h"
 #include "compile/passes.h"
 #include "diffq/error.h"
 
-namespace diffq::compile {
+namespace diffq::backend::cpu {
 
 void run_linear_strided(const std::vector<Tensor>& inputs, Tensor& out) {
-  const int64_t ld = uniform_row_stride(out.shape(), out.strides());
+  const int64_t ld = compile::uniform_row_stride(out.shape(), out.strides());
   check(ld >= 0 && (out.dtype() == DType::f32 || out.dtype() == DType::bf16 || out.dtype() == DType::f16), "compile",
         "a linear placed in a concat needs float rows with one stride, got ", out.str());
   const DType dt = out.dtype();
   if (out.numel() == 0) return;
   auto* base = static_cast<uint8_t*>(out.data_ptr());
   const int64_t es = int64_t(dtype_size(dt));
-  backend::cpu::GemmParts parts;
+  GemmParts parts;
   parts.begin = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t* pld) -> float* {
     if (dt == DType::f32) {
       *pld = ld;
@@ -34,7 +34,7 @@ void run_linear_strided(const std::vector<Tensor>& inputs, Tensor& out) {
     }
   };
   const Tensor bias = inputs.size() > 2 ? inputs[2] : Tensor();
-  backend::cpu::linear_parts(inputs[0], inputs[1], bias, parts);
+  linear_parts(inputs[0], inputs[1], bias, parts);
 }
 
-}  // namespace diffq::compile
+}  // namespace diffq::backend::cpu

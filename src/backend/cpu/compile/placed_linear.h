@@ -6,11 +6,11 @@
 
 #include "diffq/tensor.h"
 
-namespace diffq::compile {
+namespace diffq::backend::cpu {
 
 // inputs: x, w[, bias] as the linear op's; out: the op's output shape and float dtype, last stride 1,
 // its rows (all leading dims) one stride apart. The values are the linear kernel's (the same GEMM calls
-// through backend::cpu::linear_parts, one rounding to out's dtype).
+// through linear_parts, one rounding to out's dtype).
 void run_linear_strided(const std::vector<Tensor>& inputs, Tensor& out);
 
-}  // namespace diffq::compile
+}  // namespace diffq::backend::cpu

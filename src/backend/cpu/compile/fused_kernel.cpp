@@ -1,18 +1,27 @@
 // The fused elementwise kernel. Each instruction runs the eager CPU kernels' own f32 row code
 // (backend/cpu/row_kernels.h: the same Highway functions, runtime-dispatched) on chunks of the output,
 // with one rounding per op to its dtype, so a fused graph gives the eager result.
+#include "backend/cpu/compile/fused_kernel.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "backend/cpu/linear.h"
+#include "backend/cpu/quant/linear_q_parts.h"
 #include "backend/cpu/row_kernels.h"
-#include "core/thread_pool.h"
-#include "compile/fused_kernel.h"
 #include "compile/passes.h"
+#include "core/thread_pool.h"
 #include "diffq/error.h"
 
-namespace diffq::compile {
+namespace diffq::backend::cpu {
+
+using compile::FusedProgram;
+using compile::GemmPrologue;
+using compile::Instr;
+using compile::NormPrologue;
+using compile::NormRope;
+using compile::QuantizedLinear;
 
 namespace {
 constexpr int64_t kChunk = 512;
@@ -76,12 +85,12 @@ void exec_instr(const Instr& in, float* regs, int64_t k, int64_t n) {
   const float* a = regs + int64_t(in.a) * kChunk;
   switch (in.op) {
     case Instr::Op::load: return;
-    case Instr::Op::binary: backend::cpu::binary_row_f32(ops::BinaryFn(in.fn), a, false, regs + int64_t(in.b) * kChunk, false, y, n); break;
+    case Instr::Op::binary: binary_row_f32(ops::BinaryFn(in.fn), a, false, regs + int64_t(in.b) * kChunk, false, y, n); break;
     case Instr::Op::scalar:
       switch (ops::ScalarFn(in.fn)) {
-        case ops::ScalarFn::add: backend::cpu::affine_clamp_row_f32(a, y, n, 1.f, in.s0, false, 0.f, 0.f); break;
-        case ops::ScalarFn::mul: backend::cpu::affine_clamp_row_f32(a, y, n, in.s0, 0.f, false, 0.f, 0.f); break;
-        case ops::ScalarFn::rsub: backend::cpu::affine_clamp_row_f32(a, y, n, -1.f, in.s0, false, 0.f, 0.f); break;
+        case ops::ScalarFn::add: affine_clamp_row_f32(a, y, n, 1.f, in.s0, false, 0.f, 0.f); break;
+        case ops::ScalarFn::mul: affine_clamp_row_f32(a, y, n, in.s0, 0.f, false, 0.f, 0.f); break;
+        case ops::ScalarFn::rsub: affine_clamp_row_f32(a, y, n, -1.f, in.s0, false, 0.f, 0.f); break;
         case ops::ScalarFn::pow:
           if (in.s0 == 2.f) for (int64_t i = 0; i < n; ++i) y[i] = a[i] * a[i];
           else if (in.s0 == 0.5f) for (int64_t i = 0; i < n; ++i) y[i] = std::sqrt(a[i]);
@@ -90,8 +99,8 @@ void exec_instr(const Instr& in, float* regs, int64_t k, int64_t n) {
           break;
       }
       break;
-    case Instr::Op::clamp: backend::cpu::affine_clamp_row_f32(a, y, n, 1.f, 0.f, true, in.s0, in.s1); break;
-    case Instr::Op::unary: backend::cpu::unary_row_f32(ops::UnaryFn(in.fn), a, y, n); break;
+    case Instr::Op::clamp: affine_clamp_row_f32(a, y, n, 1.f, 0.f, true, in.s0, in.s1); break;
+    case Instr::Op::unary: unary_row_f32(ops::UnaryFn(in.fn), a, y, n); break;
     case Instr::Op::cast: std::memmove(y, a, size_t(n) * sizeof(float)); break;
   }
   round_chunk(y, n, in.dtype);
@@ -128,12 +137,12 @@ void run_fused_rows(const FusedProgram& p, const std::vector<Tensor>& leaves, Te
       double s = 0, q = 0;
       float mean = 0;
       if (!np.rms) {
-        backend::cpu::sum_and_squares_f32(xr.data(), D, 0.f, &s, &q);
+        sum_and_squares_f32(xr.data(), D, 0.f, &s, &q);
         mean = float(s / double(D));
       }
-      backend::cpu::sum_and_squares_f32(xr.data(), D, mean, &s, &q);
+      sum_and_squares_f32(xr.data(), D, mean, &s, &q);
       const float rstd = float(1.0 / std::sqrt(q / double(D) + np.eps));
-      backend::cpu::normalize_row_f32(xr.data(), yr.data(), D, mean, rstd, np.w >= 0 ? w.data() : nullptr,
+      normalize_row_f32(xr.data(), yr.data(), D, mean, rstd, np.w >= 0 ? w.data() : nullptr,
                                            np.b >= 0 ? b.data() : nullptr);
       round_chunk(yr.data(), D, np.dtype);
       for (int64_t c0 = 0; c0 < D; c0 += kChunk) {
@@ -154,13 +163,15 @@ void run_fused_rows(const FusedProgram& p, const std::vector<Tensor>& leaves, Te
   });
 }
 
-// With a GEMM prologue: the linear runs part by part (backend/cpu/linear.h); right after each part of
+// With a GEMM prologue: the linear runs part by part (linear.h, or quant/linear_q_parts.h);
+// right after each part of
 // its output is computed, the program runs on the same rows x cols of the output, row by row, reading
 // the part (rounded to the linear's dtype) for the GEMM leaf. When both the linear and the node are f32
 // the part is computed straight into the output and the program overwrites it (each chunk is loaded
 // before it is stored; the planner never lets this node overwrite another input); otherwise a
 // per-thread scratch tile holds it.
-void run_fused_gemm(const FusedProgram& p, const std::vector<Tensor>& leaves, Tensor& out, const QuantizedGemm* qgemm) {
+void run_fused_gemm(const FusedProgram& p, const std::vector<Tensor>& leaves, Tensor& out,
+                    const QuantizedLinear* qlinear) {
   const GemmPrologue& gp = *p.gemm;
   const Shape& shape = out.shape();
   const int64_t rank = int64_t(shape.size());
@@ -170,10 +181,10 @@ void run_fused_gemm(const FusedProgram& p, const std::vector<Tensor>& leaves, Te
       st[size_t(in.a)] = leaves[size_t(in.a)].expand(shape).strides();
   const bool direct = out.dtype() == DType::f32 && gp.dtype == DType::f32;
   float* const out_f32 = direct ? out.data<float>() : nullptr;
-  const int64_t ldo = uniform_row_stride(shape, out.strides());  // D when contiguous; a concat's width when placed
+  const int64_t ldo = compile::uniform_row_stride(shape, out.strides());  // D when contiguous; a concat's width when placed
   check(ldo >= 0, "compile", "a GEMM-prologue node's output rows must be one stride apart, got ", out.str());
   const size_t nreg = p.code.size();
-  backend::cpu::GemmParts parts;
+  GemmParts parts;
   parts.begin = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t* ld) -> float* {
     if (direct) {
       *ld = ldo;
@@ -217,12 +228,13 @@ void run_fused_gemm(const FusedProgram& p, const std::vector<Tensor>& leaves, Te
     }
   };
   if (!gp.module.empty()) {
-    check(qgemm != nullptr && *qgemm, "compile", "the quantized GEMM prologue of '", gp.module, "' has no GEMM bound");
-    (*qgemm)(leaves[size_t(gp.x)], parts);
+    check(qlinear != nullptr && qlinear->weight != nullptr, "compile", "the quantized GEMM prologue of '", gp.module,
+          "' has no weight bound");
+    linear_q_parts(*qlinear->weight, leaves[size_t(gp.x)], qlinear->bias, parts);
     return;
   }
   const Tensor bias = gp.b >= 0 ? leaves[size_t(gp.b)] : Tensor();
-  backend::cpu::linear_parts(leaves[size_t(gp.x)], leaves[size_t(gp.w)], bias, parts);
+  linear_parts(leaves[size_t(gp.x)], leaves[size_t(gp.w)], bias, parts);
 }
 
 // [rows, D] of a 2-D leaf (cos / sin tables) as contiguous f32.
@@ -260,23 +272,23 @@ void run_norm_rope(const NormRope& p, const std::vector<Tensor>& leaves, Tensor&
       const Shape& st = x.strides();
       load_chunk(x, x.offset() + b * st[0] + (s - seg.s0) * st[1] + h * st[2], st[3], xr.data(), D);
       double sum = 0, q = 0;
-      backend::cpu::sum_and_squares_f32(xr.data(), D, 0.f, &sum, &q);
+      sum_and_squares_f32(xr.data(), D, 0.f, &sum, &q);
       const float rstd = float(1.0 / std::sqrt(q / double(D) + seg.eps));
-      backend::cpu::normalize_row_f32(xr.data(), yr.data(), D, 0.f, rstd, seg.w >= 0 ? w[k].data() : nullptr, nullptr);
+      normalize_row_f32(xr.data(), yr.data(), D, 0.f, rstd, seg.w >= 0 ? w[k].data() : nullptr, nullptr);
       round_chunk(yr.data(), D, p.norm_dtype);
-      backend::cpu::rope_row_f32(yr.data(), cs.data() + s * D, sn.data() + s * D, zr.data(), D);
+      rope_row_f32(yr.data(), cs.data() + s * D, sn.data() + s * D, zr.data(), D);
       store_chunk(zr.data(), out, b * ost[0] + s * ost[1] + h * ost[2], D);
     }
   });
 }
 
-void run_fused(const FusedProgram& p, const std::vector<Tensor>& leaves, Tensor& out, const QuantizedGemm* qgemm) {
+void run_fused(const FusedProgram& p, const std::vector<Tensor>& leaves, Tensor& out, const QuantizedLinear* qlinear) {
   // Contiguous, or a strided view with rows of the last dim (a slice of an elided concat's buffer).
   check(out.is_contiguous() || (out.dim() > 0 && out.strides().back() == 1), "compile",
         "fused output rows must be contiguous, got ", out.str());
   if (out.numel() == 0) return;
   if (p.norm) return run_fused_rows(p, leaves, out);
-  if (p.gemm) return run_fused_gemm(p, leaves, out, qgemm);
+  if (p.gemm) return run_fused_gemm(p, leaves, out, qlinear);
   // Broadcast strides of every operand over out's shape, then merge dims that are contiguous for all.
   Shape shape = out.shape();
   std::vector<Shape> st;
@@ -332,4 +344,4 @@ void run_fused(const FusedProgram& p, const std::vector<Tensor>& leaves, Tensor&
   });
 }
 
-}  // namespace diffq::compile
+}  // namespace diffq::backend::cpu
