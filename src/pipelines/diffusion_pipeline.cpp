@@ -161,10 +161,8 @@ class AdapterBase : public DiffusionPipeline, public detail::PipelineAccess {
 
   std::string load_lora(const std::filesystem::path& file, const std::string& name, double weight, bool lenient,
                         bool hotswap, bool load_into_transformer_2) override {
-    // Adapters are read into host memory and applied beside the layers: on an accelerator they would meet
-    // device activations. Refused until LoRA runs on the device (issue 37).
-    check(device_.is_cpu(), kCtx, file.string(), ": LoRA on ", device_.str(),
-          " is not supported yet; load the pipeline on the cpu to use adapters");
+    // Adapters are read into host memory; each layer copies its A / B to the activations' dtype and device at
+    // first use and keeps them there (lora_linear.cpp), and fuse_lora adds B @ A on the weight's device.
     return lora_set().load(file, name, weight, lenient, hotswap, load_into_transformer_2 ? "transformer_2" : "");
   }
   void set_adapters(const std::vector<std::string>& names, const std::vector<double>& weights) override {
