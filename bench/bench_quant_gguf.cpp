@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/quant/gguf_dequant.h"
 #include "backend/cpu/threads.h"
 #include "core/random.h"
 #include "ops/ops.h"
@@ -72,11 +73,11 @@ void BM_LinearGGUFDequantFull(benchmark::State& state, GGMLType t) {
 // Dequantize the whole [N, K] weight once, single thread: bytes of f32 written per second.
 void BM_Dequant(benchmark::State& state, GGMLType t, bool simd) {
   const auto q = GGUFQuantizedWeight::quantize(weight(), {t, DType::f32});
-  const auto& tr = q->traits();
+  const auto dequantize = simd ? backend::cpu::gguf_dequantizer(t) : q->traits().dequantize_ref;
   std::vector<float> out(size_t(kN * kK));
   const auto* p = static_cast<const uint8_t*>(q->data().data_ptr());
   for (auto _ : state) {
-    (simd ? tr.dequantize : tr.dequantize_ref)(p, out.data(), kN * kK);
+    dequantize(p, out.data(), kN * kK);
     benchmark::DoNotOptimize(out.data());
   }
   state.SetBytesProcessed(int64_t(state.iterations()) * kN * kK * 4);

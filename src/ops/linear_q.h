@@ -1,9 +1,9 @@
 // The quantized linear as an op: linear_q(x, packed weight W, bias) = x @ W^T + b in x's dtype, with
 // inputs {x, bias (may be undefined), W's packed tensors...} and attrs.packed = W. Its kernels are chosen
 // per device and per scheme (ggml's type traits per backend, MLX's QuantizedMatmul per device): a backend
-// registers one for a scheme, or "*" for every scheme it computes through the weight's own host code
-// (the CPU's). A device without one for a scheme refuses the call, and a pipeline placed there refuses
-// the weight at load (pipelines/pipeline_device.cpp), naming both.
+// registers one for a scheme, or "*" for every scheme it can compute generically (the CPU's: the weight's
+// tile linear plan, else its dequantization). A device without one for a scheme refuses the call, and a
+// pipeline placed there refuses the weight at load (pipelines/pipeline_device.cpp), naming both.
 // A linear_q kernel is handed `out` undefined and sets it to the result it allocates (the schemes' drivers
 // allocate their own outputs); the dispatcher checks its shape, dtype and device.
 #pragma once

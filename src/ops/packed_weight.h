@@ -20,9 +20,6 @@ class PackedWeight {
   virtual Tensor dequantize(DType dtype) const = 0;  // reference path, bit-exact with the library
   // The packed tensors (codes, scales, ...), on the device the weight lives on.
   virtual std::vector<Tensor> storage_tensors() const = 0;
-  // The scheme's own host computation of y = x @ W^T + b in x's dtype (the CPU backend's linear_q kernel
-  // calls it: every scheme has one, bit-exact with its library's CPU path).
-  virtual Tensor cpu_linear(const Tensor& x, const Tensor& bias) const = 0;
 };
 
 }  // namespace diffq::ops

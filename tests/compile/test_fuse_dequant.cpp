@@ -1,5 +1,5 @@
 // Dequantize inside the GEMM (fuse_epilogue with fuse_dequant): a quantized Linear whose scheme computes
-// its linear in parts (QuantizedWeight::has_linear_parts: a dequantize-tile + f32 GEMM, or int8dq's int8
+// its linear in parts (on the CPU backend/cpu/quant/linear_q_parts.h: a dequantize-tile + f32 GEMM, or int8dq's int8
 // GEMM) becomes the GEMM prologue of the fused node reading its output, like a dense linear, or a
 // quantized GEMM node of its own. The tiny FLUX transformer, quantized with each such scheme, compiled
 // with the pass on and off: the same bits, no opaque call left with it on; bnb LLM.int8 stays opaque.

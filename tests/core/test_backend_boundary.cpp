@@ -6,10 +6,11 @@
 // The host thread pool is the runtime's (src/core/thread_pool.h), not the CPU backend's. Compile reaches
 // its device-specific parts (fused kernels, autotune) through its per-device compile backend
 // (src/compile/compile_backend.h; the CPU's in src/backend/cpu/compile): no file under src/compile names
-// the CPU backend. The CPU backend's headers are still included from quant (SIMD dequantization kernels,
-// the integer GEMMs of int8dq / Nunchaku):
-// those files are listed below as a ratchet: a file not on the list that includes backend/cpu fails,
-// and so does a listed file that no longer does (take it off the list), so the list only shrinks.
+// the CPU backend. The quantization layer holds formats and reference math only: its CPU kernels (SIMD
+// dequantization, the tile-dequantizing GEMM driver, the integer GEMM linears) are the CPU backend's
+// linear_q kernels (src/backend/cpu/quant), so no file under src/quant names it either.
+// Files that include backend/cpu would be listed below as a ratchet (a file not on the list that includes
+// backend/cpu fails, and so does a listed file that no longer does): the list is empty and stays so.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -27,12 +28,8 @@ const fs::path kRoot = DIFFQ_SOURCE_DIR;
 const char* kLayers[] = {"quant", "compile", "offload", "core", "models", "pipelines", "modules", "ops",
                          "io",    "lora",    "cache",   "schedulers", "tokenizers", "metrics"};
 
-// Files above the backends that still include backend/cpu (to be emptied by the linear_q redesign).
-const std::set<std::string> kCpuIncludesLeft = {
-    "src/quant/bnb/bnb_4bit.cpp",     "src/quant/bnb/bnb_kernels.cpp",
-    "src/quant/dequant_linear.cpp",   "src/quant/gguf/dequant_simd.cpp",
-    "src/quant/gguf/gguf_weight.cpp", "src/quant/nunchaku/nunchaku.cpp",
-    "src/quant/torchao/dequant_kernels.cpp", "src/quant/torchao/int8_dynamic_linear.cpp"};
+// Files above the backends that still include backend/cpu.
+const std::set<std::string> kCpuIncludesLeft = {};
 
 std::vector<std::string> sources_under(const std::vector<std::string>& layers) {
   std::vector<std::string> out;
@@ -87,6 +84,16 @@ TEST(BackendBoundary, CompileNamesNoBackend) {
     for (const char* needle : {"backend::cpu", "\"backend/cpu/", "backend::cuda", "\"backend/cuda/"})
       EXPECT_FALSE(contains(f, needle)) << f << " names a backend (" << needle
                                         << "): ask the graph device's compile backend (compile_backend.h)";
+}
+
+TEST(BackendBoundary, QuantNamesNoCpuBackend) {
+  // Formats and reference math only: the CPU's kernels of a scheme are its linear_q kernels.
+  const auto files = sources_under({"quant"});
+  ASSERT_GT(files.size(), 50u) << "the scan found too few sources under src/quant";
+  for (const auto& f : files)
+    for (const char* needle : {"backend::cpu", "\"backend/cpu/"})
+      EXPECT_FALSE(contains(f, needle)) << f << " names the CPU backend (" << needle
+                                        << "): its kernels belong in src/backend/cpu/quant (linear_q per scheme)";
 }
 
 }  // namespace

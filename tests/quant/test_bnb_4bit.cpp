@@ -6,12 +6,14 @@
 
 #include <random>
 
+#include "backend/cpu/quant/bnb_4bit_dequant.h"
+#include "backend/cpu/quant/dequant_rows.h"
 #include "backend/cpu/threads.h"
 #include "core/random.h"
 #include "diffq/error.h"
 #include "ops/ops.h"
 #include "quant/bnb/bnb_4bit.h"
-#include "quant/bnb/bnb_kernels.h"
+#include "quant/bnb/bnb_4bit_dequant.h"
 #include "test_bnb_common.h"
 
 namespace {
@@ -116,10 +118,12 @@ TEST(Bnb4bit, DequantizeIsBitExact) {
     const Tensor deq = w->dequantize(dt);
     EXPECT_EQ(bnbtest::sha256(deq), c["deq_sha256"].get<std::string>());
     if (fx().t.count(name + ".deq")) EXPECT_TRUE(same_bytes(deq, T(name + ".deq")));
-    // The SIMD rows equal the reference rows.
-    std::vector<float> rows(static_cast<size_t>(in.numel()));
+    // The reference rows and the CPU's SIMD rows equal the dequantization.
+    std::vector<float> rows(static_cast<size_t>(in.numel())), simd(rows.size());
     w->dequant_rows(0, in.shape()[0], rows.data());
     EXPECT_TRUE(same_bytes(Tensor::from_vector(rows, in.shape()), w->dequantize(DType::f32)));
+    diffq::backend::cpu::bnb_4bit_dequant_rows(*w, 0, in.shape()[0], simd.data(), DType::f32);
+    EXPECT_EQ(rows, simd);
     ++n;
   }
   EXPECT_GE(n, 60);
@@ -171,7 +175,7 @@ TEST(Bnb4bit, SimdRowDequantizerEqualsScalar) {
                             {bs, bs + 1}, {5, 6}, {n - 9, n}, {2 * bs - 1, 3 * bs + 1}}) {
         const int64_t b0 = e0 / bs;
         std::vector<float> a(static_cast<size_t>(e1 - e0)), b(size_t(e1 - e0));
-        bnb::dequant_4bit_range(packed.data(), nbytes, pairs.data(), absmax.data() + b0, b0, bs, e0, e1, a.data());
+        diffq::backend::cpu::dequant_4bit_range(packed.data(), nbytes, pairs.data(), absmax.data() + b0, b0, bs, e0, e1, a.data());
         bnb::dequant_4bit_range_scalar(packed.data(), nbytes, pairs.data(), absmax.data() + b0, b0, bs, e0, e1,
                                        b.data());
         ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "bs " << bs << " [" << e0 << ", " << e1 << ")";

@@ -5,11 +5,12 @@
 #include <chrono>
 #include <cstdio>
 
+#include "backend/cpu/quant/dequant_rows.h"
 #include "backend/cpu/threads.h"
 #include "core/random.h"
 #include "ops/ops.h"
 #include "quant/bnb/bnb_4bit.h"
-#include "quant/bnb/bnb_kernels.h"
+#include "quant/bnb/bnb_4bit_dequant.h"
 #include "test_bnb_common.h"
 
 namespace {
@@ -55,7 +56,8 @@ TEST(BnbBench, DISABLED_Nf4LinearVsDenseBf16) {
 
   // Row dequantizer alone: SIMD vs scalar, whole weight.
   std::vector<float> rows(static_cast<size_t>(N * K));
-  const double deq_simd = best_ms(3, [&] { q->dequant_rows(0, N, rows.data()); });
+  const double deq_simd =
+      best_ms(3, [&] { diffq::backend::cpu::bnb_4bit_dequant_rows(*q, 0, N, rows.data(), DType::f32); });
   const auto am = q->absmax_f32();
   std::array<float, 512> pairs{};
   bnb::build_pair_table(q->code(), pairs.data());

@@ -10,6 +10,7 @@
 #include "backend/cpu/hwy_config.h"  // the same target list as the library's kernels
 #include <hwy/targets.h>
 
+#include "backend/cpu/quant/gguf_dequant.h"
 #include "diffq/error.h"
 #include "gguf_test_util.h"
 #include "quant/gguf/gguf_quants.h"
@@ -32,7 +33,7 @@ TEST(GGUFTypes, TableMatchesIoTableAndGgufPy) {
     EXPECT_EQ(t.type_size(), e["type_size"].get<int64_t>());
     EXPECT_EQ(t.info, io::ggml_type_info(uint32_t(t.type)));
     EXPECT_NE(t.dequantize_ref, nullptr);
-    EXPECT_NE(t.dequantize, nullptr);
+    EXPECT_NE(backend::cpu::gguf_dequantizer(t.type), nullptr);
     EXPECT_NE(t.quantize_ref, nullptr);
     EXPECT_EQ(find_type(t.type), &t);
     EXPECT_EQ(parse_type(t.name()), t.type);
@@ -98,7 +99,7 @@ TEST(GGUFDequantize, ReferenceIsBitExactWithGgufPy) {
     std::vector<float> got(size_t(n), -1.0f), fast(size_t(n), -2.0f);
     t.dequantize_ref(blocks.data(), got.data(), n);
     EXPECT_TRUE(same_floats(got.data(), want.data(), want.size()));
-    t.dequantize(blocks.data(), fast.data(), n);
+    backend::cpu::gguf_dequantizer(t.type)(blocks.data(), fast.data(), n);
     EXPECT_TRUE(same_floats(fast.data(), want.data(), want.size())) << "SIMD path";
   }
 }
@@ -152,7 +153,7 @@ TEST(GGUFQuantize, RoundTripErrorWithinTheTypesBounds) {
     const TypeTraits& t = *find_type(type);
     std::vector<uint8_t> q(size_t(t.row_bytes(n)));
     t.quantize_ref(x.data(), q.data(), n);
-    t.dequantize(q.data(), y.data(), n);
+    t.dequantize_ref(q.data(), y.data(), n);
     double se = 0;
     for (int64_t i = 0; i < n; ++i) se += (double(y[size_t(i)]) - x[size_t(i)]) * (double(y[size_t(i)]) - x[size_t(i)]);
     const double rel = std::sqrt(se / sx);
@@ -175,7 +176,7 @@ TEST(GGUFDequantize, SimdMatchesScalarReference) {
     std::mt19937 rng(11);
     int checked = 0;
     for (const TypeTraits& t : supported_types()) {
-      if (!simd_dequantizer(t.type)) continue;
+      if (!backend::cpu::gguf_simd_dequantizer(t.type)) continue;
       ++checked;
       SCOPED_TRACE(std::string(t.name()));
       const int64_t nblocks = 257;
@@ -184,18 +185,18 @@ TEST(GGUFDequantize, SimdMatchesScalarReference) {
       const int64_t n = nblocks * t.block_size();
       std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
       t.dequantize_ref(blocks.data(), a.data(), n);
-      simd_dequantizer(t.type)(blocks.data(), b.data(), n);
+      backend::cpu::gguf_simd_dequantizer(t.type)(blocks.data(), b.data(), n);
       EXPECT_TRUE(same_floats(b.data(), a.data(), size_t(n)));
       // Odd block counts and offsets (rows start at any block boundary).
       t.dequantize_ref(blocks.data() + t.type_size(), a.data(), t.block_size() * 3);
-      simd_dequantizer(t.type)(blocks.data() + t.type_size(), b.data(), t.block_size() * 3);
+      backend::cpu::gguf_simd_dequantizer(t.type)(blocks.data() + t.type_size(), b.data(), t.block_size() * 3);
       EXPECT_TRUE(same_floats(b.data(), a.data(), size_t(t.block_size() * 3)));
     }
     EXPECT_GE(checked, 4);
   }
   hwy::SetSupportedTargetsForTest(0);  // back to the CPU's own targets
   for (GGMLType t : {GGMLType::Q8_0, GGMLType::Q4_0, GGMLType::Q4_K, GGMLType::Q6_K})
-    EXPECT_NE(simd_dequantizer(t), nullptr);
+    EXPECT_NE(backend::cpu::gguf_simd_dequantizer(t), nullptr);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "backend/cpu/quant/dequant_rows.h"
 #include "core/random.h"
 #include "diffq/error.h"
 #include "gguf_test_util.h"
@@ -110,10 +111,12 @@ TEST(GGUFWeight, ComputeDtypeRoundsTheWeightLikeDiffusers) {
   // Diffusers: F.linear(x, dequant(W).to(compute_dtype)) — here in f32 accumulation.
   const Tensor wc = q->dequantize(DType::bf16).to(DType::f32);
   EXPECT_LE(max_rel(q->linear(x, {}), ops::linear(x, wc)), 1e-5);
-  std::vector<float> rows(2 * 256);
+  std::vector<float> rows(2 * 256), simd(rows.size());
   q->dequant_rows(3, 5, rows.data());
   const auto wv = wc.to_f32_vector();
   for (size_t i = 0; i < rows.size(); ++i) ASSERT_EQ(rows[i], wv[3 * 256 + i]);
+  backend::cpu::gguf_dequant_rows(*q, 3, 5, simd.data());  // the CPU's SIMD rows: the same bits
+  EXPECT_EQ(simd, rows);
 }
 
 TEST(GGUFWeight, DequantizeMatchesGgufPyOnGgmlQuantizedRows) {

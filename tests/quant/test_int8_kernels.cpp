@@ -17,13 +17,13 @@
 
 #include "backend/cpu/int8_act_quant.h"
 #include "backend/cpu/int8_gemm.h"
+#include "backend/cpu/quant/int8_dynamic_linear.h"
 #include "backend/cpu/onednn_gemm.h"
 #include "backend/cpu/threads.h"
 #include "core/random.h"
 #include "ops/ops.h"
 #include "quant/torchao/affine.h"
 #include "quant/torchao/affine_int8_weight.h"
-#include "quant/torchao/int8_dynamic_linear.h"
 
 namespace {
 
@@ -223,7 +223,7 @@ Tensor unfused_linear(const Tensor& x, const Tensor& bias, const tao::AffineInt8
   const bool per_tensor = w.act_granularity()->type == tao::Granularity::PerTensor;
   std::vector<int8_t> q(size_t(m * k));
   std::vector<float> xs;
-  tao::quantize_activations_int8(xf.data<float>(), m, k, dt, per_tensor, q.data(), xs);
+  cpu::quantize_activations_int8(xf.data<float>(), m, k, dt, per_tensor, q.data(), xs);
   std::vector<int32_t> c(size_t(m * n));
   cpu::gemm_s8s8s32_reference(m, n, k, q.data(), k, w.qdata().data<int8_t>(), k, c.data(), n);
   const std::vector<float> bv = bias.defined() ? bias.to_f32_vector() : std::vector<float>{};

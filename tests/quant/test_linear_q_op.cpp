@@ -1,18 +1,24 @@
 // The quantized linear as an op (ops/linear_q.h): QuantizedWeight::linear dispatches linear_q with the
-// activation, the bias and the weight's packed tensors as inputs; the CPU's kernel is each scheme's own host
-// code (registered for "*"); a kernel registered for one scheme on a device takes that scheme only; the op's
-// f64 reference is the scheme's dequantization; the profile counts its FLOPs. (A device without a kernel for
-// a scheme refusing it at load: tests/pipelines/test_pipeline_placement.cpp.)
+// activation, the bias and the weight's packed tensors as inputs; the CPU's kernels (backend/cpu/quant) are
+// registered per scheme and for "*" (the weight's tile linear plan); a kernel registered for one scheme on a
+// device takes that scheme only; the op's f64 reference is the scheme's dequantization; the profile counts
+// its FLOPs; which weights the CPU delivers in parts (compile's GEMM prologue). (A device without a kernel
+// for a scheme refusing it at load: tests/pipelines/test_pipeline_placement.cpp.)
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <random>
 
+#include "backend/cpu/quant/dequant_rows.h"
+#include "backend/cpu/quant/linear_q_parts.h"
+#include "backend/cpu/quant/tile_linear.h"
 #include "backend/reference/reference_ops.h"
 #include "diffq/error.h"
 #include "ops/linear_q.h"
 #include "ops/op_profile.h"
+#include "ops/ops.h"
+#include "quant/bnb/bnb_int8.h"
 #include "quant/torchao/torchao.h"
 
 namespace {
@@ -37,13 +43,19 @@ bool same_bytes(const Tensor& a, const Tensor& b) {
   return x.dtype() == y.dtype() && x.shape() == y.shape() && std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()) == 0;
 }
 
+// The CPU's tile linear driver run directly on the weight's plan (what the CPU's "*" kernel computes for a
+// torchao weight-only scheme, whose plan keeps x's dtype).
+Tensor tile_linear(const QuantizedWeight& q, const Tensor& x, const Tensor& bias) {
+  return backend::cpu::run_tile_linear(*backend::cpu::cpu_tile_linear_plan(q, x, bias));
+}
+
 TEST(LinearQOp, AQuantizedLinearIsTheOpWithTheSchemesHostResult) {
   const auto q = quantized("Int8WeightOnlyConfig", random_f32({48, 64}, 1));
   const Tensor x = random_f32({5, 64}, 2), bias = random_f32({48}, 3);
   const Tensor y = q->linear(x, bias);
   EXPECT_EQ(y.shape(), (Shape{5, 48}));
-  EXPECT_TRUE(same_bytes(y, q->cpu_linear(x, bias)));
-  EXPECT_TRUE(same_bytes(ops::linear_q(x.to(DType::bf16), *q), q->cpu_linear(x.to(DType::bf16), Tensor())));
+  EXPECT_TRUE(same_bytes(y, tile_linear(*q, x, bias)));
+  EXPECT_TRUE(same_bytes(ops::linear_q(x.to(DType::bf16), *q), tile_linear(*q, x.to(DType::bf16), Tensor())));
   // What the call carries: x, the bias, then the packed tensors (so the dispatcher sees where they live).
   const std::string e = [&] {
     try {
@@ -60,7 +72,8 @@ TEST(LinearQOp, AQuantizedLinearIsTheOpWithTheSchemesHostResult) {
 int g_spy_calls = 0;
 void spy_kernel(const ops::OpCall& c, Tensor& out) {
   ++g_spy_calls;
-  out = c.attrs.packed->cpu_linear(c.inputs[0], c.inputs[1]);
+  static const ops::KernelFn generic = ops::find_linear_q_kernel(DeviceKind::cpu, "*");
+  generic(c, out);
 }
 
 TEST(LinearQOp, ASchemesOwnKernelOnADeviceTakesThatSchemeOnly) {
@@ -79,8 +92,8 @@ TEST(LinearQOp, ASchemesOwnKernelOnADeviceTakesThatSchemeOnly) {
   EXPECT_EQ(g_spy_calls, 1);
   q8->linear(x, Tensor());
   EXPECT_EQ(g_spy_calls, 1) << "unregistered: the generic kernel again";
-  EXPECT_TRUE(same_bytes(a, q8->cpu_linear(x, Tensor())));
-  EXPECT_TRUE(same_bytes(b, f8->cpu_linear(x, Tensor())));
+  EXPECT_TRUE(same_bytes(a, tile_linear(*q8, x, Tensor())));
+  EXPECT_TRUE(same_bytes(b, tile_linear(*f8, x, Tensor())));
 }
 
 TEST(LinearQOp, ReferenceIsTheSchemesDequantizationAndTheProfileCountsItsFlops) {
@@ -101,6 +114,42 @@ TEST(LinearQOp, ReferenceIsTheSchemesDequantizationAndTheProfileCountsItsFlops) 
   }
   EXPECT_LT(err / scale, 1e-5) << "int8wo in f32: the host kernel against dequantize + the f64 linear";
   EXPECT_GT(scale, 1.0);
+}
+
+// The CPU registers its own kernels for the schemes that do not dequantize (int8dq's int8 GEMM, LLM.int8,
+// Nunchaku's W4A4), "*" for the rest; it delivers parts (compile's GEMM prologue) for a weight with a tile
+// plan or int8dq, not for LLM.int8, and the parts hold linear_q's values.
+TEST(LinearQOp, TheCpuHasKernelsPerSchemeAndSaysWhichDeliverParts) {
+  const ops::KernelFn generic = ops::find_linear_q_kernel(DeviceKind::cpu, "*");
+  for (const char* s : {"torchao_int8dq", "bnb_int8", "nunchaku_svdq_w4a4_int4"})
+    EXPECT_NE(ops::find_linear_q_kernel(DeviceKind::cpu, s), generic) << s;
+  EXPECT_EQ(ops::find_linear_q_kernel(DeviceKind::cpu, "torchao_int8wo"), generic);
+  const Tensor w = random_f32({16, 64}, 11);
+  const auto wo = quantized("Int8WeightOnlyConfig", w);
+  const auto dq = quantized("Int8DynamicActivationInt8WeightConfig", w);
+  const auto llm = quant::Bnb8bitWeight::quantize(w);
+  ASSERT_EQ(dq->scheme(), "torchao_int8dq");
+  EXPECT_TRUE(backend::cpu::linear_q_has_parts(*wo));
+  EXPECT_TRUE(backend::cpu::linear_q_has_parts(*dq));
+  EXPECT_FALSE(backend::cpu::linear_q_has_parts(*llm)) << "LLM.int8 has no parts";
+  llm->set_mode(quant::Int8LinearMode::dequantize_fp);
+  EXPECT_TRUE(backend::cpu::linear_q_has_parts(*llm)) << "the dequantize mode has a tile plan";
+  // The parts, gathered, are linear_q's values (f32 here: no rounding).
+  const Tensor x = random_f32({3, 64}, 12), bias = random_f32({16}, 13);
+  for (const QuantizedWeight* q : {wo.get(), dq.get()}) {
+    Tensor y = Tensor::empty({3, 16}, DType::f32);
+    float* yp = y.data<float>();
+    backend::cpu::GemmParts parts;
+    parts.begin = [&](int64_t r0, int64_t, int64_t c0, int64_t, int64_t* ld) {
+      *ld = 16;
+      return yp + r0 * 16 + c0;
+    };
+    parts.end = [](int64_t, int64_t, int64_t, int64_t, const float*, int64_t) {};
+    backend::cpu::linear_q_parts(*q, x, bias, parts);
+    EXPECT_TRUE(same_bytes(y, q->linear(x, bias))) << q->scheme();
+  }
+  llm->set_mode(quant::Int8LinearMode::llm_int8);
+  EXPECT_THROW(backend::cpu::linear_q_parts(*llm, x, bias, backend::cpu::GemmParts{}), Error);
 }
 
 }  // namespace

@@ -8,10 +8,10 @@
 #include <functional>
 
 #include "backend/cpu/int8_gemm.h"
+#include "backend/cpu/quant/int8_dynamic_linear.h"
 #include "backend/cpu/threads.h"
 #include "core/random.h"
 #include "ops/ops.h"
-#include "quant/torchao/int8_dynamic_linear.h"
 #include "quant/torchao/torchao.h"
 
 namespace {
@@ -57,7 +57,7 @@ TEST(TorchaoBench, DISABLED_LinearM1024N3072K3072TwoThreads) {
     std::vector<int8_t> q(size_t(M * K));
     std::vector<float> sc;
     report("int8 activation quantization", best_ms([&] {
-             tao::quantize_activations_int8(xc.data<float>(), M, K, DType::bf16, false, q.data(), sc);
+             backend::cpu::quantize_activations_int8(xc.data<float>(), M, K, DType::bf16, false, q.data(), sc);
            }), t_bf16);
   }
   struct Case {

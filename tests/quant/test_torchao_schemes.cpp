@@ -8,9 +8,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/quant/torchao_int4_dequant.h"
 #include "diffq/error.h"
 #include "io/safetensors.h"
-#include "quant/torchao/dequant_kernels.h"
+#include "quant/torchao/int4_weight.h"
 #include "quant/torchao/torchao.h"
 
 namespace {
@@ -153,7 +154,7 @@ TEST(TorchaoInt4Kernel, SimdEqualsScalarReference) {
       std::vector<float> scale(static_cast<size_t>(k / g)), zero(static_cast<size_t>(k / g));
       for (size_t i = 0; i < scale.size(); ++i) scale[i] = 0.0137f * float(i + 1), zero[i] = -0.05f + 0.011f * float(i);
       std::vector<float> a(static_cast<size_t>(k)), b(static_cast<size_t>(k));
-      diffq::quant::torchao::dequant_int4_row(packed.data(), k, g, scale.data(), zero.data(), a.data());
+      diffq::backend::cpu::dequant_int4_row(packed.data(), k, g, scale.data(), zero.data(), a.data());
       diffq::quant::torchao::dequant_int4_row_reference(packed.data(), k, g, scale.data(), zero.data(), b.data());
       ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "g=" << g << " k=" << k;
     }

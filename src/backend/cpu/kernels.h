@@ -21,6 +21,6 @@ void register_conv_kernels();         // conv.cpp: conv2d
 void register_layout_kernels();       // layout.cpp: upsample_nearest2x, concat, embedding
 void register_channel_norm_kernels();  // channel_norm.cpp: channel_norm
 void register_reduce_kernels();       // reduce.cpp: reduce, absmax_blocks
-void register_linear_q_kernels();  // linear_q.cpp: every scheme through its own host code
+void register_linear_q_kernels();  // quant/linear_q.cpp: per scheme, and "*"
 
 }  // namespace diffq::backend::cpu

@@ -6,15 +6,12 @@
 #include <cstring>
 #include <limits>
 
-#include "backend/cpu/common.h"
 #include "core/thread_pool.h"
 #include "diffq/error.h"
-#include "quant/bnb/bnb_kernels.h"
-#include "quant/dequant_linear.h"
+#include "quant/bnb/bnb_4bit_dequant.h"
+#include "quant/tile_linear_plan.h"
 
 namespace diffq::quant {
-
-namespace cpu = backend::cpu;
 
 namespace bnb {
 
@@ -453,17 +450,12 @@ void Bnb4bitWeight::dequant_rows(int64_t n0, int64_t n1, float* dst, DType round
   const int64_t e0 = n0 * K, e1 = n1 * K;
   if (e1 <= e0) return;
   const int64_t b0 = e0 / state_.blocksize, b1 = (e1 - 1) / state_.blocksize + 1;
-  static thread_local std::vector<float> am;
-  am.resize(size_t(b1 - b0));
+  std::vector<float> am(size_t(b1 - b0));
   absmax_range(b0, b1, am.data());
-  bnb::dequant_4bit_range(bytes_of(packed_), nbytes_, pairs_.data(), am.data(), b0, state_.blocksize, e0, e1, dst);
-  if (round_to == DType::bf16 || round_to == DType::f16) {
-    // Round through the 16-bit dtype with the SIMD row converters (torch's rounding).
-    static thread_local std::vector<uint16_t> half;
-    half.resize(size_t(e1 - e0));
-    cpu::store_f32(dst, half.data(), round_to, e1 - e0);
-    cpu::load_f32(half.data(), round_to, 1, dst, e1 - e0);
-  }
+  bnb::dequant_4bit_range_scalar(bytes_of(packed_), nbytes_, pairs_.data(), am.data(), b0, state_.blocksize, e0, e1,
+                                 dst);
+  if (round_to != DType::f32)
+    for (int64_t i = 0; i < e1 - e0; ++i) dst[i] = round_through(round_to, dst[i]);
 }
 
 Tensor Bnb4bitWeight::dequantize(DType dtype) const {

@@ -125,11 +125,16 @@ class Bnb4bitWeight : public QuantizedWeight {
   bool has_tile_linear() const override { return true; }
   std::optional<quant::TileLinearPlan> tile_linear_plan(const Tensor& x, const Tensor& bias) const override;
 
-  // Rows [n0, n1) as float32 (Highway kernel), K per row; `round_to` f32 (none), bf16 or f16 rounds each
-  // value as a dequantization to that dtype would.
+  // Rows [n0, n1) as float32, K per row; `round_to` f32 (none), bf16 or f16 rounds each value as a
+  // dequantization to that dtype would: the scalar reference (the CPU's SIMD rows:
+  // backend/cpu/quant/dequant_rows.h).
   void dequant_rows(int64_t n0, int64_t n1, float* dst, DType round_to = DType::f32) const;
   // The float32 absmax of every block (double quant decoded), as bnb computes it.
   std::vector<float> absmax_f32() const;
+  // The same for blocks [b0, b1) into dst.
+  void absmax_range(int64_t b0, int64_t b1, float* dst) const;
+  // The 512-float table of both codes of every byte value (bnb::build_pair_table of code()).
+  const float* pair_table() const { return pairs_.data(); }
 
   const Bnb4bitState& state() const { return state_; }
   const Tensor& packed() const { return packed_; }
@@ -138,7 +143,6 @@ class Bnb4bitWeight : public QuantizedWeight {
   const float* code() const;  // the table this weight's dequantization uses (FP4 sign of zero by path)
 
  private:
-  void absmax_range(int64_t b0, int64_t b1, float* dst) const;
   Tensor packed_;
   Bnb4bitState state_;
   DType compute_dtype_;

@@ -7,16 +7,15 @@
 
 #include "core/thread_pool.h"
 #include "diffq/error.h"
-#include "quant/dequant_linear.h"
+#include "quant/tile_linear_plan.h"
 
 namespace diffq::quant {
 
+using bnb::kInv127;
 
 namespace {
 
 constexpr const char* kCtx = "bnb";
-constexpr float kInv127 = float(7.874015718698502e-3);  // the literal bitsandbytes multiplies by
-constexpr float kInv127Sq = float(6.200124e-05);         // int8_mm_dequant's 1 / (127 * 127)
 
 int8_t code_of(float prod) {
   // torch.round (half to even) then .to(int8); NaN (0 * inf of an all-zero row) becomes 0 as on x86.
@@ -148,11 +147,6 @@ void Bnb8bitWeight::check_input(const Tensor& x, const Tensor& bias) const {
   if (bias.defined()) check(bias.numel() == N, kCtx, name_, ": bias must have ", N, " elements");
 }
 
-Tensor Bnb8bitWeight::cpu_linear(const Tensor& x, const Tensor& bias) const {
-  check_input(x, bias);
-  return mode_ == Int8LinearMode::llm_int8 ? linear_llm_int8(x, bias) : QuantizedWeight::cpu_linear(x, bias);
-}
-
 // The dequantize-to-x's-dtype mode: W rounded to x's dtype, the f32 tiled GEMM, the bias in x's dtype.
 std::optional<TileLinearPlan> Bnb8bitWeight::tile_linear_plan(const Tensor& x, const Tensor& bias) const {
   if (mode_ == Int8LinearMode::llm_int8) return std::nullopt;
@@ -168,65 +162,6 @@ std::optional<TileLinearPlan> Bnb8bitWeight::tile_linear_plan(const Tensor& x, c
                             for (int64_t k = 0; k < K; ++k) *dst++ = round_through(dt, float(q[n * K + k]) * sc);
                           }
                         }};
-}
-
-Tensor Bnb8bitWeight::linear_llm_int8(const Tensor& x, const Tensor& bias) const {
-  const int64_t N = cb_.shape()[0], K = cb_.shape()[1];
-  const DType dt = x.dtype();
-  const int64_t M = x.numel() / K;
-  Shape out_shape = x.shape();
-  out_shape.back() = N;
-  const Tensor xf = x.to(DType::f32).contiguous();             // x's own values
-  const Tensor xh = x.to(DType::f16).to(DType::f32).contiguous();  // A.to(float16)
-  const float* xp = xf.data<float>();
-
-  std::vector<int8_t> ca(static_cast<size_t>(M * K));
-  std::vector<float> rs(static_cast<size_t>(M));
-  std::vector<int64_t> cols;
-  bnb::int8_vectorwise_quant(xh.data<float>(), M, K, threshold_, ca.data(), rs.data(), &cols);
-
-  // int32 product q_x q_w^T through the float32 GEMM (exact below 2^24, as bitsandbytes' own).
-  Tensor caf = Tensor::empty({M, K}, DType::f32);
-  float* cap = caf.data<float>();
-  for (int64_t i = 0; i < M * K; ++i) cap[i] = float(ca[size_t(i)]);
-  const int8_t* q = cb_.data<int8_t>();
-  const Tensor acc = dequant_tile_linear(caf, {}, N, K, [q, K](int64_t n0, int64_t n1, float* dst) {
-    for (int64_t i = n0 * K; i < n1 * K; ++i) *dst++ = float(q[i]);
-  });
-  const float* ap = acc.data<float>();
-  const float* scb = scb_.data<float>();
-  std::vector<float> bf;
-  if (bias.defined()) bf = bias.to(dt).to_f32_vector();  // Linear8bitLt casts the bias to x's dtype
-
-  // Outlier columns: x[:, cols] (x's dtype) against the dequantized weight columns rounded to x's dtype.
-  std::vector<float> subb;
-  if (!cols.empty()) {
-    subb.resize(size_t(N) * cols.size());
-    for (int64_t n = 0; n < N; ++n)
-      for (size_t c = 0; c < cols.size(); ++c) {
-        const float v = float(q[n * K + cols[c]]) * scb[n];
-        subb[size_t(n) * cols.size() + c] = round_through(dt, v * kInv127);
-      }
-  }
-  Tensor y = Tensor::empty(out_shape, DType::f32);
-  float* yp = y.data<float>();
-  core::parallel_for(M, 4, [&](int64_t m0, int64_t m1) {
-    for (int64_t m = m0; m < m1; ++m)
-      for (int64_t n = 0; n < N; ++n) {
-        const float c32 = float(int32_t(ap[m * N + n]));
-        float v = c32 * (rs[size_t(m)] * scb[n]);
-        v = v * kInv127Sq;
-        if (!bf.empty()) v = v + bf[size_t(n)];
-        v = round_through(dt, v);
-        if (!cols.empty()) {
-          float s = 0.0f;
-          for (size_t c = 0; c < cols.size(); ++c) s += xp[m * K + cols[c]] * subb[size_t(n) * cols.size() + c];
-          v = round_through(dt, v + s);
-        }
-        yp[m * N + n] = v;
-      }
-  });
-  return dt == DType::f32 ? y : y.to(dt);
 }
 
 }  // namespace diffq::quant

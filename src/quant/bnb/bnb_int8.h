@@ -13,7 +13,8 @@
 //    rounded to x's dtype; then + x[:, outlier cols] @ dequantized weight columns (int8_vectorwise_dequant,
 //    rounded to x's dtype) in x's dtype. The bias is cast to x's dtype first (Linear8bitLt does).
 //    bitsandbytes' own int32 product is a float32 matmul of the codes on CPUs without AVX-512; diffq's is
-//    the same float32 GEMM (exact while the partial sums stay below 2^24).
+//    the same float32 GEMM (exact while the partial sums stay below 2^24): the CPU's linear_q kernel,
+//    backend/cpu/quant/bnb_int8_linear.h.
 //  * linear, dequantized (Int8LinearMode::dequantize_fp, bitsandbytes' CPU path in training mode,
 //    MatMul8bitFp): w = (q cast to x's dtype) * (SCB * (1/127)), then x w^T + b in x's dtype.
 #pragma once
@@ -48,7 +49,6 @@ class Bnb8bitWeight : public QuantizedWeight {
   Shape shape() const override { return cb_.shape(); }
   Tensor dequantize(DType dtype) const override;  // int8_vectorwise_dequant (float32) .to(dtype)
   std::vector<Tensor> storage_tensors() const override { return {cb_, scb_}; }
-  Tensor cpu_linear(const Tensor& x, const Tensor& bias) const override;
   bool has_tile_linear() const override { return mode_ != Int8LinearMode::llm_int8; }
   std::optional<quant::TileLinearPlan> tile_linear_plan(const Tensor& x, const Tensor& bias) const override;
 
@@ -61,10 +61,11 @@ class Bnb8bitWeight : public QuantizedWeight {
   void set_threshold(double t) { threshold_ = t; }
   Int8LinearMode mode() const { return mode_; }
   void set_mode(Int8LinearMode m) { mode_ = m; }
+  // Throws, naming the weight, unless x is [..., in_features] float32/bfloat16/float16 and the bias has
+  // out_features elements (or is undefined).
+  void check_input(const Tensor& x, const Tensor& bias) const;
 
  private:
-  Tensor linear_llm_int8(const Tensor& x, const Tensor& bias) const;
-  void check_input(const Tensor& x, const Tensor& bias) const;
   Tensor cb_, scb_;
   double threshold_;
   Int8LinearMode mode_ = Int8LinearMode::llm_int8;
@@ -72,6 +73,9 @@ class Bnb8bitWeight : public QuantizedWeight {
 };
 
 namespace bnb {
+inline constexpr float kInv127 = float(7.874015718698502e-3);  // the literal bitsandbytes multiplies by
+inline constexpr float kInv127Sq = float(6.200124e-05);         // int8_mm_dequant's 1 / (127 * 127)
+
 // int8_vectorwise_quant of float16 values held as float (rows x cols, row-major): codes and row absmax.
 // With threshold > 0, |a| >= threshold (rounded to float16) is an outlier: zeroed before the absmax and
 // its column zeroed in the codes when rows > 1; `outlier_cols` receives the columns (ascending).

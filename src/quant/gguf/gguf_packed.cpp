@@ -99,7 +99,7 @@ Tensor packed_dequantize(const PackedTensor& t, std::string_view what) {
         shape_str(t.shape), ") has ", t.bytes.numel(), " bytes, ", want, " expected");
   Tensor out = Tensor::empty(t.shape, DType::f32);
   const Tensor b = t.bytes.contiguous();
-  tr.dequantize(b.data_ptr(), out.data<float>(), n);
+  tr.dequantize_ref(b.data_ptr(), out.data<float>(), n);
   return out;
 }
 

@@ -14,8 +14,7 @@ namespace {
 TypeTraits make(GGMLType t, DequantizeRowFn deq, QuantizeRowFn q, bool gguf_py) {
   const io::GGMLTypeInfo* info = io::ggml_type_info(uint32_t(t));
   check(info != nullptr, "gguf", "ggml type ", uint32_t(t), " is missing from io::ggml_types()");
-  const DequantizeRowFn simd = simd_dequantizer(t);
-  return TypeTraits{t, info, deq, simd ? simd : deq, q, gguf_py};
+  return TypeTraits{t, info, deq, q, gguf_py};
 }
 
 const std::array<TypeTraits, 15>& table() {

@@ -1,5 +1,6 @@
-// GGUF (ggml) quantization types: one traits table (type -> block elements/bytes, row dequantizer,
-// reference quantizer) and the scalar reference functions it points to.
+// GGUF (ggml) quantization types: one traits table (type -> block elements/bytes, reference row
+// dequantizer, reference quantizer) and the scalar reference functions it points to. The CPU's SIMD row
+// dequantizers (bit-identical) live in backend/cpu/quant/gguf_dequant.h.
 //
 // Block sizes and bytes come from io::ggml_type_info (the reader's table, the single source); block
 // layouts from blocks.h. Reference behaviour (tests/quant/test_gguf_*.cpp, fixtures made by
@@ -36,7 +37,6 @@ struct TypeTraits {
   GGMLType type;
   const io::GGMLTypeInfo* info;     // name ("Q4_K"), block_size, type_size: io's table
   DequantizeRowFn dequantize_ref;   // scalar reference
-  DequantizeRowFn dequantize;       // fastest available (SIMD where written), same bits as the reference
   QuantizeRowFn quantize_ref;       // ggml's reference quantizer
   bool gguf_py_quantizes;           // gguf-py 0.19 can quantize this type too (and agrees bit for bit)
 
@@ -91,9 +91,5 @@ void quantize_row_q5_K(const float* x, void* y, int64_t n);
 void quantize_row_q6_K(const float* x, void* y, int64_t n);
 void quantize_row_iq4_nl(const float* x, void* y, int64_t n);
 void quantize_row_iq4_xs(const float* x, void* y, int64_t n);
-
-// SIMD (Highway, runtime dispatch) row dequantizers, bit-identical to the references: the function
-// for `t`, or nullptr where only the scalar reference exists. traits.dequantize points here when set.
-DequantizeRowFn simd_dequantizer(GGMLType t);
 
 }  // namespace diffq::quant::gguf

@@ -4,9 +4,9 @@
 #include <cstring>
 #include <vector>
 
-#include "backend/cpu/common.h"
+#include "core/thread_pool.h"
 #include "diffq/error.h"
-#include "quant/dequant_linear.h"
+#include "quant/tile_linear_plan.h"
 
 namespace diffq::quant {
 
@@ -137,20 +137,18 @@ void GGUFQuantizedWeight::dequant_rows(int64_t n0, int64_t n1, float* dst) const
   if (n1 <= n0) return;
   const auto* p = static_cast<const uint8_t*>(data_.data_ptr());
   const int64_t n = (n1 - n0) * K_;
-  traits_->dequantize(p + n0 * row_bytes_, dst, n);  // rows are contiguous whole blocks
-  if (compute_dtype_ == DType::bf16 || compute_dtype_ == DType::f16) {
-    // Round through the 16-bit compute dtype with the SIMD row converters (torch's rounding).
-    static thread_local std::vector<uint16_t> half;
-    half.resize(size_t(n));
-    backend::cpu::store_f32(dst, half.data(), compute_dtype_, n);
-    backend::cpu::load_f32(half.data(), compute_dtype_, 1, dst, n);
-  }
+  traits_->dequantize_ref(p + n0 * row_bytes_, dst, n);  // rows are contiguous whole blocks
+  if (compute_dtype_ != DType::f32)
+    for (int64_t i = 0; i < n; ++i) dst[i] = round_through(compute_dtype_, dst[i]);
 }
 
 Tensor GGUFQuantizedWeight::dequantize(DType dtype) const {
   Tensor w = Tensor::empty({N_, K_}, DType::f32);
   const auto* p = static_cast<const uint8_t*>(data_.data_ptr());
-  traits_->dequantize(p, w.data<float>(), N_ * K_);
+  float* wp = w.data<float>();
+  core::parallel_for(N_, 16, [&](int64_t a, int64_t b) {
+    traits_->dequantize_ref(p + a * row_bytes_, wp + a * K_, (b - a) * K_);
+  });
   return dtype == DType::f32 ? w : w.to(dtype);
 }
 

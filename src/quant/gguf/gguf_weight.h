@@ -3,9 +3,9 @@
 // ne = [K, N], so loading from a GGUF file is zero-copy (the bytes stay in the mapping) and saving
 // writes them back unchanged.
 //
-// linear() dequantizes a tile of rows at a time (SIMD row dequantizers, bit-identical to the
-// reference) straight into the f32 GEMM (quant::dequant_tile_linear); the full-precision weight is
-// never materialised.
+// Its linear dequantizes a tile of rows at a time straight into the GEMM (tile_linear_plan; on the CPU
+// with SIMD row dequantizers bit-identical to the reference, backend/cpu/quant); the full-precision
+// weight is never materialised.
 #pragma once
 
 #include <memory>
@@ -72,7 +72,7 @@ class GGUFQuantizedWeight : public QuantizedWeight {
   bool has_tile_linear() const override { return true; }
   std::optional<quant::TileLinearPlan> tile_linear_plan(const Tensor& x, const Tensor& bias) const override;
 
-  // Rows [n0, n1) as f32 (rounded through compute_dtype when that is bf16/f16), K per row.
+  // Rows [n0, n1) as f32 (rounded through compute_dtype when that is bf16/f16), K per row: the reference.
   void dequant_rows(int64_t n0, int64_t n1, float* dst) const;
 
   gguf::GGMLType type() const { return traits_->type; }

@@ -3,14 +3,11 @@
 #include <algorithm>
 #include <cmath>
 
-#include "backend/cpu/int8_gemm.h"
 #include "core/thread_pool.h"
 #include "diffq/error.h"
 #include "quant/nunchaku/nunchaku_layout.h"
 
 namespace diffq::quant::nunchaku {
-
-namespace cpu = backend::cpu;
 
 namespace {
 
@@ -247,9 +244,13 @@ void SvdqW4A4Weight::quantize_activations(const float* x, int64_t m, int8_t* q, 
   });
 }
 
-Tensor SvdqW4A4Weight::linear_reference(const Tensor& x, const Tensor& bias) const {
+void SvdqW4A4Weight::check_input(const Tensor& x) const {
   check(x.dim() >= 1 && x.shape().back() == k_, kCtx, name_, ": input's last dimension is ",
         x.dim() ? x.shape().back() : 0, ", in_features is ", k_);
+}
+
+Tensor SvdqW4A4Weight::linear_reference(const Tensor& x, const Tensor& bias) const {
+  check_input(x);
   const auto xv = x.to_f32_vector();
   const int64_t m = x.numel() / k_;
   std::vector<int8_t> q(size_t(m * k_));
@@ -283,54 +284,6 @@ Tensor SvdqW4A4Weight::linear_reference(const Tensor& x, const Tensor& bias) con
       yo[t * n_ + i] = acc + lr + b[size_t(i)];
     }
   }
-  return x.dtype() == DType::f32 ? y : y.to(x.dtype());
-}
-
-// The same math with the int8 GEMM per group of 64 inputs (int4 codes widened to int8; integer sums are
-// exact, so only the float sums' order differs from linear_reference, and not in the int4 part).
-Tensor SvdqW4A4Weight::cpu_linear(const Tensor& x, const Tensor& bias) const {
-  check(x.dim() >= 1 && x.shape().back() == k_, kCtx, name_, ": input's last dimension is ",
-        x.dim() ? x.shape().back() : 0, ", in_features is ", k_);
-  const Tensor xf = x.to(DType::f32).contiguous();
-  const float* xp = xf.data<float>();
-  const int64_t m = xf.numel() / k_;
-  std::vector<int8_t> q(size_t(m * k_));
-  std::vector<float> as(size_t(m * g_));
-  quantize_activations(xp, m, q.data(), as.data());
-  const auto b = logical_bias(bias);
-  const int8_t* c = codes_.data<int8_t>();
-  const float* ws = wscales_.data<float>();
-  const float* dn = down_.data<float>();
-  const float* up = up_.data<float>();
-  Shape os = x.shape();
-  os.back() = n_;
-  Tensor y = Tensor::zeros(os, DType::f32);
-  float* yo = y.data<float>();
-  std::vector<int32_t> cg(size_t(m * n_));
-  for (int64_t gi = 0; gi < g_; ++gi) {
-    cpu::gemm_s8s8s32(m, n_, 64, q.data() + gi * 64, k_, c + gi * 64, k_, cg.data(), n_);
-    core::parallel_for(m, 16, [&](int64_t a, int64_t e) {
-      for (int64_t t = a; t < e; ++t) {
-        const float at = as[size_t(t * g_ + gi)];
-        for (int64_t i = 0; i < n_; ++i) yo[t * n_ + i] += float(cg[size_t(t * n_ + i)]) * at * ws[gi * n_ + i];
-      }
-    });
-  }
-  core::parallel_for(m, 16, [&](int64_t a, int64_t e) {
-    std::vector<float> la(static_cast<size_t>(r_));
-    for (int64_t t = a; t < e; ++t) {
-      for (int64_t r = 0; r < r_; ++r) {
-        float s = 0;
-        for (int64_t j = 0; j < k_; ++j) s += xp[t * k_ + j] * dn[r * k_ + j];
-        la[size_t(r)] = s;
-      }
-      for (int64_t i = 0; i < n_; ++i) {
-        float lr = 0;
-        for (int64_t r = 0; r < r_; ++r) lr += la[size_t(r)] * up[i * r_ + r];
-        yo[t * n_ + i] = yo[t * n_ + i] + lr + b[size_t(i)];
-      }
-    }
-  });
   return x.dtype() == DType::f32 ? y : y.to(x.dtype());
 }
 

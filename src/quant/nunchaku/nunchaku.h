@@ -65,19 +65,24 @@ class SvdqW4A4Weight : public QuantizedWeight {
   // The residual int4 weight as the library dequantizes it: code * wscale (float32) [N, K].
   Tensor dequantize_residual() const;
   std::vector<Tensor> storage_tensors() const override { return {codes_, wscales_, smooth_, down_, up_}; }
-  Tensor cpu_linear(const Tensor& x, const Tensor& bias) const override;
-  // The same forward computed by plain loops (the tests' oracle for linear()).
+  // The forward computed by plain loops: the reference of the CPU's kernel (int8 GEMMs per group,
+  // backend/cpu/quant/nunchaku_linear.h) and the tests' oracle for linear().
   Tensor linear_reference(const Tensor& x, const Tensor& bias) const;
   // The bias argument in logical order (un-permutes a packed-layout bias), float32 [N].
   std::vector<float> logical_bias(const Tensor& bias) const;
+  // Throws, naming the weight, unless x is [..., in_features].
+  void check_input(const Tensor& x) const;
+  // x [m, K] (f32) smoothed and quantized: codes q [m, K], ascale [m, K/64] (the forward's first step).
+  void quantize_activations(const float* x, int64_t m, int8_t* q, float* ascale) const;
 
   bool packed() const { return packed_; }
   int64_t rank() const { return r_; }
-  const Tensor& codes() const { return codes_; }
+  const Tensor& codes() const { return codes_; }      // int8 [N, K]
+  const Tensor& wscales() const { return wscales_; }  // f32 [K/64, N]
+  const Tensor& down() const { return down_; }        // f32 [R, K] (proj_down^T)
+  const Tensor& up() const { return up_; }            // f32 [N, R]
 
  private:
-  // xs quantized: codes [M, K], ascale [M, G]
-  void quantize_activations(const float* x, int64_t m, int8_t* q, float* ascale) const;
   Tensor codes_, wscales_, smooth_, down_, up_;  // logical: int8 [N,K], f32 [G,N], [K], [R,K] (down^T), [N,R]
   bool packed_ = false;
   int64_t n_ = 0, k_ = 0, r_ = 0, g_ = 0;

@@ -7,7 +7,7 @@
 
 #include "core/thread_pool.h"
 #include "diffq/error.h"
-#include "quant/dequant_linear.h"
+#include "quant/tile_linear_plan.h"
 
 namespace diffq::quant {
 

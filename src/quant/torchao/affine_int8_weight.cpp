@@ -7,8 +7,7 @@
 
 #include "core/thread_pool.h"
 #include "diffq/error.h"
-#include "quant/dequant_linear.h"
-#include "quant/torchao/int8_dynamic_linear.h"
+#include "quant/tile_linear_plan.h"
 
 namespace diffq::quant::torchao {
 
@@ -216,18 +215,8 @@ void AffineInt8Weight::dequant_rows(int64_t n0, int64_t n1, DType out, float* ds
 }
 
 std::optional<TileLinearPlan> AffineInt8Weight::tile_linear_plan(const Tensor& x, const Tensor& bias) const {
-  if (act_) return std::nullopt;  // int8 x int8 GEMM (int8_dynamic_linear)
+  if (act_) return std::nullopt;  // int8 x int8 GEMM
   return TileLinearPlan{x, bias, n_, k_, [this](int64_t a, int64_t b, float* dst) { dequant_rows(a, b, DType::f32, dst); }};
-}
-
-void AffineInt8Weight::linear_parts(const Tensor& x, const Tensor& bias, const backend::cpu::GemmParts& parts) const {
-  if (act_) return int8_dynamic_linear_parts(x, bias, *this, parts);
-  QuantizedWeight::linear_parts(x, bias, parts);
-}
-
-Tensor AffineInt8Weight::cpu_linear(const Tensor& x, const Tensor& bias) const {
-  if (act_) return int8_dynamic_linear(x, bias, *this);
-  return QuantizedWeight::cpu_linear(x, bias);
 }
 
 }  // namespace diffq::quant::torchao

@@ -32,10 +32,9 @@ class AffineInt8Weight final : public TorchaoWeight {
   nlohmann::json tensor_attributes() const override;
   std::vector<std::pair<std::string, Tensor>> tensor_data() const override;
   void dequant_rows(int64_t n0, int64_t n1, DType out, float* dst) const override;
-  Tensor cpu_linear(const Tensor& x, const Tensor& bias) const override;
+  // int8dq (activation quantization) has no tile linear: its CPU kernel is the int8 GEMM
+  // (backend/cpu/quant/int8_dynamic_linear.h).
   bool has_tile_linear() const override { return !act_; }
-  bool has_linear_parts() const override { return true; }  // int8dq: the int8 GEMM's own parts
-  void linear_parts(const Tensor& x, const Tensor& bias, const backend::cpu::GemmParts& parts) const override;
   std::optional<quant::TileLinearPlan> tile_linear_plan(const Tensor& x, const Tensor& bias) const override;
 
   const Tensor& qdata() const { return qdata_; }

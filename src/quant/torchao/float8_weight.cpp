@@ -5,7 +5,7 @@
 
 #include "core/thread_pool.h"
 #include "diffq/error.h"
-#include "quant/dequant_linear.h"
+#include "quant/tile_linear_plan.h"
 #include "quant/torchao/affine_int8_weight.h"
 
 namespace diffq::quant::torchao {

@@ -4,9 +4,8 @@
 #include <cmath>
 
 #include "diffq/error.h"
-#include "quant/dequant_linear.h"
+#include "quant/tile_linear_plan.h"
 #include "quant/torchao/affine.h"
-#include "quant/torchao/dequant_kernels.h"
 
 namespace diffq::quant::torchao {
 
@@ -83,7 +82,7 @@ void Int4Weight::dequant_rows(int64_t n0, int64_t n1, DType out, float* dst) con
   const int64_t kg = k_ / g_;
   for (int64_t r = n0; r < n1; ++r) {
     float* d = dst + (r - n0) * k_;
-    dequant_int4_row(q + r * (k_ / 2), k_, g_, scale_nk_.data() + r * kg, zero_nk_.data() + r * kg, d);
+    dequant_int4_row_reference(q + r * (k_ / 2), k_, g_, scale_nk_.data() + r * kg, zero_nk_.data() + r * kg, d);
     if (out != DType::f32)
       for (int64_t c = 0; c < k_; ++c) d[c] = round_through(out, d[c]);
   }
@@ -91,6 +90,16 @@ void Int4Weight::dequant_rows(int64_t n0, int64_t n1, DType out, float* dst) con
 
 std::optional<TileLinearPlan> Int4Weight::tile_linear_plan(const Tensor& x, const Tensor& bias) const {
   return TileLinearPlan{x, bias, n_, k_, [this](int64_t a, int64_t b, float* dst) { dequant_rows(a, b, DType::f32, dst); }};
+}
+
+void dequant_int4_row_reference(const uint8_t* packed, int64_t k, int64_t g, const float* scale, const float* zero,
+                                float* dst) {
+  for (int64_t c = 0; c < k; ++c) {
+    const uint8_t b = packed[c / 2];
+    const int q = (c % 2 == 0) ? int(int8_t(uint8_t(b << 4))) >> 4 : int(int8_t(b)) >> 4;
+    const float p = float(q) * scale[c / g];
+    dst[c] = p + zero[c / g];
+  }
 }
 
 }  // namespace diffq::quant::torchao

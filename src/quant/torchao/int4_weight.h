@@ -24,11 +24,21 @@ class Int4Weight final : public TorchaoWeight {
   bool has_tile_linear() const override { return true; }
   std::optional<quant::TileLinearPlan> tile_linear_plan(const Tensor& x, const Tensor& bias) const override;
   int64_t group_size() const { return g_; }
+  const Tensor& qdata() const { return qdata_; }
+  // scale and zero_point widened to f32 and transposed to [N, K/g] (row r's groups at r * K/g).
+  const std::vector<float>& scale_nk() const { return scale_nk_; }
+  const std::vector<float>& zero_nk() const { return zero_nk_; }
 
  private:
   Tensor qdata_, scale_, zero_;
   int64_t g_;
   std::vector<float> scale_nk_, zero_nk_;  // widened and transposed to [N, K/g]
 };
+
+// One row of an Int4Tensor: k codes packed two per byte (even column in the low nibble, signed), one
+// scale/zero per group of g: dst[c] = float(q) * scale + zero (two f32 roundings, never fused). The scalar
+// reference of the CPU's kernel (backend/cpu/quant/torchao_int4_dequant.h).
+void dequant_int4_row_reference(const uint8_t* packed, int64_t k, int64_t g, const float* scale, const float* zero,
+                                float* dst);
 
 }  // namespace diffq::quant::torchao

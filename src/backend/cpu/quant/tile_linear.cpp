@@ -1,17 +1,17 @@
-#include "quant/dequant_linear.h"
+#include "backend/cpu/quant/tile_linear.h"
 
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
-#include "backend/cpu/gemm.h"
-#include "core/thread_pool.h"
 #include "backend/cpu/tuning.h"
+#include "core/thread_pool.h"
 #include "diffq/error.h"
 
-namespace diffq::quant {
+namespace diffq::backend::cpu {
 
-namespace cpu = backend::cpu;
+using quant::DequantRows;
+using quant::TileLinearPlan;
 
 int64_t dequant_tile_rows(int64_t N, int64_t K) {
   // About 16 MiB of f32 per tile (as gemm_bf16's widened blocks): wide enough that the GEMM runs at
@@ -53,7 +53,7 @@ bool to_bf16_exact(const float* src, uint16_t* dst, int64_t n) {
 
 }  // namespace
 
-void tile_linear_parts(const TileLinearPlan& p, const cpu::GemmParts& parts, bool round) {
+void tile_linear_parts(const TileLinearPlan& p, const GemmParts& parts, bool round) {
   validate(p);
   const int64_t N = p.N, K = p.K;
   const int64_t M = p.x.numel() / std::max<int64_t>(K, 1);
@@ -67,7 +67,7 @@ void tile_linear_parts(const TileLinearPlan& p, const cpu::GemmParts& parts, boo
   // A bf16 input where the bf16 GEMM is native: a tile whose dequantized values are all exact bf16 (the
   // schemes that round W to a bf16 compute dtype: GGUF, bitsandbytes 4-bit) runs the bf16 GEMM on the
   // same products (f32 accumulation); any other tile the f32 GEMM.
-  const bool try_bf16 = p.x.dtype() == DType::bf16 && cpu::gemm_bf16_native(M, tn, cpu::current_tuning());
+  const bool try_bf16 = p.x.dtype() == DType::bf16 && gemm_bf16_native(M, tn, current_tuning());
   const Tensor x16 = try_bf16 ? p.x.contiguous() : Tensor();
   Tensor xf;  // f32 x, made when a tile needs it
   static thread_local std::vector<float> tile;
@@ -91,7 +91,7 @@ void tile_linear_parts(const TileLinearPlan& p, const cpu::GemmParts& parts, boo
         }
     });
     const bool bf16_tile = try_bf16 && std::find(inexact.begin(), inexact.end(), 1) == inexact.end();
-    cpu::GemmParts shifted;
+    GemmParts shifted;
     shifted.begin = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t* ld) {
       return parts.begin(r0, r1, n0 + c0, n0 + c1, ld);
     };
@@ -105,10 +105,10 @@ void tile_linear_parts(const TileLinearPlan& p, const cpu::GemmParts& parts, boo
       parts.end(r0, r1, n0 + c0, n0 + c1, part, ld);
     };
     if (bf16_tile) {
-      cpu::gemm_bf16_parts(false, true, M, n1 - n0, K, 1.0f, x16.data<uint16_t>(), K, tp16, K, 0.0f, shifted);
+      gemm_bf16_parts(false, true, M, n1 - n0, K, 1.0f, x16.data<uint16_t>(), K, tp16, K, 0.0f, shifted);
     } else {
       if (!xf.defined()) xf = p.x.to(DType::f32).contiguous();
-      cpu::sgemm_parts(false, true, M, n1 - n0, K, 1.0f, xf.data<float>(), K, tp, K, 0.0f, shifted);
+      sgemm_parts(false, true, M, n1 - n0, K, 1.0f, xf.data<float>(), K, tp, K, 0.0f, shifted);
     }
   }
 }
@@ -120,7 +120,7 @@ Tensor run_tile_linear(const TileLinearPlan& p) {
   Tensor y = Tensor::empty(out_shape, DType::f32);
   float* yp = y.data<float>();
   const int64_t N = p.N;
-  cpu::GemmParts parts;
+  GemmParts parts;
   parts.begin = [&](int64_t r0, int64_t, int64_t c0, int64_t, int64_t* ld) {
     *ld = N;
     return yp + r0 * N + c0;
@@ -134,4 +134,4 @@ Tensor dequant_tile_linear(const Tensor& x, const Tensor& bias, int64_t N, int64
   return run_tile_linear({x, bias, N, K, dequant_rows});
 }
 
-}  // namespace diffq::quant
+}  // namespace diffq::backend::cpu

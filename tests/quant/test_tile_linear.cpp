@@ -1,4 +1,5 @@
-// The tiled dequantize-in-GEMM driver against the dense linear op on the same (dequantized) weight.
+// The CPU's tiled dequantize-in-GEMM driver (backend/cpu/quant/tile_linear.h) against the dense linear op
+// on the same (dequantized) weight.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -6,11 +7,11 @@
 #include <cstring>
 
 #include "backend/cpu/bf16_dot_gemm.h"
+#include "backend/cpu/quant/tile_linear.h"
 #include "backend/cpu/simd_targets.h"
 #include "core/random.h"
 #include "diffq/error.h"
 #include "ops/ops.h"
-#include "quant/dequant_linear.h"
 
 namespace {
 
@@ -48,7 +49,7 @@ TEST(DequantTileLinear, EqualsDenseLinearForOddShapesAndDtypes) {
     const Tensor wh = diffq::ops::mul_scalar(w, 0.5);
     for (DType dt : {DType::f32, DType::bf16}) {
       const Tensor xd = x.to(dt);
-      Tensor y = diffq::quant::dequant_tile_linear(xd, b, N, K, h);
+      Tensor y = diffq::backend::cpu::dequant_tile_linear(xd, b, N, K, h);
       Tensor ref = diffq::ops::linear(xd.to(DType::f32), wh, b);
       EXPECT_EQ(y.dtype(), dt);
       EXPECT_EQ(y.shape(), (diffq::Shape{1, M, N}));
@@ -59,12 +60,12 @@ TEST(DequantTileLinear, EqualsDenseLinearForOddShapesAndDtypes) {
     // Without bias, and with a transposed (non-contiguous) input.
     Tensor xt = diffq::randn_tensor({K, M}, g, DType::f32).transpose(0, 1);
     if (M > 0) {
-      EXPECT_LE(max_rel(diffq::quant::dequant_tile_linear(xt, {}, N, K, h), diffq::ops::linear(xt, wh)), 1e-5);
+      EXPECT_LE(max_rel(diffq::backend::cpu::dequant_tile_linear(xt, {}, N, K, h), diffq::ops::linear(xt, wh)), 1e-5);
     }
   }
-  EXPECT_GE(diffq::quant::dequant_tile_rows(100000, 3072), 16);
-  EXPECT_LE(diffq::quant::dequant_tile_rows(100000, 3072) * 3072 * 4, 16 << 20);
-  EXPECT_LT(diffq::quant::dequant_tile_rows(12288, 3072), 12288);  // a FLUX.1 MLP weight is never whole
+  EXPECT_GE(diffq::backend::cpu::dequant_tile_rows(100000, 3072), 16);
+  EXPECT_LE(diffq::backend::cpu::dequant_tile_rows(100000, 3072) * 3072 * 4, 16 << 20);
+  EXPECT_LT(diffq::backend::cpu::dequant_tile_rows(12288, 3072), 12288);  // a FLUX.1 MLP weight is never whole
 }
 
 // A bf16 input on a CPU with the bf16 dot product: tiles whose dequantized values are all exact bf16
@@ -75,7 +76,7 @@ TEST(DequantTileLinear, EqualsDenseLinearForOddShapesAndDtypes) {
 TEST(DequantTileLinear, Bf16InputWithBf16ExactTilesRunsTheBf16Gemm) {
   namespace cpu = diffq::backend::cpu;
   diffq::Generator g(5);
-  const int64_t M = 13, K = 3000, N = diffq::quant::dequant_tile_rows(100000, K) + 40;
+  const int64_t M = 13, K = 3000, N = diffq::backend::cpu::dequant_tile_rows(100000, K) + 40;
   const Tensor w_exact = diffq::randn_tensor({N, K}, g, DType::f32).to(DType::bf16).to(DType::f32);
   const Tensor w_any = diffq::randn_tensor({N, K}, g, DType::f32);
   const Tensor x = diffq::randn_tensor({1, M, K}, g, DType::f32).to(DType::bf16);
@@ -92,7 +93,7 @@ TEST(DequantTileLinear, Bf16InputWithBf16ExactTilesRunsTheBf16Gemm) {
   const bool can_force = std::find(supported.begin(), supported.end(), "AVX2") != supported.end();
   auto run = [&](const Tensor& w, bool f32_path) {
     if (f32_path && can_force) cpu::force_simd_target("AVX2");
-    Tensor y = diffq::quant::dequant_tile_linear(x, b, N, K, rows_of(w));
+    Tensor y = diffq::backend::cpu::dequant_tile_linear(x, b, N, K, rows_of(w));
     cpu::force_simd_target("");
     return y;
   };
@@ -110,10 +111,10 @@ TEST(DequantTileLinear, Bf16InputWithBf16ExactTilesRunsTheBf16Gemm) {
 
 TEST(DequantTileLinear, RejectsMismatchedShapes) {
   Halved h{Tensor::zeros({4, 8}, DType::f32)};
-  EXPECT_THROW(diffq::quant::dequant_tile_linear(Tensor::zeros({2, 7}, DType::f32), {}, 4, 8, h), diffq::Error);
-  EXPECT_THROW(diffq::quant::dequant_tile_linear(Tensor::zeros({2, 8}, DType::f32), Tensor::zeros({5}, DType::f32), 4, 8, h),
+  EXPECT_THROW(diffq::backend::cpu::dequant_tile_linear(Tensor::zeros({2, 7}, DType::f32), {}, 4, 8, h), diffq::Error);
+  EXPECT_THROW(diffq::backend::cpu::dequant_tile_linear(Tensor::zeros({2, 8}, DType::f32), Tensor::zeros({5}, DType::f32), 4, 8, h),
                diffq::Error);
-  EXPECT_THROW(diffq::quant::dequant_tile_linear(Tensor::zeros({2, 8}, DType::i32), {}, 4, 8, h), diffq::Error);
+  EXPECT_THROW(diffq::backend::cpu::dequant_tile_linear(Tensor::zeros({2, 8}, DType::i32), {}, 4, 8, h), diffq::Error);
 }
 
 }  // namespace

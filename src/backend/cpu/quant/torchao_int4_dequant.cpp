@@ -1,17 +1,17 @@
-// Int4 row dequantization: a Highway kernel (16 bytes -> 32 codes per step: nibbles sign-extended with
-// shifts, interleaved back to column order, widened to f32, q * s then + z) and its scalar reference.
+// The Int4 row dequantizer of torchao_int4_dequant.h: a Highway kernel (16 bytes -> 32 codes per step:
+// nibbles sign-extended with shifts, interleaved back to column order, widened to f32, q * s then + z).
 #include "backend/cpu/hwy_config.h"
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "quant/torchao/dequant_kernels.cpp"
+#define HWY_TARGET_INCLUDE "backend/cpu/quant/torchao_int4_dequant.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
 #include <type_traits>
 
-#include "quant/torchao/dequant_kernels.h"
+#include "backend/cpu/quant/torchao_int4_dequant.h"
 
 HWY_BEFORE_NAMESPACE();
-namespace diffq::quant::torchao {
+namespace diffq::backend::cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
@@ -73,11 +73,11 @@ void DequantInt4Row(const uint8_t* packed, int64_t k, int64_t g, const float* sc
 }
 
 }  // namespace HWY_NAMESPACE
-}  // namespace diffq::quant::torchao
+}  // namespace diffq::backend::cpu
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-namespace diffq::quant::torchao {
+namespace diffq::backend::cpu {
 
 HWY_EXPORT(DequantInt4Row);
 
@@ -85,15 +85,5 @@ void dequant_int4_row(const uint8_t* packed, int64_t k, int64_t g, const float* 
   HWY_DYNAMIC_DISPATCH(DequantInt4Row)(packed, k, g, scale, zero, dst);
 }
 
-void dequant_int4_row_reference(const uint8_t* packed, int64_t k, int64_t g, const float* scale, const float* zero,
-                                float* dst) {
-  for (int64_t c = 0; c < k; ++c) {
-    const uint8_t b = packed[c / 2];
-    const int q = (c % 2 == 0) ? int(int8_t(uint8_t(b << 4))) >> 4 : int(int8_t(b)) >> 4;
-    const float p = float(q) * scale[c / g];
-    dst[c] = p + zero[c / g];
-  }
-}
-
-}  // namespace diffq::quant::torchao
+}  // namespace diffq::backend::cpu
 #endif

@@ -1,4 +1,4 @@
-#include "quant/torchao/int8_dynamic_linear.h"
+#include "backend/cpu/quant/int8_dynamic_linear.h"
 
 #include <algorithm>
 #include <cfloat>
@@ -11,9 +11,13 @@
 #include "quant/torchao/affine.h"
 #include "quant/torchao/affine_int8_weight.h"
 
-namespace diffq::quant::torchao {
+namespace diffq::backend::cpu {
 
-namespace cpu = backend::cpu;
+using quant::torchao::AffineInt8Weight;
+using quant::torchao::choose_qparams;
+using quant::torchao::Granularity;
+using quant::torchao::MappingType;
+using quant::torchao::reciprocal_in;
 
 void quantize_activations_int8(const float* x, int64_t m, int64_t k, DType dt, bool per_tensor, int8_t* q,
                                std::vector<float>& scale) {
@@ -22,7 +26,7 @@ void quantize_activations_int8(const float* x, int64_t m, int64_t k, DType dt, b
   };
   // clamp(round(x * (1/s)) + 0, -128, 127) in f32; NaN (e.g. an inf input) -> 0 as the cast does
   auto quantize_row = [&](int64_t r, float s) {
-    cpu::int8_quantize_row_reference(x + r * k, DType::f32, k, reciprocal_in(DType::f32, s), q + r * k);
+    int8_quantize_row_reference(x + r * k, DType::f32, k, reciprocal_in(DType::f32, s), q + r * k);
   };
   if (per_tensor) {
     float mn = INFINITY, mx = -INFINITY;
@@ -37,7 +41,7 @@ void quantize_activations_int8(const float* x, int64_t m, int64_t k, DType dt, b
   core::parallel_for(m, 8, [&](int64_t a, int64_t b) {
     for (int64_t r = a; r < b; ++r) {
       float mn = INFINITY, mx = -INFINITY;
-      cpu::int8_row_min_max_reference(x + r * k, DType::f32, k, &mn, &mx);
+      int8_row_min_max_reference(x + r * k, DType::f32, k, &mn, &mx);
       scale[size_t(r)] = params(mn, mx);
       quantize_row(r, scale[size_t(r)]);
     }
@@ -54,7 +58,7 @@ thread_local std::vector<int16_t> apack;
 // into this thread's buffers; ep.y is left for the caller.
 struct Int8Call {
   int64_t m = 0, n = 0, k = 0;
-  cpu::Int8Epilogue ep;
+  Int8Epilogue ep;
 };
 
 Int8Call prepare(const Tensor& x, const Tensor& bias, const AffineInt8Weight& w) {
@@ -86,8 +90,8 @@ Int8Call prepare(const Tensor& x, const Tensor& bias, const AffineInt8Weight& w)
   auto row = [&](int64_t i) -> const void* { return xp + size_t(i * k) * esize; };
 
   // Activations -> packed A (strips of 6 rows), scales per token or per tensor.
-  const int64_t strips = (m + cpu::kInt8StripRows - 1) / cpu::kInt8StripRows, se = cpu::int8_packed_strip_elems(k);
-  apack.resize(cpu::int8_packed_a_elems(m, k));
+  const int64_t strips = (m + kInt8StripRows - 1) / kInt8StripRows, se = int8_packed_strip_elems(k);
+  apack.resize(int8_packed_a_elems(m, k));
   xs.resize(per_tensor ? 1 : size_t(m));
   // (thread_local names inside the parallel bodies would be the workers' own: use these pointers)
   int16_t* const ap = apack.data();
@@ -98,7 +102,7 @@ Int8Call prepare(const Tensor& x, const Tensor& bias, const AffineInt8Weight& w)
     float* const mnp = mins.data();
     float* const mxp = maxs.data();
     core::parallel_for(m, 8, [&](int64_t a, int64_t b) {
-      for (int64_t i = a; i < b; ++i) cpu::int8_row_min_max(row(i), src, k, mnp + i, mxp + i);
+      for (int64_t i = a; i < b; ++i) int8_row_min_max(row(i), src, k, mnp + i, mxp + i);
     });
     float mn = INFINITY, mx = -INFINITY;
     for (int64_t i = 0; i < m; ++i) mn = std::min(mn, mnp[i]), mx = std::max(mx, mxp[i]);
@@ -106,20 +110,20 @@ Int8Call prepare(const Tensor& x, const Tensor& bias, const AffineInt8Weight& w)
   }
   core::parallel_for(strips, 2, [&](int64_t s0, int64_t s1) {
     for (int64_t s = s0; s < s1; ++s)
-      for (int64_t r = 0; r < cpu::kInt8StripRows; ++r) {
-        const int64_t i = s * cpu::kInt8StripRows + r;
+      for (int64_t r = 0; r < kInt8StripRows; ++r) {
+        const int64_t i = s * kInt8StripRows + r;
         int16_t* strip = ap + s * se;
         if (i >= m) {
-          cpu::int8_quantize_row_packed(nullptr, src, k, 0.0f, strip, r);
+          int8_quantize_row_packed(nullptr, src, k, 0.0f, strip, r);
           continue;
         }
         if (!per_tensor) {
           float mn, mx;
-          cpu::int8_row_min_max(row(i), src, k, &mn, &mx);
+          int8_row_min_max(row(i), src, k, &mn, &mx);
           xsp[i] = params(mn, mx);
         }
         const float recip = reciprocal_in(DType::f32, xsp[per_tensor ? 0 : i]);
-        cpu::int8_quantize_row_packed(row(i), src, k, recip, strip, r);
+        int8_quantize_row_packed(row(i), src, k, recip, strip, r);
       }
   });
 
@@ -148,14 +152,14 @@ Tensor int8_dynamic_linear(const Tensor& x, const Tensor& bias, const AffineInt8
   Tensor y = Tensor::empty(out_shape, x.dtype());
   c.ep.y = y.data_ptr();
   c.ep.ldy = c.n;
-  cpu::gemm_s8s8_packed(c.m, c.n, c.k, apack.data(), w.qdata().data<int8_t>(), c.k, nullptr, 0, &c.ep);
+  gemm_s8s8_packed(c.m, c.n, c.k, apack.data(), w.qdata().data<int8_t>(), c.k, nullptr, 0, &c.ep);
   return y;
 }
 
 void int8_dynamic_linear_parts(const Tensor& x, const Tensor& bias, const AffineInt8Weight& w,
-                               const cpu::GemmParts& parts) {
+                               const GemmParts& parts) {
   const Int8Call c = prepare(x, bias, w);
-  cpu::gemm_s8s8_packed_parts(c.m, c.n, c.k, apack.data(), w.qdata().data<int8_t>(), c.k, c.ep, parts);
+  gemm_s8s8_packed_parts(c.m, c.n, c.k, apack.data(), w.qdata().data<int8_t>(), c.k, c.ep, parts);
 }
 
-}  // namespace diffq::quant::torchao
+}  // namespace diffq::backend::cpu

@@ -1,6 +1,6 @@
 // Highway (runtime-dispatched) row dequantizers for the types that carry real models: Q8_0, Q4_0,
 // Q4_K, Q5_K, Q6_K. Each forms every value with exactly the float operations of the scalar reference
-// (dequant_ref.cpp), so the output is bit-identical; contraction into fused multiply-adds is switched
+// (quant/gguf/dequant_ref.cpp), so the output is bit-identical; contraction into fused multiply-adds is switched
 // off for this file (the AVX2/AVX-512 targets have FMA and GCC would otherwise fuse Mul + Sub).
 #if defined(__clang__)
 #pragma clang fp contract(off)
@@ -10,17 +10,18 @@
 
 #include "backend/cpu/hwy_config.h"
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "quant/gguf/dequant_simd.cpp"
+#define HWY_TARGET_INCLUDE "backend/cpu/quant/gguf_dequant.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include "backend/cpu/quant/gguf_dequant.h"
 #include "diffq/dtype.h"
-#include "quant/gguf/gguf_quants.h"
 
 HWY_BEFORE_NAMESPACE();
-namespace diffq::quant::gguf {
+namespace diffq::backend::cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+using namespace quant::gguf;
 
 // At most 16 float lanes, so a vector never straddles a 16- or 32-element sub-block.
 using DF = hn::CappedTag<float, 16>;
@@ -141,11 +142,14 @@ void DequantQ6_K(const void* x, float* y, int64_t n) {
 }
 
 }  // namespace HWY_NAMESPACE
-}  // namespace diffq::quant::gguf
+}  // namespace diffq::backend::cpu
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-namespace diffq::quant::gguf {
+namespace diffq::backend::cpu {
+
+using quant::gguf::DequantizeRowFn;
+using quant::gguf::GGMLType;
 
 HWY_EXPORT(DequantQ8_0);
 HWY_EXPORT(DequantQ4_0);
@@ -161,7 +165,7 @@ void simd_q5_K(const void* x, float* y, int64_t n) { HWY_DYNAMIC_DISPATCH(Dequan
 void simd_q6_K(const void* x, float* y, int64_t n) { HWY_DYNAMIC_DISPATCH(DequantQ6_K)(x, y, n); }
 }  // namespace
 
-DequantizeRowFn simd_dequantizer(GGMLType t) {
+DequantizeRowFn gguf_simd_dequantizer(GGMLType t) {
   switch (t) {
     case GGMLType::Q8_0: return simd_q8_0;
     case GGMLType::Q4_0: return simd_q4_0;
@@ -172,5 +176,10 @@ DequantizeRowFn simd_dequantizer(GGMLType t) {
   }
 }
 
-}  // namespace diffq::quant::gguf
+DequantizeRowFn gguf_dequantizer(GGMLType t) {
+  const DequantizeRowFn simd = gguf_simd_dequantizer(t);
+  return simd ? simd : quant::gguf::find_type(t)->dequantize_ref;
+}
+
+}  // namespace diffq::backend::cpu
 #endif  // HWY_ONCE

@@ -1,19 +1,19 @@
-// Highway kernels of bnb_kernels.h. For F float lanes, each iteration handles F consecutive elements
+// The Highway kernel of bnb_4bit_dequant.h. For F float lanes, each iteration handles F consecutive elements
 // (F/2 packed bytes): lane j reads byte (j >> 1) and picks code (j & 1) of it through a gather from the
 // 512-float pair table, then one multiply by the block's absmax. The range is split at block
 // boundaries so every vector has a single scale.
 #include "backend/cpu/hwy_config.h"
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "quant/bnb/bnb_kernels.cpp"
+#define HWY_TARGET_INCLUDE "backend/cpu/quant/bnb_4bit_dequant.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
 #include <algorithm>
 
-#include "quant/bnb/bnb_kernels.h"
+#include "backend/cpu/quant/bnb_4bit_dequant.h"
 
 HWY_BEFORE_NAMESPACE();
-namespace diffq::quant::bnb {
+namespace diffq::backend::cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
@@ -57,20 +57,13 @@ void Dequant4Range(const uint8_t* packed, int64_t nbytes, const float* pairs, co
 }
 
 }  // namespace HWY_NAMESPACE
-}  // namespace diffq::quant::bnb
+}  // namespace diffq::backend::cpu
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-namespace diffq::quant::bnb {
+namespace diffq::backend::cpu {
 
 HWY_EXPORT(Dequant4Range);
-
-void build_pair_table(const float* code16, float* pairs512) {
-  for (int b = 0; b < 256; ++b) {
-    pairs512[2 * b] = code16[b >> 4];
-    pairs512[2 * b + 1] = code16[b & 15];
-  }
-}
 
 void dequant_4bit_range(const uint8_t* packed, int64_t nbytes, const float* pairs512, const float* absmax,
                         int64_t block0, int64_t blocksize, int64_t e0, int64_t e1, float* dst) {
@@ -78,15 +71,5 @@ void dequant_4bit_range(const uint8_t* packed, int64_t nbytes, const float* pair
   HWY_DYNAMIC_DISPATCH(Dequant4Range)(packed, nbytes, pairs512, absmax, block0, blocksize, e0, e1, dst);
 }
 
-void dequant_4bit_range_scalar(const uint8_t* packed, int64_t nbytes, const float* pairs512, const float* absmax,
-                               int64_t block0, int64_t blocksize, int64_t e0, int64_t e1, float* dst) {
-  (void)nbytes;
-  for (int64_t e = e0; e < e1; ++e) {
-    const uint8_t byte = packed[e >> 1];
-    const int nib = (e & 1) ? (byte & 15) : (byte >> 4);
-    dst[e - e0] = pairs512[2 * (nib << 4 | nib)] * absmax[e / blocksize - block0];
-  }
-}
-
-}  // namespace diffq::quant::bnb
+}  // namespace diffq::backend::cpu
 #endif  // HWY_ONCE
