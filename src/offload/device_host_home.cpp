@@ -36,7 +36,11 @@ class DeviceHostHome final : public GroupHome {
 
   std::shared_ptr<PoolBuffer> fetch(const ParamGroup& g, BufferPool& pool) override {
     auto buf = pool.acquire(g.packed_bytes());
-    dev_.upload_on_side_stream(device_.index, buf->data, host_, g.packed_bytes(), buf->fence);
+    // A buffer fresh from the allocator has no fence of its own, but its memory may have been another
+    // buffer's (the pool frees idle buffers beyond its limit) that queued kernels still read: the copy
+    // waits for everything queued on the compute stream so far.
+    const std::shared_ptr<void> wait = buf->fence ? buf->fence : dev_.record_fence(device_.index);
+    dev_.upload_on_side_stream(device_.index, buf->data, host_, g.packed_bytes(), wait);
     std::lock_guard<std::mutex> lock(mu_);
     onloaded_ = buf;
     return buf;
