@@ -302,7 +302,8 @@ else
     timeout --kill-after=5 "$l" bash -c "$(declare -f gen dq); $(declare -p parity_dir root bindir dq_ld); gen $1 $2 $3"
   }
   prepare_site
-  for m in flux flux_int8wo flux_int8dq flux_fp8dq flux_nf4 flux_q4_0 wan; do
+  models=(flux flux_int8wo flux_int8dq flux_fp8dq flux_nf4 flux_q4_0 wan)
+  for m in "${models[@]}"; do
     for dt in float32 bfloat16; do
       prun "$m" "$dt" cpu; r=$?
       if ((r != 0)); then
@@ -330,7 +331,7 @@ else
   done
   secs=$(($(date +%s) - t0))
   [[ -n "$hung" ]] && bad+=("no result within the part's ${plim}s from: $hung (later CUDA runs not started)")
-  if ((!gpu)); then record parity skipped "$secs" "no GPU; here: $cpu_ok of 6 CPU runs ok${bad:+; ${bad[*]}}"
+  if ((!gpu)); then record parity skipped "$secs" "no GPU; here: $cpu_ok of $((2 * ${#models[@]})) CPU runs ok${bad:+; ${bad[*]}}"
   elif [[ -n "$hung" && ${#bad[@]} == 1 ]]; then record parity timeout "$secs" "${bad[*]}"
   elif ((${#bad[@]})); then record parity failed "$secs" "${bad[*]}"
   elif [[ -n "$unav" ]]; then record parity unavailable "$secs" "diffq generate --device cuda: $unav"
