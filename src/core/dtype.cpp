@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/float8_e4m3.h"
 #include "diffq/error.h"
 
 namespace diffq {
@@ -82,30 +83,8 @@ float f8_e4m3fn_to_f32(uint8_t v) {
   return sign * std::ldexp(1.0f + float(m) / 8.0f, e - 7);
 }
 
-// torch 2.15's tensor cast (checked against tests/fixtures/core/casts.safetensors): NaN stays NaN;
-// |x| >= 464 (what would round past 448), inf included, saturates to +-448; subnormals via a magic add;
-// normals with round-to-nearest-even on the dropped 20 mantissa bits.
-uint8_t f32_to_f8_e4m3fn(float f) {
-  uint32_t bits = f32_bits(f);
-  const uint32_t sign = bits & 0x80000000u;
-  bits ^= sign;
-  uint8_t result;
-  if (bits > 0x7f800000u) {
-    result = 0x7f;
-  } else if (bits >= 0x43e80000u) {  // 464.0
-    result = 0x7e;
-  } else if (bits < (121u << 23)) {
-    const uint32_t denorm_mask = 141u << 23;
-    bits = f32_bits(f32_from_bits(bits) + f32_from_bits(denorm_mask));
-    result = uint8_t(bits - denorm_mask);
-  } else {
-    const uint32_t mant_odd = (bits >> 20) & 1u;
-    bits += (uint32_t(7 - 127) << 23) + 0x7FFFFu;
-    bits += mant_odd;
-    result = uint8_t(bits >> 20);
-  }
-  return uint8_t(result | (sign >> 24));
-}
+// torch 2.15's tensor cast: core/float8_e4m3.h (shared with the CUDA kernels).
+uint8_t f32_to_f8_e4m3fn(float f) { return core::f32_to_e4m3fn_bits(f); }
 
 float f8_e5m2_to_f32(uint8_t v) { return f16_to_f32(uint16_t(uint16_t(v) << 8)); }
 

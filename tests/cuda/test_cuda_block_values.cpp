@@ -19,6 +19,7 @@
 
 #include "backend/cuda/quant/block_values.cuh"
 #include "backend/cuda/quant/dynamic_act.cuh"
+#include "backend/cuda/quant/scheme_params.h"
 #include "quant/autoround/autoround_weight.h"
 #include "quant/bfl/fp8_scaled_weight.h"
 #include "quant/bfl/nvfp4_weight.h"
@@ -153,19 +154,7 @@ TEST(CudaBlockValues, QuantoDecodesAsTheReference) {
       std::vector<float> v(size_t(N * K));
       for (float& x : v) x = nd(rng);
       const auto q = quant::QuantoWeight::quantize(Tensor::from_vector(v, {N, K}, dt), qt);
-      blockq::QuantoParams p;
-      p.dtype = q->dtype();
-      p.in_features = K;
-      p.float8 = qt == quant::QuantoQType::float8;
-      p.bits = qt == quant::QuantoQType::int4 ? 4 : qt == quant::QuantoQType::int2 ? 2 : 8;
-      if (p.bits != 8) {
-        p.group_cols = q->group_size().value_or(K);
-        const int64_t groups = N * K / p.group_cols;
-        p.packed_rows = (groups + 8 / p.bits - 1) / (8 / p.bits);
-        p.scalar_scale = q->scale().numel() == 1 && groups > 1;
-      } else {
-        p.scalar_scale = q->scale().numel() == 1 && N > 1;
-      }
+      const blockq::QuantoParams p = backend::cuda::quanto_params(*q);
       std::vector<float> want(size_t(N * K));
       q->dequant_rows(0, N, want.data());
       for (int64_t n = 0; n < N; ++n)
@@ -196,15 +185,7 @@ TEST(CudaBlockValues, SdnqDecodesAsTheReference) {
         const quant::sdnq::SdnqDtype& d = quant::sdnq::sdnq_dtype(name);
         const auto q = quant::sdnq::SdnqWeight::quantize(Tensor::from_vector(v, {N, K}, DType::bf16), d, group, sdt);
         const std::vector<Tensor> st = q->storage_tensors();
-        blockq::SdnqParams p;
-        p.bits = d.bits;
-        p.min = int(d.min);
-        p.is_unsigned = d.is_unsigned;
-        p.is_packed = d.is_packed;
-        p.storage = d.storage == DType::i8 ? 0 : d.storage == DType::u8 ? 1 : 2;
-        p.scale_dtype = st.at(1).dtype();
-        p.in_features = K;
-        p.groups = q->groups_per_row();
+        const blockq::SdnqParams p = backend::cuda::sdnq_params(*q);
         std::vector<float> want(size_t(N * K));
         q->dequant_rows(0, N, p.scale_dtype, want.data());  // rounding to the scale's dtype: the value itself
         for (int64_t n = 0; n < N; ++n)
@@ -244,14 +225,7 @@ TEST(CudaBlockValues, AutoRoundDecodesAsTheReference) {
           const Tensor g_idx = with_g_idx ? int32_tensor(groups, {K}) : Tensor();
           quant::autoround::AutoRoundWeight w(l, int32_tensor(qw, {K / per, N}), int32_tensor(qz, {G, N / per}),
                                               Tensor::from_vector(sc, {G, N}, DType::f16), g_idx, {N, K});
-          blockq::AutoRoundParams p;
-          p.bits = nb;
-          p.zero_minus_one = minus_one;
-          p.N = N;
-          p.K = K;
-          p.group_size = group;
-          p.g_idx = with_g_idx ? 4 : 0;
-          p.scale_dtype = DType::f16;
+          const blockq::AutoRoundParams p = backend::cuda::autoround_params(w);
           const std::vector<Tensor> st = w.storage_tensors();
           std::vector<float> want(size_t(N * K));
           w.dequant_rows(0, N, compute, want.data());
@@ -375,14 +349,7 @@ TEST(CudaBlockValues, Int8DynamicLinearAsTheCpu) {
     }
 }
 
-TEST(CudaBlockValues, Float8ActivationsAsTheCpu) {
-  // The f32 -> e4m3fn conversion on a sweep of bit patterns (every sign, exponent, NaN and inf region).
-  for (uint64_t u = 0; u < (uint64_t(1) << 32); u += 65537) {
-    float f;
-    const uint32_t b = uint32_t(u);
-    std::memcpy(&f, &b, 4);
-    ASSERT_EQ(blockq::f32_to_e4m3fn(f), f32_to_f8_e4m3fn(f)) << std::hex << b;
-  }
+TEST(CudaBlockValues, Float8ActivationsAsTheCpu) {  // (the e4m3fn conversion is the host's own: core/float8_e4m3.h)
   float f8[256];
   for (int i = 0; i < 256; ++i) f8[i] = f8_e4m3fn_to_f32(uint8_t(i));
   namespace tao = quant::torchao;

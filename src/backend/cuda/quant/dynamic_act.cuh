@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "backend/cuda/quant/block_values.cuh"
+#include "core/float8_e4m3.h"
 
 namespace diffq::backend::cuda::blockq {
 
@@ -51,37 +52,8 @@ DIFFQ_HOST_DEVICE float int8dq_output(int32_t c, float x_scale, float w_scale, b
   return v;
 }
 
-// f32 -> float8_e4m3fn code exactly as the host's f32_to_f8_e4m3fn (src/core/dtype.cpp).
-DIFFQ_HOST_DEVICE uint8_t f32_to_e4m3fn(float f) {
-#ifdef __CUDA_ARCH__
-  uint32_t bits = __float_as_uint(f);
-#else
-  uint32_t bits = f32_bits(f);
-#endif
-  const uint32_t sign = bits & 0x80000000u;
-  bits ^= sign;
-  uint8_t result;
-  if (bits > 0x7f800000u) {
-    result = 0x7f;
-  } else if (bits >= 0x43e80000u) {  // 464.0
-    result = 0x7e;
-  } else if (bits < (121u << 23)) {
-    const uint32_t denorm_mask = 141u << 23;
-    const float sum = add(from_bits(bits), from_bits(denorm_mask));
-#ifdef __CUDA_ARCH__
-    bits = __float_as_uint(sum);
-#else
-    bits = f32_bits(sum);
-#endif
-    result = uint8_t(bits - denorm_mask);
-  } else {
-    const uint32_t mant_odd = (bits >> 20) & 1u;
-    bits += (uint32_t(7 - 127) << 23) + 0x7FFFFu;
-    bits += mant_odd;
-    result = uint8_t(bits >> 20);
-  }
-  return uint8_t(result | (sign >> 24));
-}
+// f32 -> float8_e4m3fn code: the host's own definition (core/float8_e4m3.h), compiled for the device.
+DIFFQ_HOST_DEVICE uint8_t f32_to_e4m3fn(float f) { return core::f32_to_e4m3fn_bits(f); }
 
 // max(|a|, |b|) with a NaN winning (amax_abs stops at the first NaN).
 DIFFQ_HOST_DEVICE float amax_combine(float a, float b) { return a != a ? a : b != b ? b : std_max(a, b); }

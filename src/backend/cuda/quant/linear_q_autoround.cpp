@@ -3,6 +3,7 @@
 // then the dense cuBLASLt linear.
 #include "backend/cuda/quant/dequant_kernels.h"
 #include "backend/cuda/quant/linear_q_common.h"
+#include "backend/cuda/quant/scheme_params.h"
 #include "quant/autoround/autoround_weight.h"
 
 namespace diffq::backend::cuda {
@@ -16,14 +17,7 @@ void autoround_linear(const OpCall& c, Tensor& out) {
   const std::vector<Tensor> st = w.storage_tensors();  // qweight, qzeros, scales[, g_idx]
   const Tensor qweight = st.at(0).contiguous(), qzeros = st.at(1).contiguous(), scales = st.at(2).contiguous();
   const Tensor g_idx = st.size() > 3 ? st[3].contiguous() : Tensor();
-  blockq::AutoRoundParams p;
-  p.bits = w.layout().bits;
-  p.zero_minus_one = w.layout().zero_minus_one;
-  p.N = w.shape()[0];
-  p.K = w.shape()[1];
-  p.group_size = w.layout().group_size == -1 ? p.K : w.layout().group_size;
-  p.g_idx = !g_idx.defined() ? 0 : g_idx.dtype() == DType::i32 ? 4 : 8;
-  p.scale_dtype = scales.dtype();
+  const blockq::AutoRoundParams p = autoround_params(w);
   check(p.scale_dtype == DType::f32 || p.scale_dtype == DType::bf16 || p.scale_dtype == DType::f16, "linear_q",
         "cuda: autoround scales of ", scales.str());
   const Tensor& x = c.inputs[0];

@@ -3,6 +3,7 @@
 // CPU's tile plan rounds it, into a buffer of x's dtype; then the dense cuBLASLt linear with the call's bias.
 #include "backend/cuda/quant/dequant_kernels.h"
 #include "backend/cuda/quant/linear_q_common.h"
+#include "backend/cuda/quant/scheme_params.h"
 #include "quant/quanto/quanto.h"
 
 namespace diffq::backend::cuda {
@@ -14,23 +15,10 @@ using quant::QuantoWeight;
 
 void quanto_linear(const OpCall& c, Tensor& out) {
   const auto& w = linear_q_weight<QuantoWeight>(c, "quanto", [](const QuantoWeight&) { return false; });
-  const int64_t N = w.shape()[0], K = w.shape()[1];
-  blockq::QuantoParams p;
-  p.dtype = w.dtype();
-  p.in_features = K;
-  p.float8 = w.qtype() == QuantoQType::float8;
-  p.bits = w.qtype() == QuantoQType::int4 ? 4 : w.qtype() == QuantoQType::int2 ? 2 : 8;
+  const int64_t N = w.shape()[0];
+  const blockq::QuantoParams p = quanto_params(w);
   const Tensor data = w.data().contiguous(), scale = w.scale().contiguous();
   const Tensor shift = p.bits == 8 ? Tensor() : w.shift().contiguous();
-  if (p.bits != 8) {
-    p.group_cols = w.group_size().value_or(K);
-    const int64_t groups = N * K / p.group_cols, per_byte = 8 / p.bits;
-    p.packed_rows = (groups + per_byte - 1) / per_byte;
-    p.scalar_scale = scale.numel() == 1 && groups > 1;
-    p.scalar_shift = shift.numel() == 1 && groups > 1;
-  } else {
-    p.scalar_scale = scale.numel() == 1 && N > 1;
-  }
   check(scale.dtype() == p.dtype && (!shift.defined() || shift.dtype() == p.dtype), "linear_q", "cuda: quanto scale ",
         scale.str(), " is not in the weight's dtype ", dtype_name(p.dtype));
   Float8Table f8{};

@@ -4,6 +4,7 @@
 // cuBLASLt linear.
 #include "backend/cuda/quant/dequant_kernels.h"
 #include "backend/cuda/quant/linear_q_common.h"
+#include "backend/cuda/quant/scheme_params.h"
 #include "quant/sdnq/sdnq_weight.h"
 
 namespace diffq::backend::cuda {
@@ -18,15 +19,7 @@ void sdnq_linear(const OpCall& c, Tensor& out) {
   const std::vector<Tensor> st = w.storage_tensors();  // weight, scale[, zero_point]
   const Tensor codes = st.at(0).contiguous(), scale = st.at(1).contiguous();
   const Tensor zero = st.size() > 2 ? st[2].contiguous() : Tensor();
-  blockq::SdnqParams p;
-  p.bits = d.bits;
-  p.min = int(d.min);
-  p.is_unsigned = d.is_unsigned;
-  p.is_packed = d.is_packed;
-  p.storage = d.storage == DType::i8 ? 0 : d.storage == DType::u8 ? 1 : 2;
-  p.scale_dtype = scale.dtype();
-  p.in_features = w.shape()[1];
-  p.groups = w.groups_per_row();
+  const blockq::SdnqParams p = sdnq_params(w);
   check(!p.is_unsigned || (zero.defined() && zero.dtype() == scale.dtype()), "linear_q",
         "cuda: an unsigned sdnq weight needs a zero_point in the scale's dtype");
   Float8Table f8{};
