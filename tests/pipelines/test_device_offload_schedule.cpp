@@ -56,7 +56,7 @@ ScheduleFacts check_schedule(const std::vector<FakeScheduleEvent>& ev, const std
         ++f.fenced_reuses;
       }
     }
-    b.nbytes = std::max(b.nbytes, e.nbytes);
+    b.nbytes = e.nbytes;  // the range this fill holds: memory beyond it may be another allocation's
     b.last_read.reset();
   }
   return f;
