@@ -34,6 +34,7 @@
 #include "quant/torchao/float8_weight.h"
 #include "quant/torchao/int4_weight.h"
 #include "quant/torchao/torchao.h"
+#include "torchao_test_config.h"
 
 using namespace diffq;
 namespace blockq = diffq::backend::cuda::blockq;
@@ -313,10 +314,7 @@ TEST(CudaBlockValues, Int8DynamicLinearAsTheCpu) {
       for (float& v : wv) v = nd(rng);
       for (float& v : xv) v = 3.0f * nd(rng);
       for (float& v : bv) v = nd(rng);
-      const nlohmann::json gran = {{"_type", g}, {"_version", 2}, {"_data", nlohmann::json::object()}};
-      const auto cfg = tao::Config::from_json({{"_type", "Int8DynamicActivationInt8WeightConfig"},
-                                               {"_version", 2},
-                                               {"_data", {{"granularity", {gran, gran}}}}});
+      const auto cfg = cudatest::torchao_config("Int8DynamicActivationInt8WeightConfig", g, /*pair=*/true);
       const auto w = std::dynamic_pointer_cast<tao::AffineInt8Weight>(tao::quantize(Tensor::from_vector(wv, {N, K}, dt), cfg));
       ASSERT_TRUE(w && w->act_granularity().has_value()) << "not an int8dq weight";
       const bool per_tensor = w->act_granularity()->type == tao::Granularity::PerTensor;

@@ -19,6 +19,7 @@
 #include "quant/sdnq/sdnq_weight.h"
 #include "quant/torchao/int4_weight.h"
 #include "quant/torchao/torchao.h"
+#include "torchao_test_config.h"
 
 using namespace diffq;
 using namespace diffq::cudatest;
@@ -27,9 +28,7 @@ namespace tao = diffq::quant::torchao;
 namespace {
 
 std::shared_ptr<QuantizedWeight> int8wo(const Tensor& w, const char* granularity) {
-  nlohmann::json data = nlohmann::json::object();
-  if (granularity) data["granularity"] = {{"_type", granularity}, {"_version", 2}, {"_data", nlohmann::json::object()}};
-  return tao::quantize(w, tao::Config::from_json({{"_type", "Int8WeightOnlyConfig"}, {"_version", 2}, {"_data", data}}));
+  return tao::quantize(w, torchao_config("Int8WeightOnlyConfig", granularity, /*pair=*/false));
 }
 
 double rel_err(const Tensor& got, const Tensor& want) {
@@ -133,8 +132,7 @@ TEST(LinearQOnCuda, TorchaoFloat8WeightOnlyMatchesTheCpu) {
     for (const char* g : {"PerRow", "PerTensor"}) {
       SCOPED_TRACE(std::string(dtype_name(dt)) + " " + g);
       const Tensor w = random_values({80, 192}, dt, 4), x = random_values({9, 192}, dt, 5);
-      nlohmann::json data = {{"granularity", {{"_type", g}, {"_version", 2}, {"_data", nlohmann::json::object()}}}};
-      const auto cfg = tao::Config::from_json({{"_type", "Float8WeightOnlyConfig"}, {"_version", 2}, {"_data", data}});
+      const auto cfg = torchao_config("Float8WeightOnlyConfig", g, /*pair=*/false);
       const auto on_cpu = tao::quantize(w, cfg), on_gpu = tao::quantize(w, cfg);
       ASSERT_EQ(on_gpu->scheme(), "torchao_float8wo");
       Parameter p({80, 192});
@@ -247,10 +245,7 @@ TEST(LinearQOnCuda, TorchaoInt8DynamicMatchesTheCpu) {  // cuBLASLt's IMMA int8 
   for (const char* g : {"PerRow", "PerTensor"})
     for (DType dt : {DType::f32, DType::bf16}) {
       SCOPED_TRACE(std::string(g) + " " + std::string(dtype_name(dt)));
-      const nlohmann::json gran = {{"_type", g}, {"_version", 2}, {"_data", nlohmann::json::object()}};
-      const auto cfg = tao::Config::from_json({{"_type", "Int8DynamicActivationInt8WeightConfig"},
-                                               {"_version", 2},
-                                               {"_data", {{"granularity", {gran, gran}}}}});
+      const auto cfg = torchao_config("Int8DynamicActivationInt8WeightConfig", g, /*pair=*/true);
       const Tensor w = random_values({96, 256}, dt, 81), x = random_values({7, 256}, dt, 82), b = random_values({96}, dt, 83);
       const auto on_cpu = tao::quantize(w, cfg), on_gpu = tao::quantize(w, cfg);
       ASSERT_EQ(on_gpu->scheme(), "torchao_int8dq");
@@ -264,10 +259,7 @@ TEST(LinearQOnCuda, TorchaoFloat8DynamicMatchesTheCpu) {
   for (const char* g : {"PerRow", "PerTensor"})
     for (DType dt : {DType::f32, DType::bf16}) {
       SCOPED_TRACE(std::string(g) + " " + std::string(dtype_name(dt)));
-      const nlohmann::json gran = {{"_type", g}, {"_version", 2}, {"_data", nlohmann::json::object()}};
-      const auto cfg = tao::Config::from_json({{"_type", "Float8DynamicActivationFloat8WeightConfig"},
-                                               {"_version", 2},
-                                               {"_data", {{"granularity", {gran, gran}}}}});
+      const auto cfg = torchao_config("Float8DynamicActivationFloat8WeightConfig", g, /*pair=*/true);
       const Tensor w = random_values({80, 192}, dt, 91), x = random_values({6, 192}, dt, 92), b = random_values({80}, dt, 93);
       const auto on_cpu = tao::quantize(w, cfg), on_gpu = tao::quantize(w, cfg);
       ASSERT_EQ(on_gpu->scheme(), "torchao_float8dq");

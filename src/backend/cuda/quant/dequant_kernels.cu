@@ -44,15 +44,77 @@ __global__ void float8_kernel(const uint8_t* q, Float8Table table, const float* 
   }
 }
 
-__global__ void gguf_kernel(const uint8_t* data, uint32_t type, int64_t N, int64_t K, int64_t row_bytes, int64_t bs,
-                            int64_t ts, DType rdt, void* out, DType odt) {
+// W [N, K]: element (n, k) is decode(n, k) (one thread per element), rounded through rdt, stored as odt.
+template <class Decode>
+__global__ void decode_kernel(Decode decode, int64_t N, int64_t K, DType rdt, void* out, DType odt) {
   const int64_t n_all = N * K;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n_all; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t n = i / K, k = i - n * K;
-    const uint8_t* block = data + n * row_bytes + (k / bs) * ts;
-    store_f32(out, odt, i, round_via(rdt, blockq::gguf_value(type, block, int(k % bs))));
+    const int64_t n = i / K;
+    store_f32(out, odt, i, round_via(rdt, decode(n, i - n * K)));
   }
 }
+
+template <class Decode>
+void launch_decode(const Decode& decode, int64_t N, int64_t K, DType rdt, void* out, DType odt, int device,
+                   const char* what) {
+  const int64_t n = N * K;
+  if (n == 0) return;
+  decode_kernel<<<grid_for(n, kThreads), kThreads>>>(decode, N, K, rdt, out, odt);
+  check_cuda(cudaGetLastError(), what, device);
+}
+
+struct GgufDecode {
+  const uint8_t* data;
+  uint32_t type;
+  int64_t row_bytes, bs, ts;
+  __device__ float operator()(int64_t n, int64_t k) const {
+    return blockq::gguf_value(type, data + n * row_bytes + (k / bs) * ts, int(k % bs));
+  }
+};
+
+struct TorchaoInt4Decode {
+  const uint8_t* q;
+  const void *scale, *zero;
+  DType sdt;
+  int64_t N, K, g;
+  __device__ float operator()(int64_t n, int64_t k) const {
+    return blockq::torchao_int4_value(q, scale, zero, sdt, N, K, g, n, k);
+  }
+};
+
+struct QuantoDecode {
+  blockq::QuantoParams p;
+  const uint8_t* data;
+  const void *scale, *shift;
+  Float8Table f8;
+  __device__ float operator()(int64_t n, int64_t k) const { return blockq::quanto_value(p, data, scale, shift, f8.v, n, k); }
+};
+
+struct SdnqDecode {
+  blockq::SdnqParams p;
+  const uint8_t* w;
+  const void *scale, *zero;
+  Float8Table f8;
+  __device__ float operator()(int64_t n, int64_t k) const { return blockq::sdnq_value(p, w, scale, zero, f8.v, n, k); }
+};
+
+struct AutoRoundDecode {
+  blockq::AutoRoundParams p;
+  const uint32_t *qweight, *qzeros;
+  const void *scales, *g_idx;
+  DType compute;
+  __device__ float operator()(int64_t n, int64_t k) const {
+    return blockq::autoround_value(p, qweight, qzeros, scales, g_idx, compute, n, k);
+  }
+};
+
+struct ScaledDecode {
+  blockq::ScaledParams p;
+  const uint8_t* q;
+  const void* scale;
+  Float8Table f8;
+  __device__ float operator()(int64_t n, int64_t k) const { return blockq::scaled_value(p, q, scale, f8.v, n, k); }
+};
 
 __global__ void bnb4_kernel(blockq::Bnb4Params p, const uint8_t* packed, const void* absmax, const float* nested_absmax,
                             const float* nested_map, int64_t n, void* out, DType odt) {
@@ -60,100 +122,43 @@ __global__ void bnb4_kernel(blockq::Bnb4Params p, const uint8_t* packed, const v
     store_f32(out, odt, i, blockq::bnb4_value(p, packed, absmax, nested_absmax, nested_map, i));
 }
 
-__global__ void torchao_int4_kernel(const uint8_t* q, const void* scale, const void* zero, DType sdt, int64_t N,
-                                    int64_t K, int64_t g, void* out, DType odt) {
-  const int64_t n_all = N * K;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n_all; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t n = i / K;
-    store_f32(out, odt, i, blockq::torchao_int4_value(q, scale, zero, sdt, N, K, g, n, i - n * K));
-  }
-}
-
-__global__ void quanto_kernel(blockq::QuantoParams p, const uint8_t* data, const void* scale, const void* shift,
-                              Float8Table f8, int64_t N, DType rdt, void* out, DType odt) {
-  const int64_t K = p.in_features, n_all = N * K;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n_all; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t n = i / K;
-    store_f32(out, odt, i, round_via(rdt, blockq::quanto_value(p, data, scale, shift, f8.v, n, i - n * K)));
-  }
-}
-
-__global__ void sdnq_kernel(blockq::SdnqParams p, const uint8_t* w, const void* scale, const void* zero, Float8Table f8,
-                            int64_t N, DType rdt, void* out, DType odt) {
-  const int64_t K = p.in_features, n_all = N * K;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n_all; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t n = i / K;
-    store_f32(out, odt, i, round_via(rdt, blockq::sdnq_value(p, w, scale, zero, f8.v, n, i - n * K)));
-  }
-}
-
-__global__ void autoround_kernel(blockq::AutoRoundParams p, const uint32_t* qweight, const uint32_t* qzeros,
-                                 const void* scales, const void* g_idx, DType compute, void* out, DType odt) {
-  const int64_t K = p.K, n_all = p.N * K;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n_all; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t n = i / K;
-    store_f32(out, odt, i, blockq::autoround_value(p, qweight, qzeros, scales, g_idx, compute, n, i - n * K));
-  }
-}
-
-__global__ void scaled_kernel(blockq::ScaledParams p, const uint8_t* q, const void* scale, Float8Table f8, int64_t N,
-                              DType rdt, void* out, DType odt) {
-  const int64_t K = p.K, n_all = N * K;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n_all; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t n = i / K;
-    store_f32(out, odt, i, round_via(rdt, blockq::scaled_value(p, q, scale, f8.v, n, i - n * K)));
-  }
-}
-
 }  // namespace
 
 void dequant_scaled(const blockq::ScaledParams& p, const uint8_t* q, const void* scale, const Float8Table& f8,
                     int64_t N, DType round_dtype, void* out, DType out_dtype, int device) {
-  const int64_t n = N * p.K;
-  if (n == 0) return;
-  scaled_kernel<<<grid_for(n, kThreads), kThreads>>>(p, q, scale, f8, N, round_dtype, out, out_dtype);
-  check_cuda(cudaGetLastError(), "linear_q: dequant_scaled launch", device);
+  launch_decode(ScaledDecode{p, q, scale, f8}, N, p.K, round_dtype, out, out_dtype, device,
+                "linear_q: dequant_scaled launch");
 }
 
 void dequant_sdnq(const blockq::SdnqParams& p, const uint8_t* w, const void* scale, const void* zero,
                   const Float8Table& f8, int64_t N, DType round_dtype, void* out, DType out_dtype, int device) {
-  const int64_t n = N * p.in_features;
-  if (n == 0) return;
-  sdnq_kernel<<<grid_for(n, kThreads), kThreads>>>(p, w, scale, zero, f8, N, round_dtype, out, out_dtype);
-  check_cuda(cudaGetLastError(), "linear_q: dequant_sdnq launch", device);
+  launch_decode(SdnqDecode{p, w, scale, zero, f8}, N, p.in_features, round_dtype, out, out_dtype, device,
+                "linear_q: dequant_sdnq launch");
 }
 
 void dequant_autoround(const blockq::AutoRoundParams& p, const uint32_t* qweight, const uint32_t* qzeros,
                        const void* scales, const void* g_idx, DType compute, void* out, DType out_dtype, int device) {
-  const int64_t n = p.N * p.K;
-  if (n == 0) return;
-  autoround_kernel<<<grid_for(n, kThreads), kThreads>>>(p, qweight, qzeros, scales, g_idx, compute, out, out_dtype);
-  check_cuda(cudaGetLastError(), "linear_q: dequant_autoround launch", device);
+  // autoround_value already rounds to `compute` (x's dtype): no second rounding.
+  launch_decode(AutoRoundDecode{p, qweight, qzeros, scales, g_idx, compute}, p.N, p.K, DType::f32, out, out_dtype,
+                device, "linear_q: dequant_autoround launch");
 }
 
 void dequant_torchao_int4(const uint8_t* q, const void* scale, const void* zero, DType scale_dtype, int64_t N,
                           int64_t K, int64_t group, void* out, DType out_dtype, int device) {
-  const int64_t n = N * K;
-  if (n == 0) return;
-  torchao_int4_kernel<<<grid_for(n, kThreads), kThreads>>>(q, scale, zero, scale_dtype, N, K, group, out, out_dtype);
-  check_cuda(cudaGetLastError(), "linear_q: dequant_torchao_int4 launch", device);
+  launch_decode(TorchaoInt4Decode{q, scale, zero, scale_dtype, N, K, group}, N, K, DType::f32, out, out_dtype, device,
+                "linear_q: dequant_torchao_int4 launch");
 }
 
 void dequant_quanto(const blockq::QuantoParams& p, const uint8_t* data, const void* scale, const void* shift,
                     const Float8Table& f8, int64_t N, DType round_dtype, void* out, DType out_dtype, int device) {
-  const int64_t n = N * p.in_features;
-  if (n == 0) return;
-  quanto_kernel<<<grid_for(n, kThreads), kThreads>>>(p, data, scale, shift, f8, N, round_dtype, out, out_dtype);
-  check_cuda(cudaGetLastError(), "linear_q: dequant_quanto launch", device);
+  launch_decode(QuantoDecode{p, data, scale, shift, f8}, N, p.in_features, round_dtype, out, out_dtype, device,
+                "linear_q: dequant_quanto launch");
 }
 
 void dequant_gguf(const uint8_t* data, uint32_t type, int64_t N, int64_t K, int64_t row_bytes, int64_t block_size,
                   int64_t type_size, DType round_dtype, void* out, DType out_dtype, int device) {
-  const int64_t n = N * K;
-  if (n == 0) return;
-  gguf_kernel<<<grid_for(n, kThreads), kThreads>>>(data, type, N, K, row_bytes, block_size, type_size, round_dtype, out,
-                                                   out_dtype);
-  check_cuda(cudaGetLastError(), "linear_q: dequant_gguf launch", device);
+  launch_decode(GgufDecode{data, type, row_bytes, block_size, type_size}, N, K, round_dtype, out, out_dtype, device,
+                "linear_q: dequant_gguf launch");
 }
 
 void dequant_bnb4(const blockq::Bnb4Params& p, const uint8_t* packed, const void* absmax, const float* nested_absmax,
