@@ -87,4 +87,13 @@ DeviceGuard::~DeviceGuard() {
     cudaSetDevice(previous_);
 }
 
+namespace {
+thread_local cudaStream_t t_current_stream = nullptr;
+}  // namespace
+
+cudaStream_t current_stream() { return t_current_stream; }
+
+StreamScope::StreamScope(cudaStream_t s) : previous_(t_current_stream) { t_current_stream = s; }
+StreamScope::~StreamScope() { t_current_stream = previous_; }
+
 }  // namespace diffq::backend::cuda

@@ -58,4 +58,21 @@ class DeviceGuard {
   int previous_ = -1;
 };
 
+// The stream this thread's device work is queued on: every kernel launch, cuBLASLt matmul, cuDNN
+// execution and device-side copy of the backend passes it. The legacy default stream (0) unless a
+// StreamScope is active (a CUDA graph being captured, src/backend/cuda/graph_capture.cpp).
+cudaStream_t current_stream();
+
+// Makes `s` this thread's current stream for the scope, restoring the previous one after.
+class StreamScope {
+ public:
+  explicit StreamScope(cudaStream_t s);
+  ~StreamScope();
+  StreamScope(const StreamScope&) = delete;
+  StreamScope& operator=(const StreamScope&) = delete;
+
+ private:
+  cudaStream_t previous_;
+};
+
 }  // namespace diffq::backend::cuda
