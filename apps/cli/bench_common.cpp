@@ -167,6 +167,9 @@ Combo parse_combo(const std::string& text) {
     } else if (tok == "autotune") {
       check(!c.autotune, "bench", "combination '", text, "' has autotune twice");
       c.autotune = true;
+    } else if (tok == "reduce-overhead") {
+      check(!c.reduce_overhead, "bench", "combination '", text, "' has reduce-overhead twice");
+      c.reduce_overhead = true;
     } else if (auto cache = cache_token(text, tok)) {
       check(!c.cache, "bench", "combination '", text, "' has two step caches");
       c.cache = *cache;
@@ -179,12 +182,16 @@ Combo parse_combo(const std::string& text) {
     } else {
       fail("bench", "combination '", text, "': '", tok,
            "' is not available in diffq bench yet (available: fp32, bf16, fp16, the --quant schemes, "
-           "compile or regional (regional compile), compile-full, autotune (with a compile), lora (the --lora files), model-offload, sequential-offload, "
+           "compile or regional (regional compile), compile-full, autotune or reduce-overhead (with a compile), lora (the --lora files), model-offload, sequential-offload, "
            "group-offload[:N], leaf-offload, disk-offload, and the step caches fbc[:T], taylorseer[:...], magcache[:...], teacache[:T])");
     }
   }
   check(!c.autotune || !c.compile.empty(), "bench", "combination '", text,
         "': autotune tunes a compiled transformer (add compile or compile-full)");
+  check(!c.reduce_overhead || !c.compile.empty(), "bench", "combination '", text,
+        "': reduce-overhead replays a compiled transformer's graphs (add compile or compile-full)");
+  check(!(c.reduce_overhead && c.autotune), "bench", "combination '", text,
+        "': autotune and reduce-overhead are two compile modes: pick one");
   return c;
 }
 
@@ -213,7 +220,7 @@ std::unique_ptr<DiffusionPipeline> load_for_combo(const BenchArgs& a, const Comb
   auto pipe = DiffusionPipeline::from_pretrained(a.model, po);
   if (c.lora) apply_loras(*pipe, a.loras, {}, /*lenient=*/false, /*fuse=*/false, /*quiet=*/true);
   if (!c.offload.empty()) pipe->enable_offload(c.offload);
-  if (!c.compile.empty()) pipe->compile(c.compile, c.autotune);  // after offloading, so its hooks are seen by the capture
+  if (!c.compile.empty()) pipe->compile(c.compile, c.autotune, c.reduce_overhead);  // after offloading, so its hooks are seen by the capture
   if (c.cache) pipe->enable_cache(*c.cache);                     // as generate --cache: after compile
   load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return pipe;
@@ -259,6 +266,7 @@ nlohmann::json worker_row(const BenchArgs& a, const Combo& c, double load_s, con
       {"offload", c.offload.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.offload)},
       {"compile", c.compile.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.compile)},
       {"autotune", c.autotune},
+      {"reduce_overhead", c.reduce_overhead},
       // compile and tuning happen in the first generation (the warm-up unless --warmup 0)
       {"compile_stats", compile_report(pipe.compile_report())},
       {"size", a.size},

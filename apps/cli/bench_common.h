@@ -40,6 +40,7 @@ struct Combo {
   std::string offload;  // an --offload value (model, sequential, group[:N], leaf, disk), empty: none
   std::string compile;  // "" | regional ("compile": Diffusers' compile_repeated_blocks) | full
   bool autotune = false;  // "autotune": the compile's mode is max-autotune
+  bool reduce_overhead = false;  // "reduce-overhead": device graphs captured and replayed (compile's mode)
   std::optional<CacheOptions> cache;  // "+fbc[:T]", "+taylorseer[:...]", "+magcache[:...]", "+teacache[:T]" (bench_cache.h)
   bool lora = false;      // "lora": the --lora adapters loaded (before offloading and compiling), unfused
 };

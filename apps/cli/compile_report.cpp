@@ -9,7 +9,11 @@ nlohmann::json compile_report(const DiffusionPipeline::CompileReport& r) {
   nlohmann::json j = {{"graphs", r.graphs}, {"cache_hits", r.cache_hits}, {"eager_fallbacks", r.eager_fallbacks},
                       {"compile_s", r.compile_s}, {"opaque_nodes", r.opaque_nodes},
                       {"quantized_gemm_nodes", r.quantized_gemm_nodes}, {"autotune", nullptr},
-                      {"declined", nullptr}};
+                      {"declined", nullptr}, {"device_graphs", nullptr}};
+  if (r.device_graphs + r.device_graph_warmups + r.device_graph_refused > 0)
+    j["device_graphs"] = {{"captured", r.device_graphs}, {"replays", r.device_graph_replays},
+                          {"warmups", r.device_graph_warmups}, {"refused", r.device_graph_refused},
+                          {"refusal", r.device_graph_refusal}};
   if (!r.declined_passes.empty()) j["declined"] = {{"passes", r.declined_passes}, {"why", r.declined_why}};
   if (r.autotune)
     j["autotune"] = {{"nodes", r.autotune_nodes},           {"tuned", r.autotune_tuned},
@@ -31,6 +35,13 @@ std::string compile_report_line(const nlohmann::json& r) {
     std::string passes;
     for (const auto& p : d.at("passes")) passes += (passes.empty() ? "" : ",") + p.get<std::string>();
     s += "; declined " + passes + " (" + d.at("why").get<std::string>() + ")";
+  }
+  if (const auto it = r.find("device_graphs"); it != r.end() && !it->is_null()) {
+    std::snprintf(buf, sizeof buf, "; device graphs: %lld captured, %lld replays, %lld warm-up call(s), %lld refused",
+                  (long long)it->at("captured").get<int64_t>(), (long long)it->at("replays").get<int64_t>(),
+                  (long long)it->at("warmups").get<int64_t>(), (long long)it->at("refused").get<int64_t>());
+    s += buf;
+    if (const std::string why = it->at("refusal").get<std::string>(); !why.empty()) s += " (" + why + ")";
   }
   if (const auto& a = r.at("autotune"); !a.is_null()) {
     std::snprintf(buf, sizeof buf,

@@ -67,6 +67,10 @@ void run(const GenerateArgs& args) {
   check(a.output_type == "image" || a.output_type == "latent", "generate", "--output-type must be image or latent, got '",
         a.output_type, "'");
   check(!a.autotune || !a.compile.empty(), "generate", "--autotune tunes a compiled transformer: give --compile full|regional too");
+  check(a.compile_mode == "default" || !a.compile.empty(), "generate", "--mode ", a.compile_mode,
+        " is a compile mode: give --compile full|regional too");
+  check(!(a.autotune && a.compile_mode == "reduce-overhead"), "generate",
+        "--autotune is --mode max-autotune: it cannot be combined with --mode reduce-overhead");
   check(a.offload.empty() || a.max_memory.empty(), "generate", "give --offload or --max-memory, not both");
   check(!a.offload_drop_cache || !a.offload.empty(), "generate", "--offload-drop-cache needs --offload group[:N]|leaf|disk");
   // The folder's model_index.json decides the pipeline (Diffusers' DiffusionPipeline.from_pretrained).
@@ -122,7 +126,8 @@ void run(const GenerateArgs& args) {
     offload_plan = pipe->enable_memory_budget(a.max_memory, a.max_host_memory);
     if (!a.json) std::fprintf(stderr, "offload plan: %s\n", offload_plan.c_str());
   }
-  if (!a.compile.empty()) pipe->compile(a.compile, a.autotune);  // after offloading, so its hooks are seen
+  if (!a.compile.empty())
+    pipe->compile(a.compile, a.autotune || a.compile_mode == "max-autotune", a.compile_mode == "reduce-overhead");  // after offloading, so its hooks are seen
   if (!a.cache.empty()) pipe->enable_cache(parse_cache_spec(a.cache));
   if (!a.json)
     for (const auto& [c, q] : pipe->quantization()) std::fprintf(stderr, "quantized %s: %s\n", c.c_str(), q.c_str());
@@ -153,7 +158,8 @@ void run(const GenerateArgs& args) {
                         {"guidance", *u.guidance_scale}, {"dtype", a.dtype}, {"threads", num_threads()},
                         {"timings", timings}, {"peak_cpu_bytes", memory_stats(Device::cpu()).peak_bytes},
                         {"peak_rss_bytes", process_peak_rss_bytes()}, {"quantization", pipe->quantization()},
-                        {"offload", offload_plan}, {"compile", a.compile}, {"autotune", a.autotune},
+                        {"offload", offload_plan}, {"compile", a.compile}, {"autotune", a.autotune || a.compile_mode == "max-autotune"},
+                        {"compile_mode", a.compile_mode},
                         {"compile_stats", report}};
     j["device"] = pipe->device().str();
     if (!pipe->device().is_cpu()) j["peak_device_bytes"] = memory_stats(pipe->device()).peak_bytes;
@@ -261,6 +267,10 @@ void add_generate_command(CLI::App& app) {
   cmd->add_flag("--autotune", a->autotune,
                 "with --compile: max-autotune (time kernel variants on the real shapes once; the winners are kept in "
                 "DIFFQ_AUTOTUNE_CACHE, else $XDG_CACHE_HOME/diffq/autotune.json, else ~/.cache/diffq/autotune.json)");
+  cmd->add_option("--mode", a->compile_mode,
+                  "with --compile, torch.compile's mode: default | reduce-overhead (on a GPU: each compiled graph's "
+                  "kernels captured once as a CUDA graph and replayed; docs/compile.md) | max-autotune (= --autotune)")
+      ->check(CLI::IsMember({"default", "reduce-overhead", "max-autotune"}));
   cmd->add_flag("--stats", a->stats, "print the allocator's peak and the process's peak RSS");
   cmd->add_option("--transformer", a->transformer_file,
                   "single-file transformer replacing the folder's: FLUX .safetensors in BFL/ComfyUI or Diffusers naming, "

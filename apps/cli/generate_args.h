@@ -19,6 +19,7 @@ struct GenerateArgs {
   std::string cache;      // --cache fbc:0.08 | taylorseer:... | magcache[:T] | teacache:0.4 (include/diffq/cache.h)
   std::string compile;    // "" | full | regional
   bool autotune = false;  // with compile: max-autotune
+  std::string compile_mode = "default";  // --mode: default | reduce-overhead | max-autotune (= --autotune)
   bool stats = false;
   int64_t num_images = 1;
   double true_cfg = 1.0, guidance = 3.5, guidance_2 = 0.0;

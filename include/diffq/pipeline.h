@@ -123,8 +123,10 @@ class DiffusionPipeline {
   // host RAM of GPU runs), applies it and returns the plan's description.
   virtual std::string enable_memory_budget(const std::string& max_memory, const std::string& max_host_memory = "") = 0;
   // Compile the transformer(s): "full" (one graph) or "regional" (one graph per kind of repeated block);
-  // autotune: max-autotune (kernel variants timed on the real shapes, the winners kept in a cache file).
-  virtual void compile(const std::string& mode, bool autotune = false) = 0;
+  // autotune: max-autotune (kernel variants timed on the real shapes, the winners kept in a cache file);
+  // reduce_overhead: torch's mode="reduce-overhead": on a device, each compiled graph's work is captured
+  // once (a CUDA graph) and replayed (docs/compile.md); on the CPU it changes nothing.
+  virtual void compile(const std::string& mode, bool autotune = false, bool reduce_overhead = false) = 0;
   struct CompileReport {
     bool compiled = false;
     int64_t graphs = 0, cache_hits = 0, eager_fallbacks = 0, opaque_nodes = 0, quantized_gemm_nodes = 0;
@@ -139,6 +141,10 @@ class DiffusionPipeline {
     // then run op by op through the device's own kernels. Empty on the cpu.
     std::vector<std::string> declined_passes;
     std::string declined_why;
+    // reduce-overhead on a device: graphs captured and held, calls replayed, first calls run eagerly
+    // (warm-ups), calls that could not be captured and why (the last reason).
+    int64_t device_graphs = 0, device_graph_replays = 0, device_graph_warmups = 0, device_graph_refused = 0;
+    std::string device_graph_refusal;
   };
   virtual CompileReport compile_report() const = 0;
   // Each quantized component's backend and scheme, e.g. {"transformer": "bitsandbytes_4bit nf4"}.

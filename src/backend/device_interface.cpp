@@ -28,6 +28,11 @@ DeviceInterface* set_device_interface(DeviceKind k, DeviceInterface* d) {
 
 void register_device_interface(DeviceKind k, DeviceInterface* d) { table()[slot(k)].store(d); }
 
+std::unique_ptr<CapturedWork> DeviceInterface::capture(int, const std::function<void()>&, std::string* why) {
+  if (why) *why = "this device cannot capture its work for replay";
+  return nullptr;
+}
+
 void require_device(Device d, std::string_view ctx) {
   if (d.is_cpu()) return;
   DeviceInterface* di = device_interface(d.kind);

@@ -5,6 +5,7 @@
 // host-side (tests/pipelines/fake_device.h).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -13,6 +14,14 @@
 #include "diffq/memory.h"
 
 namespace diffq::backend {
+
+// Device work recorded once and replayed (a CUDA graph): replay() queues the recorded kernels again, on
+// the same addresses, after the work queued so far and before what is queued next.
+class CapturedWork {
+ public:
+  virtual ~CapturedWork() = default;
+  virtual void replay() = 0;
+};
 
 class DeviceInterface {
  public:
@@ -34,6 +43,16 @@ class DeviceInterface {
   // returns when the copy is done; the compute stream's kernels queued after the return see the bytes.
   virtual void upload_on_side_stream(int index, void* dst, const void* src, size_t nbytes,
                                      const std::shared_ptr<void>& wait) = 0;
+
+  // ---- what compile's reduce-overhead mode needs (src/compile/device_graphs.cpp) ----
+  // Records the device work `body` queues on device `index` without running it, for replay. The tensors
+  // `body` makes come from the device's graph pool, which every capture of the device shares (captured
+  // work of one device must replay one at a time); each must be gone when `body` returns: the graph's
+  // buffers are then free for other captures and are written only by replays. Returns nullptr, with
+  // *why, when the device cannot capture, when `body` throws, or when it queued something a capture
+  // cannot hold (a read-back to the host, an upload, an op run off the capturing stream) or kept a
+  // tensor it made: nothing it queued ever runs then, and the caller runs its work eagerly.
+  virtual std::unique_ptr<CapturedWork> capture(int index, const std::function<void()>& body, std::string* why);
 };
 
 // Registers backends once (idempotent, thread-safe): every entry point below calls it.

@@ -14,6 +14,7 @@
 #include "compile/autotune.h"
 #include "compile/capture.h"
 #include "compile/compiled_graph.h"
+#include "compile/device_graphs.h"
 
 namespace diffq::compile {
 
@@ -27,6 +28,7 @@ struct CompileStats {
   int64_t last_arena_bytes = 0;     // its planned arena
   int64_t last_unplanned_bytes = 0; // what its planned buffers would take without reuse
   AutotuneStats autotune;           // max-autotune, all signatures (tuning time is not in compile_seconds)
+  DeviceGraphStats device_graphs;   // reduce-overhead on a device: captured graphs (device_graphs.h)
 };
 
 class CompiledModule {
@@ -34,6 +36,8 @@ class CompiledModule {
   // `o` is taken as given; DIFFQ_COMPILE_DISABLE is applied on top.
   CompiledModule(ForwardFn fwd, CompileOptions o);
 
+  // With mode reduce-overhead and inputs on a device, the call goes through a captured device graph
+  // (device_graphs.h); otherwise the compiled graph (or the eager forward) runs op by op.
   std::vector<Tensor> run(Module& m, const std::vector<Tensor>& inputs);
 
   CompileStats stats() const;
@@ -50,12 +54,15 @@ class CompiledModule {
     std::shared_ptr<const CompiledGraph> graph;  // null: eager fallback
     std::string reason;
   };
+  std::vector<Tensor> run_signature(Module& m, const std::string& sig, const std::vector<Tensor>& inputs);
+
   ForwardFn fwd_;
   CompileOptions opt_;
   mutable std::mutex mu_;
   std::map<std::string, Entry> cache_;
   CompileStats stats_;
   std::unique_ptr<Autotuner> tuner_;  // max-autotune: made on the first compile
+  DeviceGraphs graphs_;               // reduce-overhead on a device
 };
 
 // The stats of several compiled modules (a model's regional graphs) added up: captures, hits, fallbacks,

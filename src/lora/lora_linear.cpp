@@ -1,5 +1,7 @@
 #include "lora/lora_linear.h"
 
+#include <sstream>
+
 #include "diffq/error.h"
 #include "ops/ops.h"
 
@@ -35,6 +37,17 @@ Tensor LoraLinear::apply(const Tensor& x, const Tensor& y) {
     out = ops::add(out, ops::mul_scalar(d, double(float(s.weight * s.scaling))));
   }
   return out;
+}
+
+std::string LoraLinear::replay_key() const {
+  std::ostringstream k;
+  k << std::hexfloat << (merged ? "merged" : "unmerged");
+  for (const Slot& s : slots) {
+    k << ';' << s.adapter << (s.active ? "+" : "-") << s.weight << '*' << s.scaling;
+    for (const Tensor* t : {&s.A, &s.B, &s.bias, &s.A_run, &s.B_run, &s.bias_run})
+      k << ',' << (t->defined() ? t->data_ptr() : nullptr);
+  }
+  return k.str();
 }
 
 bool fuse(Linear& lin, LoraLinear& l, double scale) {

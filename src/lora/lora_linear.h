@@ -26,6 +26,7 @@ class LoraLinear : public LinearAdapter {
     Tensor A_run, B_run, bias_run;  // A, B, bias in the last compute dtype/device
   };
   Tensor apply(const Tensor& x, const Tensor& y) override;
+  std::string replay_key() const override;
 
   Slot* find(const std::string& adapter);
   std::vector<Slot> slots;

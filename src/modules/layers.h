@@ -12,6 +12,9 @@ class LinearAdapter {
  public:
   virtual ~LinearAdapter() = default;
   virtual Tensor apply(const Tensor& x, const Tensor& y) = 0;  // x [..., in], y = base(x) [..., out]
+  // What apply() would bake into captured device work (compile's reduce-overhead graphs,
+  // compile/device_graphs.h): it changes whenever apply's kernels, operands or scales would.
+  virtual std::string replay_key() const = 0;
 };
 
 class Linear : public Module {

@@ -24,6 +24,11 @@ DiffusionPipeline::CompileReport make_compile_report(const std::vector<const com
     if (r.autotune_cache_file.empty()) r.autotune_cache_file = m->autotune_cache_file();
   r.declined_passes = st.last_passes.declined;
   r.declined_why = st.last_passes.declined_why;
+  r.device_graphs = st.device_graphs.captures;
+  r.device_graph_replays = st.device_graphs.replays;
+  r.device_graph_warmups = st.device_graphs.warmups;
+  r.device_graph_refused = st.device_graphs.refused;
+  r.device_graph_refusal = st.device_graphs.last_refusal;
   return r;
 }
 

@@ -42,10 +42,12 @@ std::optional<PipelineQuantizationConfig> parse_quant(const std::string& json) {
   return PipelineQuantizationConfig::from_json(j, "quantization_config_json");
 }
 
-compile::CompileOptions compile_options(const std::string& mode, bool autotune) {
+compile::CompileOptions compile_options(const std::string& mode, bool autotune, bool reduce_overhead) {
   check(mode == "full" || mode == "regional", kCtx, "compile mode must be \"full\" or \"regional\", got \"", mode, "\"");
+  check(!(autotune && reduce_overhead), kCtx, "compile: max-autotune and reduce-overhead are two modes: pick one");
   compile::CompileOptions o;
   if (autotune) o.mode = compile::CompileMode::max_autotune;
+  if (reduce_overhead) o.mode = compile::CompileMode::reduce_overhead;
   return o;
 }
 
@@ -138,11 +140,13 @@ class AdapterBase : public DiffusionPipeline, public detail::PipelineAccess {
   }
   Device device() const override { return device_; }
 
-  void compile(const std::string& mode, bool autotune) override {
+  void compile(const std::string& mode, bool autotune, bool reduce_overhead) override {
     // On a device without a compile backend (compile/compile_backend.h) the fusing passes, memory planning
     // and autotune decline and the graphs run op by op through the device's kernels (compile_report says so).
     compile_mode_ = mode;
     autotuned_ = autotune;
+    reduce_overhead_ = reduce_overhead;
+    compile_options(mode, autotune, reduce_overhead);  // checks the combination before anything changes
     // A step cache decides inside the block loop: a full graph cannot hold that, so compile regionally
     // (in Diffusers, the cache hooks' torch.compiler.disable would break a fullgraph compile).
     apply_compile(cache_.method != CacheOptions::Method::none && mode == "full" ? "regional" : mode, autotune);
@@ -207,6 +211,7 @@ class AdapterBase : public DiffusionPipeline, public detail::PipelineAccess {
   virtual const char* offload_seq() const = 0;
   virtual std::vector<const compile::CompiledModule*> compiled_modules() const = 0;
   bool autotuned_ = false;
+  bool reduce_overhead_ = false;  // device graphs (compile/device_graphs.h) where the pipeline runs on a device
   std::filesystem::path source_;
   std::string description_;
   FolderDefaults folder_defaults_;  // the folder's generation_defaults.json (none for builtins)
@@ -285,7 +290,7 @@ class FluxAdapter final : public AdapterBase {
     return r;
   }
   void apply_compile(const std::string& mode, bool autotune) override {
-    const auto o = compile_options(mode, autotune);
+    const auto o = compile_options(mode, autotune, reduce_overhead_);
     if (mode == "full") p_->transformer->compile(o);
     else p_->transformer->compile_repeated_blocks(o);
   }
@@ -392,7 +397,7 @@ class WanAdapter final : public AdapterBase {
     return r;
   }
   void apply_compile(const std::string& mode, bool autotune) override {
-    const auto o = compile_options(mode, autotune);
+    const auto o = compile_options(mode, autotune, reduce_overhead_);
     for (auto* t : {p_->transformer.get(), p_->transformer_2.get()}) {
       if (!t) continue;
       if (mode == "full") t->compile(o);

@@ -8,10 +8,18 @@
 // GPU. It replaces the CUDA backend's device interface and kernels
 // for its lifetime (in CUDA builds too) and restores them after; every tensor made on it must be gone
 // before it is destroyed.
+//
+// It captures as a CUDA graph does (DeviceInterface::capture): while a body is captured its kernels are
+// recorded, not run, on non-owning views of their operands, and its allocations come from a graph pool
+// whose blocks are never returned to the host (later captures reuse freed ones); a replay runs the
+// recorded kernels again on the same addresses. What the CUDA backend refuses in a capture is refused
+// here too: host <-> device copies, offload uploads and fences, synchronize.
 #pragma once
 
 #include <array>
 #include <cstdlib>
+#include <functional>
+#include <memory>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -75,7 +83,7 @@ class FakeDevice final : public backend::DeviceInterface {
   // ---- backend::DeviceInterface ----
   int device_count(std::string*) const override { return 1; }
   Allocator& allocator(int) override { return alloc_; }
-  void synchronize(int) override {}
+  void synchronize(int) override { refuse_in_capture("synchronize"); }
   void* alloc_pinned(size_t nbytes, int) override {
     void* p = std::aligned_alloc(64, (nbytes + 63) / 64 * 64);
     log({FakeScheduleEvent::pinned_alloc, 0, p, nbytes, {}});
@@ -83,15 +91,41 @@ class FakeDevice final : public backend::DeviceInterface {
   }
   void free_pinned(void* p) override { std::free(p); }
   std::shared_ptr<void> record_fence(int) override {
+    refuse_in_capture("an offload fence");
     std::lock_guard<std::mutex> lock(mu_);
     auto id = std::make_shared<int64_t>(++fences_);
     schedule_.push_back({FakeScheduleEvent::fence, *id, nullptr, 0, {}});
     return id;
   }
   void upload_on_side_stream(int, void* dst, const void* src, size_t n, const std::shared_ptr<void>& wait) override {
+    refuse_in_capture("an offload upload");
     log({FakeScheduleEvent::upload, wait ? *static_cast<const int64_t*>(wait.get()) : 0, dst, n, {}});
     std::memcpy(dst, src, n);
   }
+
+  std::unique_ptr<backend::CapturedWork> capture(int, const std::function<void()>& body, std::string* why) override {
+    if (capturing_) {
+      *why = "already capturing";
+      return nullptr;
+    }
+    auto work = std::make_unique<Captured>(*this);
+    const int64_t live_before = alloc_.graph_live();
+    capturing_ = &work->kernels;
+    try {
+      body();
+    } catch (const std::exception& e) {
+      *why = e.what();
+    }
+    capturing_ = nullptr;
+    if (why->empty() && alloc_.graph_live() != live_before)
+      *why = "a tensor made during the capture outlives it (a cache filled inside the captured call)";
+    if (!why->empty()) return nullptr;
+    ++captures_;
+    return work;
+  }
+  int64_t captures() const { return captures_; }
+  int64_t replays() const { return replays_; }
+  int64_t graph_pool_blocks() const { return alloc_.graph_blocks(); }
 
   // ---- what ran ----
   std::vector<FakeOpRecord> records() const {
@@ -114,18 +148,88 @@ class FakeDevice final : public backend::DeviceInterface {
 
   class HostBackedAllocator final : public Allocator {
    public:
+    explicit HostBackedAllocator(const FakeDevice& d) : dev_(d) {}
+    ~HostBackedAllocator() override {
+      for (const Block& b : graph_) std::free(b.p);
+    }
     void* allocate(size_t nbytes) override {
-      void* p = std::aligned_alloc(64, (std::max<size_t>(nbytes, 1) + 63) / 64 * 64);
+      const size_t size = (std::max<size_t>(nbytes, 1) + 63) / 64 * 64;
+      void* p = nullptr;
+      if (dev_.capturing_) {  // the graph pool: a free block that fits, else a new one kept for good
+        std::lock_guard<std::mutex> lock(mu_);
+        for (Block& b : graph_)
+          if (!b.live && b.size >= size) {
+            b.live = true;
+            p = b.p;
+            break;
+          }
+        if (!p) {
+          p = std::aligned_alloc(64, size);
+          if (p) graph_.push_back({p, size, true});
+        }
+      } else {
+        p = std::aligned_alloc(64, size);
+      }
       if (!p) fail("fake_device", "out of memory allocating ", nbytes, " bytes");
       record_alloc(nbytes);
       return p;
     }
     void deallocate(void* p, size_t nbytes) override {
-      std::free(p);
       record_free(nbytes);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (Block& b : graph_)
+          if (b.p == p) {
+            b.live = false;
+            return;
+          }
+      }
+      std::free(p);
     }
     Device device() const override { return Device::cuda(0); }
+    int64_t graph_live() const {
+      std::lock_guard<std::mutex> lock(mu_);
+      int64_t n = 0;
+      for (const Block& b : graph_) n += b.live;
+      return n;
+    }
+    int64_t graph_blocks() const {
+      std::lock_guard<std::mutex> lock(mu_);
+      return int64_t(graph_.size());
+    }
+
+   private:
+    struct Block {
+      void* p;
+      size_t size;
+      bool live;
+    };
+    const FakeDevice& dev_;
+    mutable std::mutex mu_;
+    std::vector<Block> graph_;
   };
+
+  // A captured body: its kernels, each on non-owning views of the bytes it was handed.
+  struct Captured final : backend::CapturedWork {
+    explicit Captured(FakeDevice& d) : dev(d) {}
+    void replay() override {
+      ++dev.replays_;
+      for (const auto& k : kernels) k();
+    }
+    FakeDevice& dev;
+    std::vector<std::function<void()>> kernels;
+  };
+
+  void refuse_in_capture(const char* what) const {
+    if (capturing_) fail("fake_device", what, " waits on the host: it cannot be part of a captured graph");
+  }
+
+  // A CPU view of the same bytes that does not keep them alive (a captured kernel's operand).
+  static Tensor unowned_host_alias(const Tensor& t) {
+    if (!t.defined()) return t;
+    auto st = Storage::borrow(t.storage()->data(), t.storage()->nbytes(), Device::cpu(), nullptr);
+    return Tensor(st, t.shape(), t.strides(), t.offset(), t.dtype());
+  }
 
   static FakeDevice*& instance() {
     static FakeDevice* d = nullptr;
@@ -158,12 +262,19 @@ class FakeDevice final : public backend::DeviceInterface {
         if (t.defined() && t.device().is_cuda()) e.reads.push_back(t.data_ptr());
       self->schedule_.push_back(std::move(e));
     }
-    if (kind == ops::OpKind::to_device) {  // host <-> "device": both are host bytes, any view
-      self->cpu_[size_t(ops::OpKind::copy)](ops::OpCall{ops::OpKind::copy, {host.inputs[0]}, {}}, host_out);
+    if (kind == ops::OpKind::to_device && c.inputs[0].device() != out.device())
+      self->refuse_in_capture("a host <-> device copy");
+    const ops::KernelFn fn = kind == ops::OpKind::to_device ? self->cpu_[size_t(ops::OpKind::copy)] : self->cpu_[K];
+    check(fn != nullptr, "fake_device", "no CPU kernel for ", ops::op_name(kind));
+    // to_device: host <-> "device" are both host bytes, any view: a copy.
+    ops::OpCall call = host;
+    if (kind == ops::OpKind::to_device) call = ops::OpCall{ops::OpKind::copy, {host.inputs[0]}, {}};
+    if (self->capturing_) {  // recorded, not run: a replay runs it on the same addresses
+      for (Tensor& t : call.inputs) t = unowned_host_alias(t);
+      self->capturing_->push_back([fn, call, o = unowned_host_alias(out)]() mutable { fn(call, o); });
       return;
     }
-    check(self->cpu_[K] != nullptr, "fake_device", "no CPU kernel for ", ops::op_name(kind));
-    self->cpu_[K](host, host_out);
+    fn(call, host_out);
   }
 
   template <size_t... K>
@@ -171,7 +282,9 @@ class FakeDevice final : public backend::DeviceInterface {
     (ops::register_kernel(ops::OpKind(K), DeviceKind::cuda, &FakeDevice::kernel<K>), ...);
   }
 
-  HostBackedAllocator alloc_;
+  std::vector<std::function<void()>>* capturing_ = nullptr;  // the kernels of the body being captured
+  int64_t captures_ = 0, replays_ = 0;
+  HostBackedAllocator alloc_{*this};
   std::array<ops::KernelFn, kOps> saved_{}, cpu_{};
   backend::DeviceInterface* previous_ = nullptr;
   ops::KernelPrecondition previous_rules_ = nullptr;

@@ -46,7 +46,7 @@ void absmax_blocks(const OpCall& c, Tensor& out) {
   const KernelInput xi = float_input(x, x.shape(), "absmax_blocks");
   const int idx = out.device().index;
   DeviceGuard guard(idx);
-  absmax_kernel<<<grid_for(nout, kThreads / 32), kThreads>>>(xi, block, static_cast<float*>(out.data_ptr()), nout);
+  absmax_kernel<<<grid_for(nout, kThreads / 32), kThreads, 0, current_stream()>>>(xi, block, static_cast<float*>(out.data_ptr()), nout);
   check_cuda(cudaGetLastError(), "absmax_blocks: kernel launch", idx);
 }
 

@@ -27,6 +27,10 @@ namespace {
 
 constexpr int kMaxDevices = 64;
 
+// The device whose graph pool this thread allocates from (a GraphPoolScope: a CUDA graph being
+// captured), or -1.
+thread_local int t_graph_pool_device = -1;
+
 // Switches to `index` for the scope without throwing (deallocation paths run in destructors).
 class QuietDeviceGuard {
  public:
@@ -127,6 +131,11 @@ class CudaAllocator final : public Allocator {
   }
 
   void* allocate(size_t nbytes) override {
+    if (t_graph_pool_device == index_) {
+      void* p = graph_pool().allocate(nbytes, kComputeStream);
+      record_alloc(nbytes);
+      return p;
+    }
     void* p = pool_ ? pool_->allocate(nbytes, kComputeStream) : plain_allocate(nbytes);
     record_alloc(nbytes);
     return p;
@@ -136,6 +145,10 @@ class CudaAllocator final : public Allocator {
   // calls the driver (unless the block was used on another stream: then one event is recorded).
   void deallocate(void* p, size_t nbytes) override {
     record_free(nbytes);
+    if (CachingPool* g = graph_pool_ptr_.load(std::memory_order_acquire); g && g->owns(p)) {
+      g->free(p);
+      return;
+    }
     if (pool_) {
       pool_->free(p);
       return;
@@ -173,6 +186,28 @@ class CudaAllocator final : public Allocator {
   }
   PoolStats pool_stats() const { return pool_ ? pool_->stats() : PoolStats{}; }
 
+  // The pool of captured graphs' buffers (allocator.h): made on the first capture, its segments kept
+  // while any captured graph of the device lives, returned once the last one is gone.
+  CachingPool& graph_pool() {
+    std::lock_guard<std::mutex> lock(graph_mu_);
+    if (!graph_pool_) {
+      graph_pool_ = std::make_unique<CachingPool>("cuda:" + std::to_string(index_) + " graph pool", raw_);
+      graph_pool_ptr_.store(graph_pool_.get(), std::memory_order_release);
+    }
+    return *graph_pool_;
+  }
+  PoolStats graph_pool_stats() {
+    std::lock_guard<std::mutex> lock(graph_mu_);
+    return graph_pool_ ? graph_pool_->stats() : PoolStats{};
+  }
+  void graphs_changed(int delta) {
+    std::lock_guard<std::mutex> lock(graph_mu_);
+    live_graphs_ += delta;
+    if (!graph_pool_) return;
+    graph_pool_->set_retain_segments(live_graphs_ > 0);
+    if (live_graphs_ == 0) graph_pool_->empty_cache();
+  }
+
  private:
   static constexpr StreamId kComputeStream = 0;  // the legacy default stream (allocator.h)
 
@@ -195,6 +230,10 @@ class CudaAllocator final : public Allocator {
   int index_;
   CudaDeviceMemory raw_;
   std::unique_ptr<CachingPool> pool_;  // null with DIFFQ_CUDA_ALLOC=plain
+  std::mutex graph_mu_;
+  std::unique_ptr<CachingPool> graph_pool_;  // captured graphs' buffers (null before the first capture)
+  std::atomic<CachingPool*> graph_pool_ptr_{nullptr};  // the same, read without the lock by deallocate
+  int live_graphs_ = 0;
   std::atomic<int64_t> plain_mallocs_{0};
 };
 
@@ -232,5 +271,24 @@ void wait_for_compute_stream(int device, cudaStream_t stream) {
 }
 
 PoolStats caching_pool_stats(int device) { return cuda_allocator(device).pool_stats(); }
+
+PoolStats graph_pool_stats(int device) { return cuda_allocator(device).graph_pool_stats(); }
+
+GraphPoolScope::GraphPoolScope(int device) : previous_(t_graph_pool_device) {
+  check(caching_allocator_enabled(), "memory", "a CUDA graph's buffers come from the caching allocator's graph pool: "
+        "not available with DIFFQ_CUDA_ALLOC=plain");
+  cuda_allocator(device).graph_pool();  // made now, outside the allocation path's lock
+  t_graph_pool_device = device;
+}
+GraphPoolScope::~GraphPoolScope() { t_graph_pool_device = previous_; }
+
+void graphs_created(int device) { cuda_allocator(device).graphs_changed(+1); }
+void graphs_destroyed(int device) noexcept {
+  try {
+    cuda_allocator(device).graphs_changed(-1);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "[memory] cuda:%d: releasing the graph pool failed: %s\n", device, e.what());
+  }
+}
 
 }  // namespace diffq::backend::cuda

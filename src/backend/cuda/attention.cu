@@ -113,7 +113,7 @@ void sdpa(const OpCall& c, Tensor& out) {
   const int idx = out.device().index;
   DeviceGuard guard(idx);
   const int64_t rows = B * H * Sq, blocks = (rows + kWarps - 1) / kWarps;
-  sdpa_kernel<<<unsigned(blocks < 65535 ? blocks : 65535), 32 * kWarps>>>(
+  sdpa_kernel<<<unsigned(blocks < 65535 ? blocks : 65535), 32 * kWarps, 0, current_stream()>>>(
       qo, ko, vo, mo, mask.defined(), out.data_ptr(), out.dtype(), B, H, Sq, Sk, int(D), int(Dv), scale);
   check_cuda(cudaGetLastError(), "sdpa: kernel launch", idx);
 }

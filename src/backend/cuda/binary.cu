@@ -110,11 +110,12 @@ void binary(const OpCall& c, Tensor& out) {
     Tensor flag;
     int* dz = nullptr;
     if (fn == BinaryFn::div) {
+      refuse_in_capture("binary: integer division's division-by-zero check");
       flag = Tensor::empty({1}, DType::i32, out.device());
       dz = static_cast<int*>(flag.data_ptr());
-      check_cuda(cudaMemset(dz, 0, sizeof(int)), "binary: cudaMemset", idx);
+      check_cuda(cudaMemsetAsync(dz, 0, sizeof(int), current_stream()), "binary: cudaMemset", idx);
     }
-    binary_int_kernel<<<grid, kThreads>>>(oa, ob, out.data_ptr(), out.dtype(), fn, n, dz);
+    binary_int_kernel<<<grid, kThreads, 0, current_stream()>>>(oa, ob, out.data_ptr(), out.dtype(), fn, n, dz);
     check_cuda(cudaGetLastError(), "binary: kernel launch", idx);
     if (fn == BinaryFn::div) {
       int hit = 0;
@@ -125,9 +126,9 @@ void binary(const OpCall& c, Tensor& out) {
     return;
   }
   if (is_kernel_float(a.dtype()) && is_kernel_float(b.dtype()) && is_kernel_float(out.dtype()))
-    binary_kernel<false><<<grid, kThreads>>>(oa, ob, out.data_ptr(), out.dtype(), fn, n);
+    binary_kernel<false><<<grid, kThreads, 0, current_stream()>>>(oa, ob, out.data_ptr(), out.dtype(), fn, n);
   else
-    binary_kernel<true><<<grid, kThreads>>>(oa, ob, out.data_ptr(), out.dtype(), fn, n);
+    binary_kernel<true><<<grid, kThreads, 0, current_stream()>>>(oa, ob, out.data_ptr(), out.dtype(), fn, n);
   check_cuda(cudaGetLastError(), "binary: kernel launch", idx);
 }
 

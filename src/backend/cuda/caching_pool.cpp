@@ -225,6 +225,7 @@ void CachingPool::record_stream(void* p, StreamId stream) {
 
 // A segment is unused when coalescing made it one cached block.
 void CachingPool::release_unused_segments() {
+  if (retain_segments_) return;
   for (auto it = segments_.begin(); it != segments_.end();) {
     Block* b = *it;
     if (b->next || b->allocated || b->pending_events > 0) {
@@ -245,6 +246,16 @@ void CachingPool::empty_cache() {
   raw_.synchronize();  // every event recorded so far completes
   process_events();
   release_unused_segments();
+}
+
+bool CachingPool::owns(const void* p) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return live_.count(const_cast<void*>(p)) != 0;
+}
+
+void CachingPool::set_retain_segments(bool retain) {
+  std::lock_guard<std::mutex> lock(mu_);
+  retain_segments_ = retain;
 }
 
 PoolStats CachingPool::stats() const {

@@ -85,6 +85,12 @@ class CachingPool {
   void* allocate(size_t nbytes, StreamId stream);
   // Returns a block; never throws. Unknown pointers are reported on stderr and ignored.
   void free(void* p) noexcept;
+  // Whether `p` is a live block of this pool.
+  bool owns(const void* p) const;
+  // A graph pool retains its segments (captured CUDA graphs keep addressing them even after their
+  // blocks are freed): none is returned to the device, not on an out-of-memory retry nor by empty_cache,
+  // while `retain` holds.
+  void set_retain_segments(bool retain);
   // `p` (a live block) is also used on `stream`: when freed it is held back until that use is over.
   void record_stream(void* p, StreamId stream);
   // Synchronises, then returns every segment with no live block to the device.
@@ -129,6 +135,7 @@ class CachingPool {
   std::unordered_map<void*, Block*> live_;
   std::deque<std::pair<void*, Block*>> events_;  // (event, freed block) not yet seen completed
   std::set<Block*> segments_;                    // the first block of every segment held
+  bool retain_segments_ = false;
   PoolStats stats_;
 };
 

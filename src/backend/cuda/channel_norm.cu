@@ -57,7 +57,7 @@ void channel_norm(const OpCall& c, Tensor& out) {
   const KernelInput wi = flat_float_input(optional_input(c, 1), "channel_norm");
   const int idx = out.device().index;
   DeviceGuard guard(idx);
-  channel_norm_kernel<<<grid_for(pixels, kThreads), kThreads>>>(xi, wi, out.data_ptr(), out.dtype(), C, P, pixels,
+  channel_norm_kernel<<<grid_for(pixels, kThreads), kThreads, 0, current_stream()>>>(xi, wi, out.data_ptr(), out.dtype(), C, P, pixels,
                                                                 float(c.attrs.f0), float(c.attrs.f1));
   check_cuda(cudaGetLastError(), "channel_norm: kernel launch", idx);
 }

@@ -51,7 +51,7 @@ __global__ void cast_numeric_kernel(const void* src, StridedView v, DType st, vo
 
 template <class Bits>
 void launch_gather(const Tensor& x, const StridedView& v, Tensor& out, const StridedView& w, int64_t n) {
-  gather_kernel<Bits><<<grid_for(n, kThreads), kThreads>>>(static_cast<const Bits*>(x.data_ptr()), v,
+  gather_kernel<Bits><<<grid_for(n, kThreads), kThreads, 0, current_stream()>>>(static_cast<const Bits*>(x.data_ptr()), v,
                                                            static_cast<Bits*>(out.data_ptr()), w, n);
 }
 
@@ -63,7 +63,7 @@ void copy_into(const Tensor& x, Tensor& out, const char* ctx) {
   if (n == 0) return;
   const DType st = x.dtype(), dt = out.dtype();
   if (st == dt && x.is_contiguous() && out.is_contiguous()) {
-    check_cuda(cudaMemcpy(out.data_ptr(), x.data_ptr(), out.nbytes(), cudaMemcpyDeviceToDevice),
+    check_cuda(cudaMemcpyAsync(out.data_ptr(), x.data_ptr(), out.nbytes(), cudaMemcpyDeviceToDevice, current_stream()),
                cat(ctx, ": cudaMemcpy device->device of ", out.nbytes(), " bytes"), idx);
     return;
   }
@@ -79,11 +79,11 @@ void copy_into(const Tensor& x, Tensor& out, const char* ctx) {
       default: fail(ctx, "cuda: no copy for elements of ", dtype_size(st), " bytes");
     }
   } else if (is_kernel_float(st) && is_kernel_float(dt)) {
-    cast_kernel<<<grid_for(n, kThreads), kThreads>>>(x.data_ptr(), v, st, out.data_ptr(), w, dt, n);
+    cast_kernel<<<grid_for(n, kThreads), kThreads, 0, current_stream()>>>(x.data_ptr(), v, st, out.data_ptr(), w, dt, n);
   } else {
     check(is_kernel_numeric(st) && is_kernel_numeric(dt), ctx, "cuda: cast ", dtype_name(st), " -> ",
           dtype_name(dt), " is not implemented yet (float32, float16, bfloat16, the integer dtypes and boolean are)");
-    cast_numeric_kernel<<<grid_for(n, kThreads), kThreads>>>(x.data_ptr(), v, st, out.data_ptr(), w, dt, n);
+    cast_numeric_kernel<<<grid_for(n, kThreads), kThreads, 0, current_stream()>>>(x.data_ptr(), v, st, out.data_ptr(), w, dt, n);
   }
   check_cuda(cudaGetLastError(), cat(ctx, ": kernel launch"), idx);
 }
@@ -109,6 +109,8 @@ void to_device(const OpCall& c, Tensor& out) {
   const Tensor& x = c.inputs[0];
   const Device from = x.device(), to = out.device();
   const size_t nbytes = out.nbytes();
+  if (from != to && !(from.is_cuda() && to.is_cuda() && from.index == to.index))
+    refuse_in_capture(cat("to_device ", from.str(), " -> ", to.str()));
   if (from.is_cpu() && to.is_cuda()) {
     // A strided host view is packed on the CPU first (the CPU copy kernel), then sent in one piece.
     const Tensor src = x.is_contiguous() ? x : ops::execute(OpCall{OpKind::copy, {x}, {}});

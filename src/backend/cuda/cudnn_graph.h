@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "backend/cuda/cudnn_handle.h"
+#include "backend/cuda/runtime.h"
 #include "diffq/error.h"
 #include "diffq/tensor.h"
 
@@ -91,13 +92,14 @@ inline std::shared_ptr<CudnnPlan> build_cudnn_plan(std::shared_ptr<fe::graph::Gr
 
 // Runs a built plan on cuda:`device` (the caller holds a DeviceGuard) with the device pointers of
 // `pack` (uid -> pointer). The workspace is a device tensor from diffq's allocator, released when the
-// call returns: the allocator's frees are ordered on the default stream cuDNN runs on.
+// call returns: the allocator's frees are ordered on the stream cuDNN runs on (this thread's current one).
 inline void run_plan(fe::graph::Graph& g, int64_t workspace_bytes, std::unordered_map<int64_t, void*>& pack,
                      const char* op, int device) {
   CudnnDevice& dev = cudnn_device(device, op);
   Tensor ws;
   if (workspace_bytes > 0) ws = Tensor::empty({workspace_bytes}, DType::u8, Device::cuda(device));
   std::lock_guard<std::mutex> lock(dev.mu);
+  check_cudnn(cudnnSetStream(dev.handle, current_stream()), op, "cudnnSetStream", device);  // runtime.h
   fe::error_t st = g.execute(dev.handle, pack, ws.defined() ? ws.data_ptr() : nullptr);
   check(st.is_good(), op, "cuda:", device, ": cuDNN execute failed: ", st.get_message());
 }

@@ -1,7 +1,8 @@
 // One cuDNN handle per CUDA device, created on first use (after a DeviceGuard: cudnnCreate binds the
 // handle to the current device) and kept for the process, with the mutex its users hold: a cuDNN handle
-// must not be used by two threads at once. Work goes to the default stream, as every other CUDA kernel
-// of diffq, so it is ordered after the ops that made its inputs.
+// must not be used by two threads at once. Work goes to the thread's current stream (runtime.h), set on
+// the handle before each execution, as every other CUDA kernel of diffq, so it is ordered after the ops
+// that made its inputs.
 // Only compiled where CMake found cuDNN and its frontend (DIFFQ_HAS_CUDNN).
 #pragma once
 

@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "backend/cuda/allocator.h"
+#include "backend/cuda/graph_capture.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/runtime.h"
 #include "backend/device_interface.h"
@@ -39,6 +40,7 @@ class CudaDeviceInterface final : public DeviceInterface {
   }
   Allocator& allocator(int index) override { return device_allocator(index); }
   void synchronize(int index) override {
+    refuse_in_capture("synchronize");
     DeviceGuard guard(index);
     check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize", index);
   }
@@ -51,6 +53,7 @@ class CudaDeviceInterface final : public DeviceInterface {
     if (p && cudaFreeHost(p) != cudaSuccess) cudaGetLastError();  // never throws (destructors)
   }
   std::shared_ptr<void> record_fence(int index) override {
+    refuse_in_capture("an offload fence");
     DeviceGuard guard(index);
     cudaEvent_t ev;
     check_cuda(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate", index);
@@ -59,6 +62,7 @@ class CudaDeviceInterface final : public DeviceInterface {
   }
   void upload_on_side_stream(int index, void* dst, const void* src, size_t nbytes,
                              const std::shared_ptr<void>& wait) override {
+    refuse_in_capture("an offload upload");
     DeviceGuard guard(index);
     cudaStream_t s = transfer_stream(index);
     if (wait) check_cuda(cudaStreamWaitEvent(s, static_cast<cudaEvent_t>(wait.get()), 0), "cudaStreamWaitEvent", index);
@@ -68,6 +72,9 @@ class CudaDeviceInterface final : public DeviceInterface {
     else wait_for_compute_stream(index, s);
     check_cuda(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync", index);
     check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize", index);
+  }
+  std::unique_ptr<CapturedWork> capture(int index, const std::function<void()>& body, std::string* why) override {
+    return capture_graph(index, body, why);
   }
 };
 }  // namespace

@@ -170,7 +170,7 @@ void launch_int_map(const OpCall& c, Tensor& out, IntMapOp op, const char* name)
   const std::vector<StridedView> v = make_views(out.shape(), {&x}, name);
   const int idx = out.device().index;
   DeviceGuard guard(idx);
-  int_map_kernel<<<grid_for(n, kThreads), kThreads>>>(x.data_ptr(), v[0], x.dtype(), out.data_ptr(), out.dtype(),
+  int_map_kernel<<<grid_for(n, kThreads), kThreads, 0, current_stream()>>>(x.data_ptr(), v[0], x.dtype(), out.data_ptr(), out.dtype(),
                                                       op, n);
   check_cuda(cudaGetLastError(), std::string(name) + ": kernel launch", idx);
 }
@@ -185,7 +185,7 @@ void launch_map(const OpCall& c, Tensor& out, MapOp op, const char* name) {
   const std::vector<StridedView> v = make_views(out.shape(), {&x}, name);
   const int idx = out.device().index;
   DeviceGuard guard(idx);
-  map_kernel<<<grid_for(n, kThreads), kThreads>>>(x.data_ptr(), v[0], x.dtype(), out.data_ptr(),
+  map_kernel<<<grid_for(n, kThreads), kThreads, 0, current_stream()>>>(x.data_ptr(), v[0], x.dtype(), out.data_ptr(),
                                                   out.dtype(), op, n);
   check_cuda(cudaGetLastError(), std::string(name) + ": kernel launch", idx);
 }

@@ -42,7 +42,7 @@ __global__ void embedding_kernel(const void* ids, StridedView iv, DType it, cons
 template <class Bits>
 void launch(const Tensor& ids, const StridedView& iv, const Tensor& tab, Tensor& out, int64_t n,
             unsigned long long* first_bad) {
-  embedding_kernel<Bits><<<grid_for(n, kThreads), kThreads>>>(
+  embedding_kernel<Bits><<<grid_for(n, kThreads), kThreads, 0, current_stream()>>>(
       ids.data_ptr(), iv, ids.dtype(), static_cast<const Bits*>(tab.data_ptr()), tab.size(0), tab.size(1),
       tab.strides()[0], tab.strides()[1], static_cast<Bits*>(out.data_ptr()), n, first_bad);
 }
@@ -72,9 +72,10 @@ void embedding(const OpCall& c, Tensor& out) {
   const StridedView iv = make_views(ids.shape(), {&ids}, "embedding")[0];
   const int idx = out.device().index;
   DeviceGuard guard(idx);
+  refuse_in_capture("embedding: the id range check");
   Tensor flag = Tensor::empty({1}, DType::i64, out.device());
   auto* first_bad = static_cast<unsigned long long*>(flag.data_ptr());
-  check_cuda(cudaMemset(first_bad, 0xff, sizeof(unsigned long long)), "embedding: cudaMemset", idx);
+  check_cuda(cudaMemsetAsync(first_bad, 0xff, sizeof(unsigned long long), current_stream()), "embedding: cudaMemset", idx);
   switch (dtype_size(tab.dtype())) {
     case 1: launch<uint8_t>(ids, iv, tab, out, n, first_bad); break;
     case 2: launch<uint16_t>(ids, iv, tab, out, n, first_bad); break;

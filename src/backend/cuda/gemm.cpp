@@ -164,7 +164,7 @@ void gemm(const char* ctx, int idx, DType dt, const void* x, const void* w, bool
              ctx, "set bias pointer", idx);
   check_lt(cublasLtMatmul(dev.handle, plan->desc, imma ? static_cast<const void*>(&ialpha) : &alpha, w, plan->la->h, x,
                           plan->lb->h, imma ? static_cast<const void*>(&ibeta) : &beta, d, plan->ld->h, d, plan->ld->h,
-                          &plan->algo, dev.workspace, kWorkspaceBytes, nullptr),
+                          &plan->algo, dev.workspace, kWorkspaceBytes, current_stream()),
            ctx, "cublasLtMatmul", idx);
 }
 
@@ -181,7 +181,7 @@ DType compute_dtype(const std::vector<const Tensor*>& ts) {
 // Writes `res` (contiguous, on out's device) into out, casting when the dtypes differ.
 void write_out(const Tensor& res, Tensor& out) {
   const Tensor r = res.dtype() == out.dtype() ? res : packed_operand(res, out.dtype());
-  check_cuda(cudaMemcpy(out.data_ptr(), r.data_ptr(), out.nbytes(), cudaMemcpyDeviceToDevice),
+  check_cuda(cudaMemcpyAsync(out.data_ptr(), r.data_ptr(), out.nbytes(), cudaMemcpyDeviceToDevice, current_stream()),
              "gemm: result cudaMemcpy", out.device().index);
 }
 
@@ -196,7 +196,7 @@ void linear(const OpCall& c, Tensor& out) {
   const int idx = out.device().index;
   const DType dt = compute_dtype({&x, &w, &b});
   if (K == 0) {  // empty sum: bias (or zeros)
-    check_cuda(cudaMemset(out.data_ptr(), 0, out.nbytes()), "linear: cudaMemset", idx);
+    check_cuda(cudaMemsetAsync(out.data_ptr(), 0, out.nbytes(), current_stream()), "linear: cudaMemset", idx);
     check(!b.defined(), "linear", "cuda: K = 0 with a bias is not supported");
     return;
   }
@@ -218,7 +218,7 @@ void matmul(const OpCall& c, Tensor& out) {
   const int idx = out.device().index;
   const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
   if (K == 0) {
-    check_cuda(cudaMemset(out.data_ptr(), 0, out.nbytes()), "matmul: cudaMemset", idx);
+    check_cuda(cudaMemsetAsync(out.data_ptr(), 0, out.nbytes(), current_stream()), "matmul: cudaMemset", idx);
     return;
   }
   const DType dt = compute_dtype({&a, &b});

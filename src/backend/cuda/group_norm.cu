@@ -91,11 +91,11 @@ void group_norm(const OpCall& c, Tensor& out) {
   auto* part = static_cast<Moments*>(scratch.data_ptr());
   auto* stats = reinterpret_cast<double*>(part + groups * plan.chunks);
   const dim3 grid(unsigned(plan.chunks), unsigned(groups < 65535 ? groups : 65535));
-  chunk_moments_kernel<<<grid, kThreads>>>(xi, groups, elems, plan.chunk, plan.chunks, part);
+  chunk_moments_kernel<<<grid, kThreads, 0, current_stream()>>>(xi, groups, elems, plan.chunk, plan.chunks, part);
   check_cuda(cudaGetLastError(), "group_norm: chunk statistics kernel launch", idx);
-  merge_moments_kernel<<<grid_for(groups, kThreads), kThreads>>>(part, groups, plan.chunks, c.attrs.f0, stats);
+  merge_moments_kernel<<<grid_for(groups, kThreads), kThreads, 0, current_stream()>>>(part, groups, plan.chunks, c.attrs.f0, stats);
   check_cuda(cudaGetLastError(), "group_norm: merge kernel launch", idx);
-  group_norm_apply_kernel<<<grid_for(n, kThreads), kThreads>>>(xi, wi, bi, stats, out.data_ptr(), out.dtype(),
+  group_norm_apply_kernel<<<grid_for(n, kThreads), kThreads, 0, current_stream()>>>(xi, wi, bi, stats, out.data_ptr(), out.dtype(),
                                                                C, spatial, cg, n);
   check_cuda(cudaGetLastError(), "group_norm: kernel launch", idx);
 }

@@ -25,7 +25,7 @@ template <typename T>
 void launch(const Tensor& in, Tensor& dst_view, int idx) {
   const std::vector<StridedView> v = make_views(in.shape(), {&in, &dst_view}, "concat");
   const int64_t n = in.numel();
-  scatter_kernel<T><<<grid_for(n, kThreads), kThreads>>>(static_cast<const T*>(in.data_ptr()), v[0],
+  scatter_kernel<T><<<grid_for(n, kThreads), kThreads, 0, current_stream()>>>(static_cast<const T*>(in.data_ptr()), v[0],
                                                          static_cast<T*>(dst_view.data_ptr()), v[1], n);
   check_cuda(cudaGetLastError(), "concat: kernel launch", idx);
 }

@@ -115,7 +115,7 @@ void row_norm(const OpCall& c, Tensor& out, bool rms, const char* name) {
   const In bi = rms ? In{} : input_of(optional(c, 2), {n}, name);
   const int idx = out.device().index;
   DeviceGuard guard(idx);
-  row_norm_kernel<<<blocks_for(rows), kThreads>>>(xi, wi, bi, out.data_ptr(), out.dtype(), rows, n,
+  row_norm_kernel<<<blocks_for(rows), kThreads, 0, current_stream()>>>(xi, wi, bi, out.data_ptr(), out.dtype(), rows, n,
                                                   c.attrs.f0, rms);
   check_cuda(cudaGetLastError(), std::string(name) + ": kernel launch", idx);
 }
@@ -161,7 +161,7 @@ void softmax(const OpCall& c, Tensor& out) {
   oi.view = v[1];
   const int idx = out.device().index;
   DeviceGuard guard(idx);
-  softmax_kernel<<<blocks_for(rows), kThreads>>>(xi, oi, out.data_ptr(), out.dtype(), rows, n);
+  softmax_kernel<<<blocks_for(rows), kThreads, 0, current_stream()>>>(xi, oi, out.data_ptr(), out.dtype(), rows, n);
   check_cuda(cudaGetLastError(), "softmax: kernel launch", idx);
 }
 
@@ -187,7 +187,7 @@ void rope(const OpCall& c, Tensor& out) {
   const In ci = input_of(c.inputs[1], {S, D}, "rope"), si = input_of(c.inputs[2], {S, D}, "rope");
   const int idx = out.device().index;
   DeviceGuard guard(idx);
-  rope_kernel<<<grid_for(n, kThreads), kThreads>>>(xi, ci, si, out.data_ptr(), out.dtype(), S, H, D, n);
+  rope_kernel<<<grid_for(n, kThreads), kThreads, 0, current_stream()>>>(xi, ci, si, out.data_ptr(), out.dtype(), S, H, D, n);
   check_cuda(cudaGetLastError(), "rope: kernel launch", idx);
 }
 
@@ -269,14 +269,14 @@ void reduce(const OpCall& c, Tensor& out) {
   if (integer) {
     const StridedView v = make_views(xp.shape(), {&xp}, "reduce")[0];
     DeviceGuard guard(idx);
-    reduce_int_kernel<<<blocks_for(nout), kThreads>>>(xp.data_ptr(), v, x.dtype(), out.data_ptr(), out.dtype(),
+    reduce_int_kernel<<<blocks_for(nout), kThreads, 0, current_stream()>>>(xp.data_ptr(), v, x.dtype(), out.data_ptr(), out.dtype(),
                                                       nout, R, fn);
     check_cuda(cudaGetLastError(), "reduce: kernel launch", idx);
     return;
   }
   const In xi = input_of(xp, xp.shape(), "reduce");
   DeviceGuard guard(idx);
-  reduce_kernel<<<blocks_for(nout), kThreads>>>(xi, out.data_ptr(), out.dtype(), nout, R, fn);
+  reduce_kernel<<<blocks_for(nout), kThreads, 0, current_stream()>>>(xi, out.data_ptr(), out.dtype(), nout, R, fn);
   check_cuda(cudaGetLastError(), "reduce: kernel launch", idx);
 }
 

@@ -93,6 +93,14 @@ thread_local cudaStream_t t_current_stream = nullptr;
 
 cudaStream_t current_stream() { return t_current_stream; }
 
+void refuse_in_capture(std::string_view what) {
+  if (t_current_stream == nullptr) return;  // the legacy stream is never captured
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(t_current_stream, &st) != cudaSuccess) cudaGetLastError();
+  if (st != cudaStreamCaptureStatusNone)
+    fail("cuda", what, " waits on the host (a read-back or a host copy): it cannot be part of a CUDA graph");
+}
+
 StreamScope::StreamScope(cudaStream_t s) : previous_(t_current_stream) { t_current_stream = s; }
 StreamScope::~StreamScope() { t_current_stream = previous_; }
 

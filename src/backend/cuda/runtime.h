@@ -63,6 +63,12 @@ class DeviceGuard {
 // StreamScope is active (a CUDA graph being captured, src/backend/cuda/graph_capture.cpp).
 cudaStream_t current_stream();
 
+// Throws Error("[cuda] <what> ... cannot be part of a CUDA graph") while this thread's current stream is
+// being captured: called before anything that waits on the host (a read-back, a synchronous copy, an
+// upload from host memory the graph could not own), so a capture that meets one is abandoned cleanly
+// and its work runs eagerly instead (src/backend/cuda/graph_capture.cpp).
+void refuse_in_capture(std::string_view what);
+
 // Makes `s` this thread's current stream for the scope, restoring the previous one after.
 class StreamScope {
  public:

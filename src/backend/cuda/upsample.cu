@@ -27,7 +27,7 @@ __global__ void upsample_kernel(const Bits* x, Strides4 st, int64_t C, int64_t H
 
 template <class Bits>
 void launch(const Tensor& x, const Strides4& st, Tensor& out, int64_t n) {
-  upsample_kernel<Bits><<<grid_for(n, kThreads), kThreads>>>(static_cast<const Bits*>(x.data_ptr()), st,
+  upsample_kernel<Bits><<<grid_for(n, kThreads), kThreads, 0, current_stream()>>>(static_cast<const Bits*>(x.data_ptr()), st,
                                                              x.size(1), x.size(2), x.size(3),
                                                              static_cast<Bits*>(out.data_ptr()), n);
 }

@@ -59,7 +59,7 @@ void launch_decode(const Decode& decode, int64_t N, int64_t K, DType rdt, void* 
                    const char* what) {
   const int64_t n = N * K;
   if (n == 0) return;
-  decode_kernel<<<grid_for(n, kThreads), kThreads>>>(decode, N, K, rdt, out, odt);
+  decode_kernel<<<grid_for(n, kThreads), kThreads, 0, current_stream()>>>(decode, N, K, rdt, out, odt);
   check_cuda(cudaGetLastError(), what, device);
 }
 
@@ -164,7 +164,7 @@ void dequant_gguf(const uint8_t* data, uint32_t type, int64_t N, int64_t K, int6
 void dequant_bnb4(const blockq::Bnb4Params& p, const uint8_t* packed, const void* absmax, const float* nested_absmax,
                   const float* nested_map, int64_t n, void* out, DType out_dtype, int device) {
   if (n == 0) return;
-  bnb4_kernel<<<grid_for(n, kThreads), kThreads>>>(p, packed, absmax, nested_absmax, nested_map, n, out, out_dtype);
+  bnb4_kernel<<<grid_for(n, kThreads), kThreads, 0, current_stream()>>>(p, packed, absmax, nested_absmax, nested_map, n, out, out_dtype);
   check_cuda(cudaGetLastError(), "linear_q: dequant_bnb4 launch", device);
 }
 
@@ -172,7 +172,7 @@ void dequant_float8(const uint8_t* q, const Float8Table& table, const float* sca
                     int64_t bn, int64_t bk, DType round_dtype, void* out, DType out_dtype, int device) {
   const int64_t n = N * K;
   if (n == 0) return;
-  float8_kernel<<<grid_for(n, kThreads), kThreads>>>(q, table, scale, N, K, bn, bk, round_dtype, out, out_dtype);
+  float8_kernel<<<grid_for(n, kThreads), kThreads, 0, current_stream()>>>(q, table, scale, N, K, bn, bk, round_dtype, out, out_dtype);
   check_cuda(cudaGetLastError(), "linear_q: dequant_float8 launch", device);
 }
 
@@ -180,7 +180,7 @@ void dequant_affine_int8(const int8_t* q, const void* scale, DType scale_dtype, 
                          int64_t K, int64_t bn, int64_t bk, void* out, DType out_dtype, int device) {
   const int64_t n = N * K;
   if (n == 0) return;
-  affine_int8_kernel<<<grid_for(n, kThreads), kThreads>>>(q, scale, scale_dtype, zp, N, K, bn, bk, out, out_dtype);
+  affine_int8_kernel<<<grid_for(n, kThreads), kThreads, 0, current_stream()>>>(q, scale, scale_dtype, zp, N, K, bn, bk, out, out_dtype);
   check_cuda(cudaGetLastError(), "linear_q: dequant_affine_int8 launch", device);
 }
 

@@ -105,18 +105,18 @@ __global__ void fp8_fake_quant_kernel(const void* x, DType xdt, int64_t M, int64
 void fp8_fake_quantize_activations(const void* x, DType xdt, int64_t M, int64_t K, bool per_tensor, DType hp,
                                    const Float8Table& f8, float* scale, float* amax, float* out, int device) {
   if (M == 0) return;
-  row_amax_kernel<<<unsigned(M), kThreads>>>(x, xdt, K, per_tensor, hp, scale, amax);
-  if (per_tensor) tensor_amax_scale_kernel<<<1, 1>>>(amax, M, hp, scale);
-  fp8_fake_quant_kernel<<<grid_for(M * K, kThreads), kThreads>>>(x, xdt, M, K, per_tensor, scale, f8, out);
+  row_amax_kernel<<<unsigned(M), kThreads, 0, current_stream()>>>(x, xdt, K, per_tensor, hp, scale, amax);
+  if (per_tensor) tensor_amax_scale_kernel<<<1, 1, 0, current_stream()>>>(amax, M, hp, scale);
+  fp8_fake_quant_kernel<<<grid_for(M * K, kThreads), kThreads, 0, current_stream()>>>(x, xdt, M, K, per_tensor, scale, f8, out);
   check_cuda(cudaGetLastError(), "linear_q: float8 activation quantization launch", device);
 }
 
 void int8_quantize_activations(const void* x, DType xdt, int64_t M, int64_t K, bool per_tensor, DType cd, int8_t* q,
                                float* scale, float* minmax, int device) {
   if (M == 0) return;
-  row_min_max_kernel<<<unsigned(M), kThreads>>>(x, xdt, K, per_tensor, cd, scale, minmax, per_tensor ? minmax + M : nullptr);
-  if (per_tensor) tensor_scale_kernel<<<1, 1>>>(minmax, minmax + M, M, cd, scale);
-  quantize_kernel<<<grid_for(M * K, kThreads), kThreads>>>(x, xdt, M, K, per_tensor, scale, q);
+  row_min_max_kernel<<<unsigned(M), kThreads, 0, current_stream()>>>(x, xdt, K, per_tensor, cd, scale, minmax, per_tensor ? minmax + M : nullptr);
+  if (per_tensor) tensor_scale_kernel<<<1, 1, 0, current_stream()>>>(minmax, minmax + M, M, cd, scale);
+  quantize_kernel<<<grid_for(M * K, kThreads), kThreads, 0, current_stream()>>>(x, xdt, M, K, per_tensor, scale, q);
   check_cuda(cudaGetLastError(), "linear_q: int8 activation quantization launch", device);
 }
 
@@ -124,7 +124,7 @@ void int8dq_epilogue(const int32_t* c, const float* x_scale, bool per_tensor, co
                      int64_t w_block_rows, const void* bias, DType bdt, int64_t M, int64_t N, void* y, DType out,
                      int device) {
   if (M * N == 0) return;
-  epilogue_kernel<<<grid_for(M * N, kThreads), kThreads>>>(c, x_scale, per_tensor, w_scale, wsdt, w_block_rows, bias,
+  epilogue_kernel<<<grid_for(M * N, kThreads), kThreads, 0, current_stream()>>>(c, x_scale, per_tensor, w_scale, wsdt, w_block_rows, bias,
                                                           bdt, M, N, y, out);
   check_cuda(cudaGetLastError(), "linear_q: int8dq epilogue launch", device);
 }
