@@ -96,6 +96,12 @@ TEST(CliBench, UnknownCombinationIsAClearErrorBeforeAnythingRuns) {
   r = run_cli(dir, "bench -m '" + kModel + "' --combos 'fp32+compile+compile-full' --steps 1");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.out.find("compiles twice"), std::string::npos) << r.out;
+  r = run_cli(dir, "bench -m '" + kModel + "' --combos 'fp32+reduce-overhead' --steps 1");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("reduce-overhead replays a compiled transformer"), std::string::npos) << r.out;
+  r = run_cli(dir, "bench -m '" + kModel + "' --combos 'fp32+compile+autotune+reduce-overhead' --steps 1");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("two compile modes"), std::string::npos) << r.out;
   r = run_cli(dir, "bench -m '" + kModel + "' --combos 'fp32+group-offload:x' --steps 1");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.out.find("group:x"), std::string::npos) << r.out;

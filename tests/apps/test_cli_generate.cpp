@@ -212,6 +212,16 @@ TEST_F(CliGenerate, CompiledTransformerGivesTheEagerLatents) {
   }
   const Result bad = run_cli(dir_, base + "--compile everything -o x.safetensors");
   EXPECT_NE(bad.status, 0);
+  // --mode reduce-overhead on the CPU: nothing to capture, the regional result; without --compile an error.
+  const Result ro = run_cli(dir_, base + "--compile regional --mode reduce-overhead --json -o ro.safetensors");
+  ASSERT_EQ(ro.status, 0) << ro.out;
+  EXPECT_TRUE(nlohmann::json::parse(ro.out.substr(ro.out.find("{\n"))).at("compile_stats").at("device_graphs").is_null())
+      << ro.out;
+  EXPECT_LE(max_rel(diffq::io::SafetensorsFile::open(dir_ / "ro.safetensors").tensor("latents").to_f32_vector(), want),
+            1e-5);
+  const Result no_compile = run_cli(dir_, base + "--mode reduce-overhead -o x.safetensors");
+  EXPECT_EQ(no_compile.status, 1) << no_compile.out;
+  EXPECT_NE(no_compile.out.find("--mode reduce-overhead is a compile mode"), std::string::npos) << no_compile.out;
 }
 
 // A quantized transformer compiled: its linears run as quantized GEMM nodes (dequantize inside the GEMM,
@@ -316,6 +326,16 @@ TEST_F(CliGenerate, DeviceCudaWithoutAGpuIsAClearErrorForEveryCommand) {
   EXPECT_EQ(b.status, 1) << b.out;
   EXPECT_NE(b.out.find(why), std::string::npos) << b.out;
   EXPECT_NE(b.out.find("cuda:1"), std::string::npos) << b.out;
+  // With CUDA graphs (the seeds' compile row with mode="reduce-overhead"), and generate's --mode.
+  const Result bg = run_cli(dir_, "bench -m builtin:flux-small --device cuda --combos "
+                                  "'bf16+nf4+model-offload+regional+reduce-overhead'");
+  EXPECT_EQ(bg.status, 1) << bg.out;
+  EXPECT_NE(bg.out.find(why), std::string::npos) << bg.out;
+  const Result gg = run_cli(dir_, "generate -m " + kTinyFlux + " -p 'a red fox' --steps 1 --width 32 --height 32 "
+                                  "--device cuda --compile regional --mode reduce-overhead -o gpu.png");
+  EXPECT_EQ(gg.status, 1) << gg.out;
+  EXPECT_NE(gg.out.find(why), std::string::npos) << gg.out;
+  EXPECT_FALSE(fs::exists(dir_ / "gpu.png"));
   // The combinations are checked first: one that does not parse says so, not that the GPU is missing.
   const Result bc = run_cli(dir_, "bench -m builtin:flux-small --device cuda --combos 'bf16+regional; bf16+nf5'");
   EXPECT_EQ(bc.status, 1) << bc.out;
