@@ -19,7 +19,7 @@
 #   scripts/device-check.sh --prebuilt DIR  on the device: the check itself, with DIR from --pack
 # Options: --build DIR (default build: the binaries when there is no --prebuilt, and what --pack relinks),
 #   --out DIR (default $OUT, else out/device-check), --budget SECONDS (default 470), --parts LIST (comma
-#   list of: gpu_tests,parity,diffq_flux_step,diffq_vae,diffq_wan_step,profile_flux,profile_wan,peer,
+#   list of: gpu_tests,parity,diffq_flux_step,diffq_flux_quant,diffq_flux_graphs,diffq_vae,diffq_wan_step,profile_flux,profile_wan,peer,
 #   diffq_flux_28,torchao_int4),
 #   --wheels DIR (default .whl: wheels for --pack's python-site, or pip-installed on the device when there is
 #   no python-site.tar.xz), --int4-wheels DIR (default .whl-int4: torchao 0.18.0 + mslk-cuda 1.1.0, 48 MB:
@@ -31,11 +31,13 @@
 #                    crash or hang, and, where nvidia-smi sees a GPU, on a test skipped for "no CUDA device present"
 #   parity           `diffq generate --device cuda` against `--device cpu` (same binary, same command) on
 #                    tests/fixtures/tiny-flux (PNG + --output-latents; also with the transformer quantized
-#                    --quant int8wo, int8dq, fp8dq, nf4, q4_0: linear_q on CUDA) and tiny-wan (--output-type latent: no video writer in
+#                    --quant int8wo, int8dq, fp8dq, nf4, q4_0: linear_q on CUDA; and with --compile regional
+#                    --mode reduce-overhead: CUDA graphs) and tiny-wan (--output-type latent: no video writer in
 #                    the device build), float32 and bfloat16; tools/peers/compare_outputs.py:
 #                    max |gpu - cpu| / max |cpu| of the latents <= 1e-3 (float32), 5e-2 (bfloat16)
 #   diffq_flux_step  diffq bench -m builtin:flux-dev-shape --device cuda --combos bf16 --size 1024x1024: a step
 #   diffq_flux_quant the same step with the transformer quantized at load: bf16+nf4, bf16+int8wo (linear_q)
+#   diffq_flux_graphs the same step with regional compile and CUDA graphs (bf16+regional+reduce-overhead)
 #   diffq_vae        FLUX.1's VAE (random bf16 weights) decoding 1024x1024: diffq bench on the folder of
 #                    tools/peers/make_vae_bench_folder.py (tiny transformer and encoders, 1 step)
 #   diffq_wan_step   diffq bench -m builtin:wan-1.3b-shape --device cuda, 832x480, 81 frames: a CFG step
@@ -52,7 +54,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root" || exit 2
 dry=0 assume_gpu=0 pack="" prebuilt="" build="$root/build" wheels="$root/.whl" int4_wheels="$root/.whl-int4"
 out="${OUT:-$root/out/device-check}" budget=470 parts=""
-all_parts="gpu_tests,parity,diffq_flux_step,diffq_flux_quant,diffq_vae,diffq_wan_step,profile_flux,profile_wan,peer,diffq_flux_28,torchao_int4"
+all_parts="gpu_tests,parity,diffq_flux_step,diffq_flux_quant,diffq_flux_graphs,diffq_vae,diffq_wan_step,profile_flux,profile_wan,peer,diffq_flux_28,torchao_int4"
 limit_mb=60
 usage() { sed -n '2,45p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
@@ -280,8 +282,10 @@ parity_dir="$work/parity"
 gen() {  # model dtype device -> $parity_dir/<model>-<dtype>-<device>.*
   local m=$1 dt=$2 dev=$3 base="$parity_dir/$1-$2-$3"
   local common=(-p "a red fox in the snow" --steps 4 --seed 7 --dtype "$dt" --device "$dev" --width 64 --height 64 --json)
-  # flux_<scheme>: the transformer quantized with that --quant scheme (its linear_q CUDA kernel)
+  # flux_<scheme>: the transformer quantized with that --quant scheme (its linear_q CUDA kernel);
+  # fluxgraphs: regional compile with mode reduce-overhead (each block a CUDA graph from its second step)
   local quant=(); [[ $m == flux_* ]] && quant=(--quant "${m#flux_}" --quantize transformer)
+  [[ $m == fluxgraphs ]] && quant=(--compile regional --mode reduce-overhead)
   if [[ $m == flux* ]]; then
     dq "$bindir/diffq" generate -m "$root/tests/fixtures/tiny-flux" "${common[@]}" "${quant[@]}" -o "$base.png" \
       --output-latents "$base.safetensors" > "$base.json" 2> "$base.err"
@@ -302,7 +306,7 @@ else
     timeout --kill-after=5 "$l" bash -c "$(declare -f gen dq); $(declare -p parity_dir root bindir dq_ld); gen $1 $2 $3"
   }
   prepare_site
-  models=(flux flux_int8wo flux_int8dq flux_fp8dq flux_nf4 flux_q4_0 wan)
+  models=(flux fluxgraphs flux_int8wo flux_int8dq flux_fp8dq flux_nf4 flux_q4_0 wan)
   for m in "${models[@]}"; do
     for dt in float32 bfloat16; do
       prun "$m" "$dt" cpu; r=$?
@@ -371,6 +375,9 @@ bench_part diffq_flux_step 150 -m builtin:flux-dev-shape --combos bf16 --size 10
 # The quantized linears on the GPU (issue 37): nf4 and int8 weight-only transformers, quantized at load.
 bench_part diffq_flux_quant 150 -m builtin:flux-dev-shape --combos "bf16+nf4; bf16+int8wo" --size 1024x1024 --steps 2 \
   --repeat 1 --warmup 1
+# CUDA graphs (issue 37): regional compile, mode reduce-overhead; the warm-up generation captures every block.
+bench_part diffq_flux_graphs 120 -m builtin:flux-dev-shape --combos "bf16+regional+reduce-overhead" --size 1024x1024 \
+  --steps 2 --repeat 1 --warmup 1
 if want diffq_vae && ((gpu)) && ((bins_ok)); then
   prepare_site
   vae_dir=/tmp/diffq-vae-bench-folder  # 170 MB: outside $work, which goes back in parts.tar.gz
