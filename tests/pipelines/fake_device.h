@@ -12,12 +12,16 @@
 // It captures as a CUDA graph does (DeviceInterface::capture): while a body is captured its kernels are
 // recorded, not run, on non-owning views of their operands, and its allocations come from a graph pool
 // whose blocks are never returned to the host (later captures reuse freed ones); a replay runs the
-// recorded kernels again on the same addresses. What the CUDA backend refuses in a capture is refused
-// here too: host <-> device copies, offload uploads and fences, synchronize.
+// recorded kernels again on the same addresses. As on CUDA (a thread's current stream), only the
+// capturing thread captures: another thread (offloading's prefetcher) runs and allocates as usual. What
+// the CUDA backend refuses in a capture is refused here too: host <-> device copies, offload uploads and
+// fences, synchronize.
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdlib>
+#include <thread>
 #include <functional>
 #include <memory>
 #include <cstring>
@@ -110,6 +114,7 @@ class FakeDevice final : public backend::DeviceInterface {
     }
     auto work = std::make_unique<Captured>(*this);
     const int64_t live_before = alloc_.graph_live();
+    capture_thread_ = std::this_thread::get_id();
     capturing_ = &work->kernels;
     try {
       body();
@@ -155,7 +160,7 @@ class FakeDevice final : public backend::DeviceInterface {
     void* allocate(size_t nbytes) override {
       const size_t size = (std::max<size_t>(nbytes, 1) + 63) / 64 * 64;
       void* p = nullptr;
-      if (dev_.capturing_) {  // the graph pool: a free block that fits, else a new one kept for good
+      if (dev_.capturing_here()) {  // the graph pool: a free block that fits, else a new one kept for good
         std::lock_guard<std::mutex> lock(mu_);
         for (Block& b : graph_)
           if (!b.live && b.size >= size) {
@@ -220,8 +225,9 @@ class FakeDevice final : public backend::DeviceInterface {
     std::vector<std::function<void()>> kernels;
   };
 
+  bool capturing_here() const { return capturing_ && std::this_thread::get_id() == capture_thread_; }
   void refuse_in_capture(const char* what) const {
-    if (capturing_) fail("fake_device", what, " waits on the host: it cannot be part of a captured graph");
+    if (capturing_here()) fail("fake_device", what, " waits on the host: it cannot be part of a captured graph");
   }
 
   // A CPU view of the same bytes that does not keep them alive (a captured kernel's operand).
@@ -269,9 +275,9 @@ class FakeDevice final : public backend::DeviceInterface {
     // to_device: host <-> "device" are both host bytes, any view: a copy.
     ops::OpCall call = host;
     if (kind == ops::OpKind::to_device) call = ops::OpCall{ops::OpKind::copy, {host.inputs[0]}, {}};
-    if (self->capturing_) {  // recorded, not run: a replay runs it on the same addresses
+    if (self->capturing_here()) {  // recorded, not run: a replay runs it on the same addresses
       for (Tensor& t : call.inputs) t = unowned_host_alias(t);
-      self->capturing_->push_back([fn, call, o = unowned_host_alias(out)]() mutable { fn(call, o); });
+      self->capturing_.load()->push_back([fn, call, o = unowned_host_alias(out)]() mutable { fn(call, o); });
       return;
     }
     fn(call, host_out);
@@ -282,7 +288,8 @@ class FakeDevice final : public backend::DeviceInterface {
     (ops::register_kernel(ops::OpKind(K), DeviceKind::cuda, &FakeDevice::kernel<K>), ...);
   }
 
-  std::vector<std::function<void()>>* capturing_ = nullptr;  // the kernels of the body being captured
+  std::atomic<std::vector<std::function<void()>>*> capturing_{nullptr};  // the kernels of the body being captured
+  std::thread::id capture_thread_;
   int64_t captures_ = 0, replays_ = 0;
   HostBackedAllocator alloc_{*this};
   std::array<ops::KernelFn, kOps> saved_{}, cpu_{};

@@ -84,25 +84,37 @@ TEST(DeviceGraphsPipelineLora, AnAdapterWeightChangeIsRecapturedNotReplayedStale
   EXPECT_EQ(dev.live_bytes(), 0);
 }
 
-TEST(DeviceGraphsPipelineOffload, ModelOffloadRunsWithGraphsAsOnTheCpu) {
+// Model offload and block-level group offload upload before a block's call: graphs keyed by where the
+// weights landed, the CPU's bits; leaf offload uploads inside the call: refused, run eagerly, same bits.
+TEST(DeviceGraphsPipelineOffload, OffloadedPipelinesRunWithGraphsAsOnTheCpu) {
   GenerateParams g = testing::small_call(false);
   g.num_inference_steps = 3;
   const GenerateResult cpu = testing::run_on_cpu(kFixtures / "tiny-flux", g);
-  testing::FakeDevice dev;
-  {
-    PipelineOptions po;
-    po.dtype = DType::f32;
-    po.device = Device::cuda(0);
-    auto pipe = DiffusionPipeline::from_pretrained(kFixtures / "tiny-flux", po);
-    pipe->enable_offload("model");
-    pipe->compile("regional", false, true);
-    for (int i = 0; i < 2; ++i)
-      EXPECT_EQ(testing::rel_err(pipe->generate(g).latents, cpu.latents), 0.0) << "generation " << i;
-    const auto rep = pipe->compile_report();
-    EXPECT_GT(rep.device_graphs, 0);
-    EXPECT_EQ(rep.device_graph_refused, 0) << rep.device_graph_refusal;
+  for (const char* mode : {"model", "group:1", "leaf"}) {
+    testing::FakeDevice dev;
+    {
+      PipelineOptions po;
+      po.dtype = DType::f32;
+      po.device = Device::cuda(0);
+      auto pipe = DiffusionPipeline::from_pretrained(kFixtures / "tiny-flux", po);
+      pipe->enable_offload(mode);
+      pipe->compile("regional", false, true);
+      for (int i = 0; i < 2; ++i)
+        EXPECT_EQ(testing::rel_err(pipe->generate(g).latents, cpu.latents), 0.0) << mode << " generation " << i;
+      const auto rep = pipe->compile_report();
+      if (std::string(mode) == "leaf") {
+        EXPECT_EQ(rep.device_graphs, 0) << mode;
+        EXPECT_GT(rep.device_graph_refused, 0) << mode;
+        EXPECT_NE(rep.device_graph_refusal.find("cannot be part of a captured graph"), std::string::npos)
+            << rep.device_graph_refusal;
+      } else {
+        EXPECT_GT(rep.device_graphs, 0) << mode;
+        EXPECT_GT(rep.device_graph_replays, rep.device_graphs) << mode;
+        EXPECT_EQ(rep.device_graph_refused, 0) << mode << ": " << rep.device_graph_refusal;
+      }
+    }
+    EXPECT_EQ(dev.live_bytes(), 0) << mode;
   }
-  EXPECT_EQ(dev.live_bytes(), 0);
 }
 
 }  // namespace

@@ -1,8 +1,12 @@
 // CUDA graphs for compile's reduce-overhead mode: the device work of a call is captured once on a
-// capture stream (a blocking stream: an op that strays onto the legacy stream while it captures breaks
-// the capture instead of running out of order) with the call's allocations in the graph pool
-// (allocator.h), instantiated, and replayed on the compute stream (the legacy default stream), where it is
-// ordered after the copies into its inputs and before the copies out of its outputs.
+// capture stream with the call's allocations in the graph pool (allocator.h), instantiated, and
+// replayed on the compute stream (the legacy default stream), where it is ordered after the copies into
+// its inputs and before the copies out of its outputs. The capture stream is non-blocking: other
+// threads keep queueing on the legacy stream meanwhile (offloading's prefetcher records fences there),
+// which a blocking capturing stream would turn into capture errors. So work of the capturing thread
+// that strayed onto the legacy stream would not be captured: every launch, library call and device copy
+// of the backend names current_stream() (CudaStreams.* in tests/cuda/test_cuda_streams.cpp checks the
+// sources), and what waits on the host refuses the capture (refuse_in_capture).
 #include "backend/cuda/graph_capture.h"
 
 #include <array>
@@ -27,7 +31,8 @@ cudaStream_t capture_stream(int index) {
   std::lock_guard<std::mutex> lock(mu);
   if (!streams[size_t(index)]) {
     DeviceGuard guard(index);
-    check_cuda(cudaStreamCreate(&streams[size_t(index)]), "cudaStreamCreate (graph capture stream)", index);
+    check_cuda(cudaStreamCreateWithFlags(&streams[size_t(index)], cudaStreamNonBlocking),
+               "cudaStreamCreate (graph capture stream)", index);
   }
   return streams[size_t(index)];
 }
@@ -87,7 +92,7 @@ std::unique_ptr<CapturedWork> capture_graph(int index, const std::function<void(
       cudaGetLastError();
       if (failed.empty())
         failed = cat("the capture broke (", cudaGetErrorName(end), ": ", cudaGetErrorString(end),
-                     "): an op queued work off the capturing stream or waited on the host");
+                     "): an op waited on the host or joined another stream");
     }
     cudaGetLastError();  // a capture error must not surface at the next launch check
     if (failed.empty() && live_blocks(graph_pool_stats(index)) != live_before)
