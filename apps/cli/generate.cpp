@@ -255,7 +255,8 @@ void add_generate_command(CLI::App& app) {
   cmd->add_flag("--offload-drop-cache", a->offload_drop_cache,
                 "drop the offload files' pages from the OS page cache after each read (every onload reads the disk, "
                 "as when RAM cannot cache the model)");
-  cmd->add_option("--max-memory", a->max_memory, "memory budget (e.g. 2GiB): picks the offload mode that fits");
+  cmd->add_option("--max-memory", a->max_memory,
+                  "memory budget (e.g. 2GiB), or auto on a GPU (its free memory now): picks the offload mode that fits");
   cmd->add_option("--max-host-memory", a->max_host_memory, "host RAM budget for offloaded weights (GPU runs)");
   cmd->add_option("--cache", a->cache,
                   "step caching: fbc[:THRESHOLD] (FirstBlockCache, 0.05) | taylorseer[:interval=5,order=1,before=3,"

@@ -119,7 +119,8 @@ class DiffusionPipeline {
   // drop_page_cache: the offload files' pages leave the OS page cache after each read (group/leaf/disk).
   // Returns the mode as applied ("group:2", "disk:/tmp/x", ...).
   virtual std::string enable_offload(const std::string& spec, bool drop_page_cache = false) = 0;
-  // Picks the offload mode whose working set fits `max_memory` (e.g. "2GiB"; `max_host_memory` bounds the
+  // Picks the offload mode whose working set fits `max_memory` (e.g. "2GiB", or "auto" on a GPU: its free
+  // memory now, less a headroom; a size beyond what the GPU has is clamped to it; `max_host_memory` bounds the
   // host RAM of GPU runs), applies it and returns the plan's description.
   virtual std::string enable_memory_budget(const std::string& max_memory, const std::string& max_host_memory = "") = 0;
   // Compile the transformer(s): "full" (one graph) or "regional" (one graph per kind of repeated block);

@@ -37,6 +37,10 @@ class DeviceInterface {
   // Page-locked host memory for fast asynchronous uploads (nullptr-free: throws when refused).
   virtual void* alloc_pinned(size_t nbytes, int index) = 0;
   virtual void free_pinned(void* p) = 0;
+  // Bytes diffq could hold on device `index` now: what the device has free plus what diffq's allocator
+  // keeps cached there (reusable once the weights placed there go home); -1 when unknown. For the
+  // memory-budget planner's `--max-memory auto`.
+  virtual int64_t memory_available(int index);
   // A fence: an event recorded now on device `index`'s compute stream (its kernels queued so far).
   virtual std::shared_ptr<void> record_fence(int index) = 0;
   // Copies host -> device on device `index`'s transfer stream after `wait` (a fence, may be empty) and

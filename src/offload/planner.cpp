@@ -53,6 +53,27 @@ std::string Plan::str() const {
   return s;
 }
 
+DeviceBudget device_budget(std::string_view max_memory, Device device, int64_t available) {
+  const int64_t headroom = available > 0 ? std::min<int64_t>(int64_t(512) << 20, available / 10) : 0;
+  const int64_t usable = available - headroom;
+  DeviceBudget d;
+  if (max_memory == "auto") {
+    check(!device.is_cpu(), kCtx, "--max-memory auto reads the GPU's free memory: on the CPU give a size (e.g. 8GiB)");
+    check(available > 0, kCtx, "--max-memory auto: ", device.str(), " did not say how much memory it has free");
+    d.bytes = usable;
+    d.note = "; auto: " + io::format_bytes(uint64_t(available)) + " available on " + device.str() + ", " +
+             io::format_bytes(uint64_t(headroom)) + " kept free";
+    return d;
+  }
+  d.bytes = parse_size(max_memory);
+  if (available > 0 && d.bytes > usable) {
+    d.note = "; --max-memory " + std::string(max_memory) + " clamped to " + io::format_bytes(uint64_t(usable)) +
+             ": " + io::format_bytes(uint64_t(available)) + " available on " + device.str();
+    d.bytes = usable;
+  }
+  return d;
+}
+
 Plan plan_memory(const std::vector<ComponentFootprint>& cs, const MemoryBudget& b) {
   check(b.max_memory > 0, kCtx, "--max-memory must be positive, got ", b.max_memory);
   int64_t total = 0, max_act = 0;

@@ -56,4 +56,16 @@ Plan plan_memory(const std::vector<ComponentFootprint>& components, const Memory
 // "512M", "8G", "1.5GiB", "2048" (bytes), "750MB": binary units (K/M/G/T = 2^10..2^40).
 int64_t parse_size(std::string_view s);
 
+// The working-set budget of `--max-memory` on `device`, given what the device has available now
+// (`available`: free plus diffq's cached bytes, DeviceInterface::memory_available; -1 unknown):
+//   "auto"   available minus a headroom of min(512 MiB, available / 10) (CUDA's library workspaces, the
+//            graph pool); an error on the CPU or where the device cannot tell;
+//   a size   that size, clamped to the same bound when the device has less (the note says so).
+// `note` is empty or "; <why>" for the plan's description.
+struct DeviceBudget {
+  int64_t bytes = 0;
+  std::string note;
+};
+DeviceBudget device_budget(std::string_view max_memory, Device device, int64_t available);
+
 }  // namespace diffq::offload

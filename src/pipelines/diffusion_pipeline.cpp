@@ -14,6 +14,7 @@
 #include "io/safetensors.h"
 #include "io/video_writer.h"
 #include "offload/offload_spec.h"
+#include "backend/device_interface.h"
 #include "offload/planner.h"
 #include "compile/compiled_module.h"
 #include "modules/quantize_on_load.h"
@@ -122,12 +123,15 @@ class AdapterBase : public DiffusionPipeline, public detail::PipelineAccess {
   }
   std::string enable_memory_budget(const std::string& max_memory, const std::string& max_host_memory) override {
     offload::MemoryBudget b;
-    b.max_memory = offload::parse_size(max_memory);
+    b.device = device_;
+    const int64_t available = device_.is_cpu() ? -1 : backend::device_interface(device_.kind)->memory_available(device_.index);
+    const offload::DeviceBudget db = offload::device_budget(max_memory, device_, available);
+    b.max_memory = db.bytes;
     if (!max_host_memory.empty()) b.max_host_memory = offload::parse_size(max_host_memory);
     auto plan = offload::plan_memory(offload::measure_footprints(components()), b);
     offload_onto_execution_device(plan.spec);
     offload::apply(offloader(), components(), offload_seq(), plan.spec);
-    return plan.str();
+    return plan.str() + db.note;
   }
   CompileReport compile_report() const override { return make_compile_report(compiled_modules(), autotuned_); }
 

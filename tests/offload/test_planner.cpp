@@ -100,3 +100,24 @@ TEST(Planner, RunUnderThePlanFitsTheBudget) {
 }
 
 }  // namespace
+
+// --max-memory on a GPU knows the device's free memory: "auto" is what it has available less a headroom;
+// a larger size is clamped to the same bound (and the note says so); on the CPU "auto" is an error.
+TEST(Planner, DeviceBudgetFromTheDevicesAvailableMemory) {
+  const diffq::Device gpu = diffq::Device::cuda(0);
+  const int64_t gib = int64_t(1) << 30;
+  DeviceBudget a = device_budget("auto", gpu, 80 * gib);
+  EXPECT_EQ(a.bytes, 80 * gib - 512 * (int64_t(1) << 20));  // a large card keeps 512 MiB free
+  EXPECT_NE(a.note.find("auto: 80 GiB available on cuda:0, 512 MiB kept free"), std::string::npos) << a.note;
+  EXPECT_EQ(device_budget("auto", gpu, 1000).bytes, 900);   // a small one keeps a tenth
+  const DeviceBudget fits = device_budget("8GiB", gpu, 80 * gib);
+  EXPECT_EQ(fits.bytes, 8 * gib);
+  EXPECT_TRUE(fits.note.empty()) << fits.note;
+  const DeviceBudget clamped = device_budget("100GiB", gpu, 80 * gib);
+  EXPECT_EQ(clamped.bytes, a.bytes);
+  EXPECT_NE(clamped.note.find("--max-memory 100GiB clamped to"), std::string::npos) << clamped.note;
+  EXPECT_EQ(device_budget("100GiB", gpu, -1).bytes, 100 * gib);  // the device cannot tell: as given
+  EXPECT_EQ(device_budget("2GiB", diffq::Device::cpu(), -1).bytes, 2 * gib);
+  EXPECT_THROW(device_budget("auto", diffq::Device::cpu(), -1), diffq::Error);
+  EXPECT_THROW(device_budget("auto", gpu, -1), diffq::Error);
+}

@@ -94,6 +94,8 @@ class FakeDevice final : public backend::DeviceInterface {
     return p;
   }
   void free_pinned(void* p) override { std::free(p); }
+  int64_t memory_available(int) override { return available_; }
+  void set_memory_available(int64_t bytes) { available_ = bytes; }
   std::shared_ptr<void> record_fence(int) override {
     refuse_in_capture("an offload fence");
     std::lock_guard<std::mutex> lock(mu_);
@@ -291,6 +293,7 @@ class FakeDevice final : public backend::DeviceInterface {
   std::atomic<std::vector<std::function<void()>>*> capturing_{nullptr};  // the kernels of the body being captured
   std::thread::id capture_thread_;
   int64_t captures_ = 0, replays_ = 0;
+  int64_t available_ = -1;  // memory_available: unknown unless a test sets it
   HostBackedAllocator alloc_{*this};
   std::array<ops::KernelFn, kOps> saved_{}, cpu_{};
   backend::DeviceInterface* previous_ = nullptr;

@@ -73,6 +73,16 @@ class CudaDeviceInterface final : public DeviceInterface {
     check_cuda(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync", index);
     check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize", index);
   }
+  int64_t memory_available(int index) override {
+    DeviceGuard guard(index);
+    size_t free_bytes = 0, total = 0;
+    const cudaError_t err = cudaMemGetInfo(&free_bytes, &total);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      return -1;
+    }
+    return int64_t(free_bytes) + caching_pool_stats(index).reserved_bytes;
+  }
   std::unique_ptr<CapturedWork> capture(int index, const std::function<void()>& body, std::string* why) override {
     return capture_graph(index, body, why);
   }
