@@ -20,11 +20,12 @@ constexpr const char* kFormat = "diffq-offload-group-v1";
 }  // namespace
 
 DiskHome::DiskHome(std::filesystem::path dir, std::string fingerprint, std::shared_ptr<DiskFileCounters> counters,
-                   bool drop_page_cache)
+                   bool drop_page_cache, std::shared_ptr<DeviceStaging> staging)
     : dir_(std::move(dir)),
       fingerprint_(std::move(fingerprint)),
       counters_(std::move(counters)),
-      drop_page_cache_(drop_page_cache) {}
+      drop_page_cache_(drop_page_cache),
+      staging_(std::move(staging)) {}
 
 void DiskHome::drop_cached_pages() const {
   // Advice only: pages still mapped or dirty stay; the group's clean pages leave the page cache.
@@ -120,27 +121,51 @@ void DiskHome::adopt(ParamGroup& g) {
   drop_cached_pages();  // the write or the staleness check read it all
 }
 
-std::shared_ptr<PoolBuffer> DiskHome::fetch(const ParamGroup& g, BufferPool& pool) {
-  auto buf = pool.acquire(g.packed_bytes());
-  check(buf->device.is_cpu(), kCtx, "group '", g.id(), "': disk onload to ", buf->device.str(),
-        " needs a staging copy (CUDA transport)");
-  auto* dst = static_cast<uint8_t*>(buf->data);
-  size_t done = 0;
+// Bytes [offset, offset + len) of the group's data section into dst.
+void DiskHome::read_into(const ParamGroup& g, uint8_t* dst, size_t offset, size_t len) const {
   const off_t base = off_t(mapped_->header().data_offset());
-  while (done < g.packed_bytes()) {
-    const ssize_t n = ::pread(fd_, dst + done, g.packed_bytes() - done, base + off_t(done));
+  size_t done = 0;
+  while (done < len) {
+    const ssize_t n = ::pread(fd_, dst + done, len - done, base + off_t(offset + done));
     if (n < 0 && errno == EINTR) continue;
-    check(n > 0, kCtx, "group '", g.id(), "': reading ", file_.string(), " at byte ", size_t(base) + done, ": ",
-          n == 0 ? std::string("unexpected end of file") : std::string(std::strerror(errno)));
+    check(n > 0, kCtx, "group '", g.id(), "': reading ", file_.string(), " at byte ", size_t(base) + offset + done,
+          ": ", n == 0 ? std::string("unexpected end of file") : std::string(std::strerror(errno)));
     done += size_t(n);
   }
-  counters_->bytes_read += int64_t(done);
+}
+
+std::shared_ptr<PoolBuffer> DiskHome::fetch(const ParamGroup& g, BufferPool& pool) {
+  auto buf = pool.acquire(g.packed_bytes());
+  check(buf->device.is_cpu() == (staging_ == nullptr), kCtx, "group '", g.id(), "': disk onload to ",
+        buf->device.str(), staging_ ? " from a home made for an accelerator" : " needs a staging buffer");
+  if (staging_) {
+    // A fresh buffer has no fence, but its memory may have been another buffer's that queued kernels still
+    // read: the first chunk waits for everything queued on the compute stream so far (DeviceHostHome).
+    const std::shared_ptr<void> wait = buf->fence ? buf->fence : staging_->fence();
+    staging_->upload(buf->data, g.packed_bytes(),
+                     [&](void* dst, size_t off, size_t len) { read_into(g, static_cast<uint8_t*>(dst), off, len); },
+                     wait);
+    std::lock_guard<std::mutex> lock(mu_);
+    onloaded_ = buf;
+  } else {
+    read_into(g, static_cast<uint8_t*>(buf->data), 0, g.packed_bytes());
+  }
+  counters_->bytes_read += int64_t(g.packed_bytes());
   ++counters_->reads;
   drop_cached_pages();
   return buf;
 }
 
 void DiskHome::release(ParamGroup& g) {
+  if (staging_) {  // the compute stream's last kernels reading the buffer are fenced before it is reused
+    std::shared_ptr<PoolBuffer> buf;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      buf = onloaded_.lock();
+      onloaded_.reset();
+    }
+    if (buf) buf->fence = staging_->fence();
+  }
   const auto& slots = g.slots();
   for (size_t i = 0; i < slots.size(); ++i) {
     Tensor t = mapped_->tensor(slot_tensor_name(i, slots[i].key));

@@ -10,15 +10,21 @@
 //
 // Staleness: an existing file is reused only when its metadata key, its layout and the hash of its
 // bytes all match; otherwise it is rewritten (atomically: temp file + rename) and counted as stale.
+//
+// Onto an accelerator (a DeviceStaging given): an onload reads the file chunk by chunk into the staging
+// buffer's page-locked memory and uploads each chunk into the device buffer on the transfer stream,
+// after the buffer's fence; a release fences the buffer on the compute stream (as DeviceHostHome).
 #pragma once
 
 #include <atomic>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "io/safetensors.h"
 #include "offload/content_hash.h"
+#include "offload/device_staging.h"
 #include "offload/group_home.h"
 
 namespace diffq::offload {
@@ -29,9 +35,10 @@ struct DiskFileCounters {
 
 class DiskHome final : public GroupHome {
  public:
-  // drop_page_cache: see GroupOffloadOptions::drop_page_cache.
+  // drop_page_cache: see GroupOffloadOptions::drop_page_cache. staging: the onload device's uploads
+  // (null: the onload device is the CPU).
   DiskHome(std::filesystem::path dir, std::string fingerprint, std::shared_ptr<DiskFileCounters> counters,
-           bool drop_page_cache = false);
+           bool drop_page_cache = false, std::shared_ptr<DeviceStaging> staging = nullptr);
   ~DiskHome() override;
 
   void adopt(ParamGroup& g) override;
@@ -39,7 +46,7 @@ class DiskHome final : public GroupHome {
   void release(ParamGroup& g) override;
   void restore(ParamGroup& g) override;
   Residency home_residency() const override { return Residency::disk; }
-  Residency onloaded_residency() const override { return Residency::host; }
+  Residency onloaded_residency() const override { return staging_ ? Residency::device : Residency::host; }
 
   const std::filesystem::path& file() const { return file_; }
   const Hash128& key() const { return key_; }
@@ -60,7 +67,11 @@ class DiskHome final : public GroupHome {
   std::unique_ptr<io::SafetensorsFile> mapped_;
   int fd_ = -1;
   bool drop_page_cache_ = false;
+  std::shared_ptr<DeviceStaging> staging_;
+  std::mutex mu_;
+  std::weak_ptr<PoolBuffer> onloaded_;  // on an accelerator: the buffer to fence at release
   void drop_cached_pages() const;
+  void read_into(const ParamGroup& g, uint8_t* dst, size_t offset, size_t len) const;
 };
 
 }  // namespace diffq::offload

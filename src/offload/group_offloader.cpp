@@ -37,9 +37,13 @@ class RootHook final : public OffloadHook {
   std::shared_ptr<GroupOffloader> e_;
 };
 
-std::unique_ptr<GroupHome> make_home(const GroupOffloadOptions& o, const std::shared_ptr<DiskFileCounters>& c) {
-  if (!o.offload_to_disk_path.empty())
-    return std::make_unique<DiskHome>(o.offload_to_disk_path, o.config_fingerprint, c, o.drop_page_cache);
+std::unique_ptr<GroupHome> make_home(const GroupOffloadOptions& o, const std::shared_ptr<DiskFileCounters>& c,
+                                     std::shared_ptr<DeviceStaging>& staging) {
+  if (!o.offload_to_disk_path.empty()) {
+    if (!o.onload_device.is_cpu() && !staging) staging = DeviceStaging::of(o.onload_device);
+    return std::make_unique<DiskHome>(o.offload_to_disk_path, o.config_fingerprint, c, o.drop_page_cache,
+                                      o.onload_device.is_cpu() ? nullptr : staging);
+  }
   if (o.onload_device.is_cuda()) return make_device_host_home(o.onload_device, o.low_cpu_mem_usage);
   return std::make_unique<HostHome>();
 }
@@ -68,7 +72,7 @@ std::shared_ptr<GroupOffloader> GroupOffloader::apply(Module& root, const GroupO
   e->pool_ = BufferPool::create(o.onload_device);
   e->seen_this_pass_.assign(e->part_.groups.size(), 0);
   for (auto& g : e->part_.groups) {
-    g->set_home(make_home(o, e->disk_));
+    g->set_home(make_home(o, e->disk_, e->staging_));
     g->home().adopt(*g);
     if (g->home().moves_bytes()) g->set_residency(g->home().home_residency());
   }

@@ -88,6 +88,7 @@ class GroupOffloader : public std::enable_shared_from_this<GroupOffloader> {
   Partition part_;
   std::shared_ptr<BufferPool> pool_;
   std::shared_ptr<DiskFileCounters> disk_;
+  std::shared_ptr<DeviceStaging> staging_;  // disk homes onto an accelerator: their page-locked chunk
   std::vector<int> order_;
   std::vector<char> seen_this_pass_;
   bool recorded_ = false;

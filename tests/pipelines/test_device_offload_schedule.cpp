@@ -10,6 +10,8 @@
 #include <map>
 #include <optional>
 
+#include <unistd.h>
+
 #include "pipeline_test_util.h"
 #include "placement_test_util.h"
 
@@ -96,6 +98,38 @@ TEST_P(DeviceOffloadSchedule, PinnedHomesSideStreamUploadsFencedBufferReuse) {
     EXPECT_EQ(testing::rel_err(r.latents, cpu.latents), 0.0);
   }
   EXPECT_EQ(dev.live_bytes(), 0);
+}
+
+// Disk offload onto the accelerator: the groups' files are read through one page-locked staging buffer
+// pinned at setup (not the model: nothing else is pinned), each upload waits on a fence and reused device
+// buffers are fenced; the CPU's bits.
+TEST(DeviceOffloadScheduleDisk, FilesReachTheDeviceThroughOneStagingBuffer) {
+  const GenerateParams g = testing::small_call(false);
+  const GenerateResult cpu = testing::run_on_cpu(kFixtures / "tiny-flux", g);
+  const auto dir = std::filesystem::temp_directory_path() / ("diffq-disk-device-" + std::to_string(::getpid()));
+  testing::FakeDevice dev;
+  {
+    PipelineOptions po;
+    po.dtype = DType::f32;
+    po.device = Device::cuda(0);
+    auto pipe = DiffusionPipeline::from_pretrained(kFixtures / "tiny-flux", po);
+    dev.clear_records();
+    const std::string applied = pipe->enable_offload("disk:" + dir.string());
+    EXPECT_EQ(check_schedule(dev.schedule(), "setup").pinned, 1) << applied << ": one staging buffer, pinned once";
+    EXPECT_TRUE(std::filesystem::exists(dir)) << applied;
+    dev.clear_records();
+    const GenerateResult r = pipe->generate(g);
+    testing::expect_all_on_device(dev.records(), "disk");
+    const ScheduleFacts f = check_schedule(dev.schedule(), "disk");
+    EXPECT_EQ(f.pinned, 0);
+    EXPECT_GT(f.uploads, 2);
+    EXPECT_GT(f.fenced_reuses, 0) << "device buffers are reused across groups, behind fences";
+    for (const auto& e : dev.schedule())
+      if (e.kind == FakeScheduleEvent::upload) EXPECT_NE(e.fence_id, 0) << "an upload that waits on nothing";
+    EXPECT_EQ(testing::rel_err(r.latents, cpu.latents), 0.0);
+  }
+  EXPECT_EQ(dev.live_bytes(), 0);
+  std::filesystem::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, DeviceOffloadSchedule,
