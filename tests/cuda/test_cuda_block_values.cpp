@@ -18,15 +18,20 @@
 #include <vector>
 
 #include "backend/cuda/quant/block_values.cuh"
+#include "backend/cuda/quant/bnb_int8_values.cuh"
 #include "backend/cuda/quant/dynamic_act.cuh"
+#include "backend/cuda/quant/nunchaku_values.cuh"
 #include "backend/cuda/quant/scheme_params.h"
 #include "quant/autoround/autoround_weight.h"
 #include "quant/bfl/fp8_scaled_weight.h"
 #include "quant/bfl/nvfp4_weight.h"
 #include "quant/bnb/bnb_4bit.h"
+#include "quant/bnb/bnb_int8.h"
 #include "quant/gguf/gguf_quants.h"
 #include "quant/modelopt/int4_awq_weight.h"
 #include "quant/modelopt/int8_channel_weight.h"
+#include "quant/nunchaku/nunchaku.h"
+#include "quant/nunchaku/nunchaku_layout.h"
 #include "quant/quanto/quanto.h"
 #include "quant/sdnq/sdnq_dtypes.h"
 #include "quant/sdnq/sdnq_weight.h"
@@ -375,5 +380,199 @@ TEST(CudaBlockValues, Float8ActivationsAsTheCpu) {  // (the e4m3fn conversion is
           const float s = blockq::e4m3_scale(per_tensor ? all : amax[size_t(r)], dt);
           ASSERT_EQ(bits(blockq::e4m3_fake_quant(xr[size_t(r * K + c)], s, f8)), bits(want[size_t(r * K + c)])) << r << "," << c;
         }
+    }
+}
+
+// bitsandbytes LLM.int8 on CUDA, value by value (bnb_int8_values.cuh), assembled here on the host: the float16
+// activations, outliers per element and per column, row absmax and codes, the exact int32 products, the
+// int8_mm_dequant epilogue with the bias, the outlier columns in x's dtype; equal bit for bit to the CPU's
+// linear (backend/cpu/quant/bnb_int8_linear.h). With and without the threshold, one row and several (a
+// column holding an outlier is zeroed only with more than one row).
+TEST(CudaBlockValues, BnbInt8LinearAsTheCpu) {
+  int with_outliers = 0;
+  for (double threshold : {6.0, 0.0})
+    for (int64_t M : {int64_t(5), int64_t(1)})
+      for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+        SCOPED_TRACE("threshold " + std::to_string(threshold) + " M " + std::to_string(M) + " " +
+                     std::string(dtype_name(dt)));
+        std::mt19937 rng(41);
+        std::normal_distribution<float> nd(0.0f, 1.0f);
+        const int64_t N = 24, K = 96;
+        std::vector<float> wv(static_cast<size_t>(N * K)), xv(static_cast<size_t>(M * K)), bv(static_cast<size_t>(N));
+        for (float& v : wv) v = nd(rng);
+        for (float& v : xv) v = 2.0f * nd(rng);
+        for (float& v : bv) v = nd(rng);
+        xv[7] = 9.5f, xv[size_t(K - 3)] = -7.25f;  // outliers in row 0 (columns 7 and K-3)
+        if (M > 1) xv[size_t(2 * K + 40)] = 6.0f;   // exactly at the threshold: an outlier
+        const auto w = quant::Bnb8bitWeight::quantize(Tensor::from_vector(wv, {N, K}, DType::f32), threshold);
+        const Tensor x = Tensor::from_vector(xv, {M, K}, dt), b = Tensor::from_vector(bv, {N}, DType::f32);
+        const std::vector<float> want = w->linear(x, b).to_f32_vector();
+        const std::vector<float> xr = x.to_f32_vector();
+        const bool sparse = threshold > 0;
+        const float thr16 = f16_to_f32(f32_to_f16(float(threshold)));
+        std::vector<uint8_t> flag(size_t(K), 0);
+        for (int64_t i = 0; i < M * K; ++i)
+          if (sparse && blockq::bnb8_is_outlier(blockq::bnb8_half(xr[size_t(i)]), thr16)) flag[size_t(i % K)] = 1;
+        std::vector<int64_t> cols;
+        for (int64_t c = 0; c < K; ++c)
+          if (flag[size_t(c)]) cols.push_back(c);
+        if (sparse) {
+          ASSERT_GE(cols.size(), 2u) << "the case must hold outlier columns";
+          ++with_outliers;
+        }
+        std::vector<float> am(size_t(M), 0.0f);
+        std::vector<int8_t> q(size_t(M * K));
+        for (int64_t r = 0; r < M; ++r) {
+          for (int64_t c = 0; c < K; ++c) {
+            const float a = blockq::bnb8_half(xr[size_t(r * K + c)]);
+            am[size_t(r)] = blockq::bnb8_max(am[size_t(r)], blockq::bnb8_abs(a, sparse && blockq::bnb8_is_outlier(a, thr16)));
+          }
+          const float mult = blockq::bnb8_mult(am[size_t(r)]);
+          for (int64_t c = 0; c < K; ++c) {
+            const float a = blockq::bnb8_half(xr[size_t(r * K + c)]);
+            q[size_t(r * K + c)] = sparse && M > 1 && flag[size_t(c)]
+                                       ? int8_t(0)
+                                       : blockq::bnb8_code(a, sparse && blockq::bnb8_is_outlier(a, thr16), mult);
+          }
+        }
+        const int8_t* cb = w->cb().data<int8_t>();
+        const float* scb = w->scb().data<float>();
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t n = 0; n < N; ++n) {
+            int32_t acc = 0;
+            for (int64_t c = 0; c < K; ++c) acc += int32_t(q[size_t(m * K + c)]) * int32_t(cb[n * K + c]);
+            float v = blockq::bnb8_main(acc, am[size_t(m)], scb[n], true, bv[size_t(n)], dt);
+            if (!cols.empty()) {
+              float s = 0.0f;
+              for (int64_t col : cols)
+                s = blockq::bnb8_outlier_term(s, xr[size_t(m * K + col)], blockq::bnb8_outlier_weight(cb[n * K + col], scb[n], dt));
+              v = blockq::bnb8_with_outliers(v, s, dt);
+            }
+            ASSERT_EQ(bits(v), bits(want[size_t(m * N + n)])) << m << "," << n;
+          }
+        // The dequantize_fp mode's weight: the CPU plan's row dequantizer.
+        w->set_mode(quant::Int8LinearMode::dequantize_fp);
+        const auto plan = w->tile_linear_plan(x, b);
+        ASSERT_TRUE(plan.has_value());
+        std::vector<float> rows(size_t(N * K));
+        plan->dequant_rows(0, N, rows.data());
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t c = 0; c < K; ++c)
+            ASSERT_EQ(bits(blockq::bnb8_fp_weight(cb[n * K + c], scb[n], dt)), bits(rows[size_t(n * K + c)])) << n << "," << c;
+      }
+  EXPECT_EQ(with_outliers, 6);
+}
+
+namespace {
+
+// A SVDQ W4A4 weight from random logical tensors: codes in [-8, 7], positive scales and smoothing.
+std::shared_ptr<quant::nunchaku::SvdqW4A4Weight> random_svdq(int64_t N, int64_t K, int64_t R, bool packed, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> pos(0.25f, 2.0f), sym(-1.0f, 1.0f);
+  Tensor codes = Tensor::empty({N, K}, DType::i8);
+  for (int64_t i = 0; i < N * K; ++i) codes.data<int8_t>()[i] = int8_t(int(rng() % 16) - 8);
+  std::vector<float> ws(static_cast<size_t>(K / 64 * N)), sm(static_cast<size_t>(K)), dn(static_cast<size_t>(R * K)),
+      up(static_cast<size_t>(N * R));
+  for (float& v : ws) v = 0.01f * pos(rng);
+  for (float& v : sm) v = pos(rng);
+  for (float& v : dn) v = 0.1f * sym(rng);
+  for (float& v : up) v = 0.1f * sym(rng);
+  return std::make_shared<quant::nunchaku::SvdqW4A4Weight>(
+      codes, Tensor::from_vector(ws, {K / 64, N}, DType::f32), Tensor::from_vector(sm, {K}, DType::f32),
+      Tensor::from_vector(dn, {R, K}, DType::f32), Tensor::from_vector(up, {N, R}, DType::f32), packed, "layer");
+}
+
+}  // namespace
+
+// Nunchaku SVDQ W4A4 on CUDA, value by value (nunchaku_values.cuh): the activation quantization equals the
+// reference's (SvdqW4A4Weight::quantize_activations: codes and scales, an all-zero group and a NaN
+// included), the bias permutation equals svdq_scale_index, and the linear assembled from the values (exact
+// int32 group sums) equals the CPU's kernel bit for bit, in the packed and the logical layout.
+TEST(CudaBlockValues, NunchakuSvdqAsTheCpu) {
+  for (bool packed : {false, true})
+    for (int64_t n : {int64_t(128), int64_t(384)})
+      for (int64_t j = 0; j < n; ++j)
+        ASSERT_EQ(blockq::svdq_vector_index(j, packed), quant::nunchaku::svdq_scale_index(0, j, 1, n, packed))
+            << (packed ? "packed " : "logical ") << n << " " << j;
+  for (bool packed : {false, true})
+    for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+      SCOPED_TRACE(std::string(packed ? "packed " : "logical ") + std::string(dtype_name(dt)));
+      const int64_t N = 128, K = 192, R = 16, M = 4, G = K / 64;
+      const auto w = random_svdq(N, K, R, packed, 51);
+      std::mt19937 rng(52);
+      std::normal_distribution<float> nd(0.0f, 3.0f);
+      std::vector<float> xv(static_cast<size_t>(M * K)), bv(static_cast<size_t>(N));
+      for (float& v : xv) v = nd(rng);
+      for (float& v : bv) v = nd(rng);
+      for (int64_t k = 64; k < 128; ++k) xv[size_t(K + k)] = 0.0f;  // token 1, group 1: scale 0
+      const Tensor x = Tensor::from_vector(xv, {M, K}, dt), b = Tensor::from_vector(bv, {N}, dt);
+      const std::vector<float> xr = x.to_f32_vector();
+      // activations, with a NaN in token 3 (its group's codes: the reference's NaN rule)
+      std::vector<float> xn = xr;
+      xn[size_t(3 * K + 5)] = NAN;
+      std::vector<int8_t> qw(size_t(M * K)), qg(size_t(M * K));
+      std::vector<float> aw(size_t(M * G)), ag(size_t(M * G));
+      w->quantize_activations(xn.data(), M, qw.data(), aw.data());
+      const Tensor sm = w->storage_tensors()[2];
+      for (int64_t t = 0; t < M; ++t)
+        for (int64_t g = 0; g < G; ++g)
+          blockq::svdq_quantize_group(xn.data(), DType::f32, sm.data<float>(), K, t, g, qg.data() + t * K + g * 64,
+                                      ag.data() + t * G + g);
+      for (size_t i = 0; i < qw.size(); ++i) ASSERT_EQ(qg[i], qw[i]) << "code " << i;
+      for (size_t i = 0; i < aw.size(); ++i) ASSERT_EQ(bits(ag[i]), bits(aw[i])) << "scale " << i;
+      EXPECT_EQ(ag[size_t(1 * G + 1)], 0.0f);
+      // the linear, from x in its own dtype
+      w->quantize_activations(xr.data(), M, qw.data(), aw.data());
+      for (int64_t t = 0; t < M; ++t)
+        for (int64_t g = 0; g < G; ++g)
+          blockq::svdq_quantize_group(x.data_ptr(), dt, sm.data<float>(), K, t, g, qg.data() + t * K + g * 64,
+                                      ag.data() + t * G + g);
+      for (size_t i = 0; i < qw.size(); ++i) ASSERT_EQ(qg[i], qw[i]) << "code " << i << " from " << dtype_name(dt);
+      const std::vector<float> want = w->linear(x, b).to_f32_vector();
+      const int8_t* c = w->codes().data<int8_t>();
+      const float* ws = w->wscales().data<float>();
+      const float* dn = w->down().data<float>();
+      const float* up = w->up().data<float>();
+      for (int64_t t = 0; t < M; ++t) {
+        std::vector<float> la(size_t(R), 0.0f);
+        for (int64_t r = 0; r < R; ++r)
+          for (int64_t k = 0; k < K; ++k) la[size_t(r)] = blockq::svdq_dot_term(la[size_t(r)], xr[size_t(t * K + k)], dn[r * K + k]);
+        for (int64_t n = 0; n < N; ++n) {
+          float acc = 0.0f;
+          for (int64_t g = 0; g < G; ++g) {
+            int32_t d = 0;
+            for (int64_t k = g * 64; k < g * 64 + 64; ++k) d += int32_t(qg[size_t(t * K + k)]) * int32_t(c[n * K + k]);
+            acc = blockq::svdq_group_term(acc, d, ag[size_t(t * G + g)], ws[g * N + n]);
+          }
+          float lr = 0.0f;
+          for (int64_t r = 0; r < R; ++r) lr = blockq::svdq_dot_term(lr, la[size_t(r)], up[n * R + r]);
+          const float bias = blockq::load_value(b.data_ptr(), dt, blockq::svdq_vector_index(n, packed));
+          const float v = round_through(dt, blockq::svdq_output(acc, lr, bias));
+          ASSERT_EQ(bits(v), bits(want[size_t(t * N + n)])) << t << "," << n;
+        }
+      }
+    }
+}
+
+// Nunchaku AWQ W4A16: every weight of random qweight words decodes as AwqW4A16Weight::dequantize, and every
+// code as the layout's awq_code.
+TEST(CudaBlockValues, NunchakuAwqDecodesAsTheReference) {
+  const int64_t N = 12, K = 192;
+  std::mt19937 rng(61);
+  std::vector<int32_t> qv(size_t(N / 4 * K / 2));
+  for (int32_t& v : qv) v = int32_t(rng());
+  std::uniform_real_distribution<float> u(-0.5f, 0.5f);
+  std::vector<float> sv(size_t(K / 64 * N)), zv(sv.size());
+  for (float& v : sv) v = u(rng);
+  for (float& v : zv) v = u(rng);
+  const Tensor qw = int32_tensor(qv, {N / 4, K / 2}), ws = Tensor::from_vector(sv, {K / 64, N}, DType::f32),
+               wz = Tensor::from_vector(zv, {K / 64, N}, DType::f32);
+  const quant::nunchaku::AwqW4A16Weight w(qw, ws, wz, {N, K}, "layer");
+  const std::vector<float> want = w.dequantize(DType::f32).to_f32_vector();
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k) {
+      ASSERT_EQ(blockq::awq_code(qv.data(), K, n, k), quant::nunchaku::awq_code(qv.data(), K, n, k)) << n << "," << k;
+      ASSERT_EQ(bits(blockq::awq_value(qv.data(), sv.data(), zv.data(), N, K, n, k)), bits(want[size_t(n * K + k)]))
+          << n << "," << k;
     }
 }

@@ -3,17 +3,24 @@
 // tolerance for the dtype; schemes without a CUDA kernel have none registered (placement refuses them at
 // load, tests/pipelines/test_pipeline_placement.cpp).
 #include <cmath>
+#include <functional>
+#include <random>
 
+#include "backend/cuda/quant/nunchaku_kernels.h"
+#include "backend/cuda/quant/nunchaku_values.cuh"
+#include "diffq/error.h"
 #include "gpu_test.h"
 #include "modules/parameter.h"
 #include "ops/linear_q.h"
 #include "quant/bfl/fp8_scaled_weight.h"
 #include "quant/bfl/nvfp4_weight.h"
 #include "quant/bnb/bnb_4bit.h"
+#include "quant/bnb/bnb_int8.h"
 #include "quant/gguf/gguf_weight.h"
 #include "quant/autoround/autoround_weight.h"
 #include "quant/modelopt/int4_awq_weight.h"
 #include "quant/modelopt/int8_channel_weight.h"
+#include "quant/nunchaku/nunchaku.h"
 #include "quant/quanto/quanto.h"
 #include "quant/sdnq/sdnq_dtypes.h"
 #include "quant/sdnq/sdnq_weight.h"
@@ -53,7 +60,9 @@ TEST(LinearQOnCuda, KernelsRegisteredPerScheme) {  // needs no GPU
   for (const char* s : {"torchao_int8dq", "torchao_float8dq", "torchao_int2wo", "torchao_int7wo"})
     EXPECT_NE(ops::find_linear_q_kernel(DeviceKind::cuda, s), nullptr) << s;
   for (const char* s : {"bnb_int8", "nunchaku_svdq_w4a4_int4", "nunchaku_awq_w4a16_int4"})
-    EXPECT_EQ(ops::find_linear_q_kernel(DeviceKind::cuda, s), nullptr) << s << ": no CUDA kernel yet (issue 37)";
+    EXPECT_NE(ops::find_linear_q_kernel(DeviceKind::cuda, s), nullptr) << s;
+  // CUDA has no catch-all: a scheme without its own kernel finds none (placement refuses it at load).
+  EXPECT_EQ(ops::find_linear_q_kernel(DeviceKind::cuda, "no_such_scheme"), nullptr);
 }
 
 // The weight moved to the GPU as a parameter is (its packed storage uploaded), the linear computed there.
@@ -265,4 +274,157 @@ TEST(LinearQOnCuda, TorchaoFloat8DynamicMatchesTheCpu) {
       ASSERT_EQ(on_gpu->scheme(), "torchao_float8dq");
       EXPECT_LE(rel_err(linear_on_gpu(on_gpu, x, b), on_cpu->linear(x, b)), tolerance(dt));
     }
+}
+
+// LLM.int8 (bnb_int8): value for value the CPU's kernel (the int32 products are exact on both sides, every
+// other step is the same float operation: bnb_int8_values.cuh), so the results are equal, not close; with
+// outlier columns (several rows and one), without the threshold, with K off a multiple of 4 (padded for the
+// IMMA GEMM), and in the dequantize_fp mode (a dense GEMM: within the dtype's tolerance).
+TEST(LinearQOnCuda, BnbInt8MatchesTheCpu) {
+  DIFFQ_REQUIRE_GPU();
+  for (int64_t K : {int64_t(320), int64_t(322)})
+    for (double threshold : {6.0, 0.0})
+      for (int64_t M : {int64_t(6), int64_t(1)})
+        for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+          SCOPED_TRACE("K " + std::to_string(K) + " threshold " + std::to_string(threshold) + " M " + std::to_string(M) +
+                       " " + std::string(dtype_name(dt)));
+          const Tensor wf = random_values({72, K}, DType::f32, 101);
+          std::vector<float> xv = random_values({M, K}, DType::f32, 102, 0.1f, 3.0f).to_f32_vector();
+          xv[3] = 8.5f, xv[size_t(K - 1)] = -12.0f;  // outlier columns 3 and K-1
+          const Tensor x = Tensor::from_vector(xv, {M, K}, dt), b = random_values({72}, dt, 103);
+          const auto on_cpu = quant::Bnb8bitWeight::quantize(wf, threshold), on_gpu = quant::Bnb8bitWeight::quantize(wf, threshold);
+          EXPECT_EQ(rel_err(linear_on_gpu(on_gpu, x, b), on_cpu->linear(x, b)), 0.0);
+          EXPECT_EQ(rel_err(linear_on_gpu(on_gpu, x, Tensor()), on_cpu->linear(x, Tensor())), 0.0) << "no bias";
+          on_cpu->set_mode(quant::Int8LinearMode::dequantize_fp);
+          on_gpu->set_mode(quant::Int8LinearMode::dequantize_fp);
+          EXPECT_LE(rel_err(linear_on_gpu(on_gpu, x, b), on_cpu->linear(x, b)), tolerance(dt)) << "dequantize_fp";
+        }
+}
+
+namespace {
+
+// random_values with every value positive (float32).
+Tensor positive_values(const Shape& shape, uint32_t seed, float lo, float hi) {
+  std::vector<float> v = random_values(shape, DType::f32, seed, lo, hi).to_f32_vector();
+  for (float& f : v) f = std::fabs(f);
+  return Tensor::from_vector(v, shape, DType::f32);
+}
+
+std::shared_ptr<quant::nunchaku::SvdqW4A4Weight> random_svdq(int64_t N, int64_t K, int64_t R, bool packed, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Tensor codes = Tensor::empty({N, K}, DType::i8);
+  for (int64_t i = 0; i < N * K; ++i) codes.data<int8_t>()[i] = int8_t(int(rng() % 16) - 8);
+  return std::make_shared<quant::nunchaku::SvdqW4A4Weight>(
+      codes, random_values({K / 64, N}, DType::f32, seed + 1, 0.002f, 0.02f),
+      positive_values({K}, seed + 2, 0.25f, 2.0f), random_values({R, K}, DType::f32, seed + 3, 0.0f, 0.1f),
+      random_values({N, R}, DType::f32, seed + 4, 0.0f, 0.1f), packed, "layer");
+}
+
+}  // namespace
+
+// SVDQuant W4A4: the activations quantized on the device, exact int32 group sums, the CPU's float order
+// everywhere (nunchaku_values.cuh): equal to the CPU's kernel, in the packed layout (permuted bias) and the
+// logical one, with a 3-D input, token counts across the 32-row tiles, rank 0 and no bias.
+TEST(LinearQOnCuda, NunchakuSvdqMatchesTheCpu) {
+  DIFFQ_REQUIRE_GPU();
+  struct Case { int64_t N, K, R; bool packed; };
+  for (const Case& cs : {Case{128, 256, 16, true}, Case{72, 192, 8, false}, Case{40, 128, 0, false}})
+    for (const Shape& xs : {Shape{5}, Shape{37}, Shape{2, 3}})
+      for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+        SCOPED_TRACE("N " + std::to_string(cs.N) + " K " + std::to_string(cs.K) + " R " + std::to_string(cs.R) +
+                     " x " + shape_str(xs) + " " + std::string(dtype_name(dt)));
+        Shape shape = xs;
+        shape.push_back(cs.K);
+        const Tensor x = random_values(shape, dt, 111, 0.01f, 4.0f), b = random_values({cs.N}, dt, 112);
+        const auto on_cpu = random_svdq(cs.N, cs.K, cs.R, cs.packed, 113), on_gpu = random_svdq(cs.N, cs.K, cs.R, cs.packed, 113);
+        const Tensor got = linear_on_gpu(on_gpu, x, b);
+        EXPECT_EQ(got.shape().back(), cs.N);
+        EXPECT_EQ(rel_err(got, on_cpu->linear(x, b)), 0.0);
+        EXPECT_EQ(rel_err(linear_on_gpu(on_gpu, x, Tensor()), on_cpu->linear(x, Tensor())), 0.0) << "no bias";
+      }
+}
+
+// The tiled dp4a GEMM of the W4A4 part against its one-thread-per-output reference and the host's values,
+// bit for bit, on sizes off the tile multiples.
+TEST(LinearQOnCuda, NunchakuSvdqTiledGemmEqualsItsReference) {
+  DIFFQ_REQUIRE_GPU();
+  const int64_t M = 70, N = 100, K = 192, G = K / 64;
+  std::mt19937 rng(121);
+  Tensor q = Tensor::empty({M, K}, DType::i8), c = Tensor::empty({N, K}, DType::i8);
+  for (int64_t i = 0; i < M * K; ++i) q.data<int8_t>()[i] = int8_t(int(rng() % 16) - 8);
+  for (int64_t i = 0; i < N * K; ++i) c.data<int8_t>()[i] = int8_t(int(rng() % 16) - 8);
+  const Tensor as = positive_values({M, G}, 122, 0.01f, 1.0f),
+               ws = random_values({G, N}, DType::f32, 123, 0.01f, 1.0f);
+  const Tensor qd = q.to(gpu()), cd = c.to(gpu()), asd = as.to(gpu()), wsd = ws.to(gpu());
+  const Tensor tiled = Tensor::empty({M, N}, DType::f32, gpu()), ref = Tensor::empty({M, N}, DType::f32, gpu());
+  backend::cuda::svdq_int4_gemm(static_cast<const int8_t*>(qd.data_ptr()), static_cast<const float*>(asd.data_ptr()),
+                                static_cast<const int8_t*>(cd.data_ptr()), static_cast<const float*>(wsd.data_ptr()), M,
+                                N, K, static_cast<float*>(tiled.data_ptr()), 0);
+  backend::cuda::svdq_int4_gemm_reference(static_cast<const int8_t*>(qd.data_ptr()),
+                                          static_cast<const float*>(asd.data_ptr()),
+                                          static_cast<const int8_t*>(cd.data_ptr()),
+                                          static_cast<const float*>(wsd.data_ptr()), M, N, K,
+                                          static_cast<float*>(ref.data_ptr()), 0);
+  const std::vector<float> a = tiled.to(Device::cpu()).to_f32_vector(), r = ref.to(Device::cpu()).to_f32_vector();
+  for (int64_t t = 0; t < M; ++t)
+    for (int64_t n = 0; n < N; ++n) {
+      float want = 0.0f;
+      for (int64_t g = 0; g < G; ++g) {
+        int32_t d = 0;
+        for (int64_t k = g * 64; k < g * 64 + 64; ++k) d += int32_t(q.data<int8_t>()[t * K + k]) * int32_t(c.data<int8_t>()[n * K + k]);
+        want = backend::cuda::blockq::svdq_group_term(want, d, as.data<float>()[t * G + g], ws.data<float>()[g * N + n]);
+      }
+      ASSERT_EQ(r[size_t(t * N + n)], want) << "reference " << t << "," << n;
+      ASSERT_EQ(a[size_t(t * N + n)], want) << "tiled " << t << "," << n;
+    }
+}
+
+// AWQ W4A16: the weight dequantized on the device (bit for bit the reference's, test_cuda_block_values.cpp),
+// then the dense GEMM: within the dtype's tolerance of the CPU.
+TEST(LinearQOnCuda, NunchakuAwqMatchesTheCpu) {
+  DIFFQ_REQUIRE_GPU();
+  const int64_t N = 64, K = 256;
+  std::mt19937 rng(131);
+  Tensor qw = Tensor::empty({N / 4, K / 2}, DType::i32);
+  for (int64_t i = 0; i < qw.numel(); ++i) qw.data<int32_t>()[i] = int32_t(rng());
+  const Tensor ws = random_values({K / 64, N}, DType::f32, 132, 0.005f, 0.05f),
+               wz = random_values({K / 64, N}, DType::f32, 133, 0.0f, 0.2f);
+  auto make = [&] { return std::make_shared<quant::nunchaku::AwqW4A16Weight>(qw.clone(), ws.clone(), wz.clone(), Shape{N, K}, "layer"); };
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const Tensor x = random_values({2, 3, K}, dt, 134), b = random_values({N}, dt, 135);
+    EXPECT_LE(rel_err(linear_on_gpu(make(), x, b), make()->linear(x, b)), tolerance(dt));
+  }
+}
+
+// Bad inputs are refused naming the scheme and the value.
+TEST(LinearQOnCuda, NewSchemesRefuseBadInputsClearly) {
+  DIFFQ_REQUIRE_GPU();
+  auto error_of = [](const std::function<void()>& f) -> std::string {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const auto svdq = random_svdq(128, 128, 16, true, 141);
+  Parameter p(svdq->shape());
+  p.set(svdq, Residency::host);
+  p.move_to(gpu());
+  const Tensor x = random_values({3, 128}, DType::bf16, 142).to(gpu());
+  std::string e = error_of([&] { p.quantized().linear(x, random_values({127}, DType::bf16, 143).to(gpu())); });
+  EXPECT_NE(e.find("nunchaku_svdq_w4a4_int4"), std::string::npos) << e;
+  EXPECT_NE(e.find("127"), std::string::npos) << e;
+  e = error_of([&] { p.quantized().linear(random_values({3, 128}, DType::f32, 144).to(DType::i32).to(gpu()), Tensor()); });
+  EXPECT_NE(e.find("nunchaku_svdq_w4a4_int4"), std::string::npos) << e;
+  EXPECT_NE(e.find("int32"), std::string::npos) << e;
+
+  const auto bnb = quant::Bnb8bitWeight::quantize(random_values({16, 64}, DType::f32, 145));
+  Parameter pb(bnb->shape());
+  pb.set(bnb, Residency::host);
+  pb.move_to(gpu());
+  e = error_of([&] { pb.quantized().linear(random_values({2, 64}, DType::f32, 146).to(gpu()), random_values({15}, DType::f32, 147).to(gpu())); });
+  EXPECT_NE(e.find("bias"), std::string::npos) << e;
+  EXPECT_NE(e.find("16"), std::string::npos) << e;
 }

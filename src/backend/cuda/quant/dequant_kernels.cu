@@ -2,6 +2,8 @@
 
 #include "backend/cuda/convert.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/quant/bnb_int8_values.cuh"
+#include "backend/cuda/quant/nunchaku_values.cuh"
 #include "backend/cuda/runtime.h"
 #include "backend/cuda/strided.cuh"
 
@@ -116,6 +118,23 @@ struct ScaledDecode {
   __device__ float operator()(int64_t n, int64_t k) const { return blockq::scaled_value(p, q, scale, f8.v, n, k); }
 };
 
+struct Bnb8FpDecode {
+  const int8_t* q;
+  const float* scb;
+  int64_t K;
+  DType dt;
+  __device__ float operator()(int64_t n, int64_t k) const { return blockq::bnb8_fp_weight(q[n * K + k], scb[n], dt); }
+};
+
+struct NunchakuAwqDecode {
+  const int32_t* qweight;
+  const float *wscales, *wzeros;
+  int64_t N, K;
+  __device__ float operator()(int64_t n, int64_t k) const {
+    return blockq::awq_value(qweight, wscales, wzeros, N, K, n, k);
+  }
+};
+
 __global__ void bnb4_kernel(blockq::Bnb4Params p, const uint8_t* packed, const void* absmax, const float* nested_absmax,
                             const float* nested_map, int64_t n, void* out, DType odt) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
@@ -123,6 +142,18 @@ __global__ void bnb4_kernel(blockq::Bnb4Params p, const uint8_t* packed, const v
 }
 
 }  // namespace
+
+void dequant_bnb8_fp(const int8_t* q, const float* scb, int64_t N, int64_t K, DType round_dtype, void* out,
+                     DType out_dtype, int device) {
+  launch_decode(Bnb8FpDecode{q, scb, K, round_dtype}, N, K, round_dtype, out, out_dtype, device,
+                "linear_q: dequant_bnb8_fp launch");
+}
+
+void dequant_nunchaku_awq(const int32_t* qweight, const float* wscales, const float* wzeros, int64_t N, int64_t K,
+                          DType round_dtype, void* out, DType out_dtype, int device) {
+  launch_decode(NunchakuAwqDecode{qweight, wscales, wzeros, N, K}, N, K, round_dtype, out, out_dtype, device,
+                "linear_q: dequant_nunchaku_awq launch");
+}
 
 void dequant_scaled(const blockq::ScaledParams& p, const uint8_t* q, const void* scale, const Float8Table& f8,
                     int64_t N, DType round_dtype, void* out, DType out_dtype, int device) {

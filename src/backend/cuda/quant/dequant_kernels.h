@@ -62,4 +62,14 @@ void dequant_autoround(const blockq::AutoRoundParams& p, const uint32_t* qweight
 void dequant_scaled(const blockq::ScaledParams& p, const uint8_t* q, const void* scale, const Float8Table& f8,
                     int64_t N, DType round_dtype, void* out, DType out_dtype, int device);
 
+// A bitsandbytes LLM.int8 weight in the dequantize_fp mode [N, K]: blockq::bnb8_fp_weight (codes int8, scb
+// f32 [N]) rounded to `round_dtype` (x's dtype), stored as out_dtype.
+void dequant_bnb8_fp(const int8_t* q, const float* scb, int64_t N, int64_t K, DType round_dtype, void* out,
+                     DType out_dtype, int device);
+
+// A Nunchaku AWQ W4A16 weight [N, K] (blockq::awq_value, f32: qweight int32 [N/4, K/2], wscales / wzeros f32
+// [K/64, N]) rounded through `round_dtype`, stored as out_dtype.
+void dequant_nunchaku_awq(const int32_t* qweight, const float* wscales, const float* wzeros, int64_t N, int64_t K,
+                          DType round_dtype, void* out, DType out_dtype, int device);
+
 }  // namespace diffq::backend::cuda

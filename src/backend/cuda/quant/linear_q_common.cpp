@@ -31,6 +31,7 @@ void register_linear_q_kernels() {
   register_linear_q_sdnq_kernels();
   register_linear_q_autoround_kernels();
   register_linear_q_scaled_kernels();
+  register_linear_q_nunchaku_kernels();
 }
 
 }  // namespace diffq::backend::cuda

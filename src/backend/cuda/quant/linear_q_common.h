@@ -39,5 +39,6 @@ void register_linear_q_quanto_kernels();   // linear_q_quanto.cpp
 void register_linear_q_sdnq_kernels();     // linear_q_sdnq.cpp
 void register_linear_q_autoround_kernels();  // linear_q_autoround.cpp
 void register_linear_q_scaled_kernels();   // linear_q_scaled.cpp
+void register_linear_q_nunchaku_kernels();  // linear_q_nunchaku.cpp
 
 }  // namespace diffq::backend::cuda
