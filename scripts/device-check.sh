@@ -31,7 +31,7 @@
 #                    crash or hang, and, where nvidia-smi sees a GPU, on a test skipped for "no CUDA device present"
 #   parity           `diffq generate --device cuda` against `--device cpu` (same binary, same command) on
 #                    tests/fixtures/tiny-flux (PNG + --output-latents; also with the transformer quantized
-#                    --quant int8wo, int8dq, fp8dq, nf4, q4_0: linear_q on CUDA; and with --compile regional
+#                    --quant int8wo, int8dq, fp8dq, nf4, q4_0, int8 (LLM.int8): linear_q on CUDA; and with --compile regional
 #                    --mode reduce-overhead: CUDA graphs) and tiny-wan (--output-type latent: no video writer in
 #                    the device build), float32 and bfloat16; tools/peers/compare_outputs.py:
 #                    max |gpu - cpu| / max |cpu| of the latents <= 1e-3 (float32), 5e-2 (bfloat16)
@@ -45,6 +45,10 @@
 #   peer             Diffusers on the same GPU, same shapes (tools/peers/diffusers_device_peer.py)
 #   diffq_flux_28    28 steps of builtin:flux-dev-shape, when the step's time says they fit in what is left
 #   torchao_int4     tools/reference/check_torchao_int4_gpu.py, only with the int4 wheels (else skipped)
+#   seeds            only on request (--parts seeds, a call of its own): the seeds' table at 1024x1024, 4
+#                    steps: diffq bench bf16+nf4, + regional + reduce-overhead, + model-offload, and Diffusers'
+#                    same three rows (seeds_peer: bitsandbytes nf4, compile_repeated_blocks, model CPU offload;
+#                    needs bitsandbytes on the device: its wheel is too big to carry with the binaries)
 # LD_LIBRARY_PATH (the unpacked lib/, /usr/local/cuda/lib64, torch's cuDNN) is set for diffq's and test_cuda's
 # processes only, never for python; DIFFQ_SOURCE_DIR points the carried test_cuda at this checkout.
 # Exit status: 1 when gpu_tests, parity or torchao_int4 failed (or timed out), or the payload is too big;
@@ -55,8 +59,9 @@ cd "$root" || exit 2
 dry=0 assume_gpu=0 pack="" prebuilt="" build="$root/build" wheels="$root/.whl" int4_wheels="$root/.whl-int4"
 out="${OUT:-$root/out/device-check}" budget=470 parts=""
 all_parts="gpu_tests,parity,diffq_flux_step,diffq_flux_quant,diffq_flux_graphs,diffq_vae,diffq_wan_step,profile_flux,profile_wan,peer,diffq_flux_28,torchao_int4"
+optional_parts="seeds"  # run only when --parts names them (a call of their own)
 limit_mb=60
-usage() { sed -n '2,45p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,55p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --dry-run) dry=1; shift ;;
@@ -76,7 +81,8 @@ done
 [[ "$budget" =~ ^[0-9]+$ ]] || { echo "device-check: --budget '$budget' is not a number of seconds" >&2; exit 2; }
 parts="${parts:-$all_parts}"
 for p in ${parts//,/ }; do
-  [[ ",$all_parts," == *",$p,"* ]] || { echo "device-check: unknown part '$p' (parts: $all_parts)" >&2; exit 2; }
+  [[ ",$all_parts,$optional_parts," == *",$p,"* ]] ||
+    { echo "device-check: unknown part '$p' (parts: $all_parts; on request: $optional_parts)" >&2; exit 2; }
 done
 want() { [[ ",$parts," == *",$1,"* ]]; }
 build="$(realpath -m "$build")" wheels="$(realpath -m "$wheels")" int4_wheels="$(realpath -m "$int4_wheels")"
@@ -306,7 +312,7 @@ else
     timeout --kill-after=5 "$l" bash -c "$(declare -f gen dq); $(declare -p parity_dir root bindir dq_ld); gen $1 $2 $3"
   }
   prepare_site
-  models=(flux fluxgraphs flux_int8wo flux_int8dq flux_fp8dq flux_nf4 flux_q4_0 wan)
+  models=(flux fluxgraphs flux_int8wo flux_int8dq flux_fp8dq flux_nf4 flux_q4_0 flux_int8 wan)
   for m in "${models[@]}"; do
     for dt in float32 bfloat16; do
       prun "$m" "$dt" cpu; r=$?
@@ -450,6 +456,22 @@ else
   ((rc == 3)) && st=unavailable
   m=$(grep '^\[torchao_int4\]' "$work/torchao_int4.log" | tail -n 1); ((rc == 4)) && m="pip could not install $int4_wheels"
   record torchao_int4 "$st" "$secs" "$m"
+fi
+
+# ---- 9. the seeds' table (on request: --parts seeds): diffq and Diffusers, the same three rows ----------------
+if want seeds; then
+  bench_part seeds 200 -m builtin:flux-dev-shape --size 1024x1024 --steps 4 --repeat 1 --warmup 1 --combos \
+    "bf16+nf4; bf16+nf4+regional+reduce-overhead; bf16+nf4+regional+reduce-overhead+model-offload"
+  if ((gpu)); then
+    prepare_site
+    lim=$(slot 200 0)
+    run_part seeds_peer "$((lim + 15))" env ${site:+PYTHONPATH="$site"} PYTHONUNBUFFERED=1 python3 \
+      "$root/tools/peers/diffusers_device_peer.py" --out "$work/seeds_peer.json" --parts flux_seeds --budget "$lim"
+    ((rc == 3)) && st=unavailable
+    record seeds_peer "$st" "$secs" "$(grep '^\[peer\]' "$work/seeds_peer.log" | cut -c1-700 | tr '\n' ' ')"
+  else
+    record seeds_peer skipped "" "no GPU"
+  fi
 fi
 
 # ---- the report ---------------------------------------------------------------------------------------------

@@ -14,7 +14,13 @@ Parts (--parts, comma list; each has its own try, so one failure leaves the othe
   vae_decode  FLUX.1's AutoencoderKL, one [1, 16, 128, 128] latent decoded to 1024x1024, median of 3;
   wan_step    WanTransformer3DModel, Wan2.1-T2V-1.3B config, 480x832x81 (latents [1, 16, 21, 60, 104], 512
               text tokens): one forward, and one CFG step (two forwards, prompt + negative, as WanPipeline
-              and `diffq bench` run a step).
+              and `diffq bench` run a step);
+  flux_seeds  the seeds' table (quantize, compile and offload): FluxPipeline 1024x1024, 4 steps, random
+              prompt embeddings, the transformer's linears bitsandbytes nf4 (bf16 compute; quantized on the
+              GPU from random bf16 weights), three rows: quantized; + torch.compile (regional:
+              compile_repeated_blocks, the seeds' mode="max-autotune" fullgraph would take minutes here);
+              + enable_model_cpu_offload. Latency of a 4-step call after a warm-up call, peak GiB. Needs
+              bitsandbytes (else "unavailable"); not in the default parts (a device-check call of its own).
 Writes one JSON object to --out ({"env": ..., "parts": {name: {"status", ...figures}}}) and prints it.
 The GPU is freed between parts. --budget SECONDS: a part that would start with less than its estimate
 left is recorded as skipped. Exit status 0 when every selected part ran, 1 otherwise, 3 without
@@ -30,8 +36,9 @@ import sys
 import time
 import traceback
 
-ALL = ("flux_step", "flux_28", "vae_decode", "wan_step")
-NEEDS_S = {"flux_step": 40, "flux_28": 60, "vae_decode": 20, "wan_step": 40}  # rough, H200
+ALL = ("flux_step", "flux_28", "vae_decode", "wan_step", "flux_seeds")
+DEFAULT = ("flux_step", "flux_28", "vae_decode", "wan_step")
+NEEDS_S = {"flux_step": 40, "flux_28": 60, "vae_decode": 20, "wan_step": 40, "flux_seeds": 150}  # rough, H200
 
 FLUX_DEV = dict(patch_size=1, in_channels=64, num_layers=19, num_single_layers=38, attention_head_dim=128,
                 num_attention_heads=24, joint_attention_dim=4096, pooled_projection_dim=768,
@@ -50,7 +57,7 @@ WAN_13B = dict(patch_size=(1, 2, 2), num_attention_heads=12, attention_head_dim=
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
-    ap.add_argument("--parts", default=",".join(ALL))
+    ap.add_argument("--parts", default=",".join(DEFAULT))
     ap.add_argument("--budget", type=float, default=300)
     args = ap.parse_args()
     t_start = time.time()
@@ -198,8 +205,68 @@ def main() -> int:
                 "cfg_step_ms": cfg["median_ms"], "timing_forward": one, "timing_cfg_step": cfg, "init_s": init_s,
                 "peak_gib": torch.cuda.max_memory_allocated() / 2**30}
 
+    def part_flux_seeds():
+        try:
+            import bitsandbytes as bnb
+        except Exception as e:  # noqa: BLE001
+            return {"status": "unavailable", "why": f"bitsandbytes: {type(e).__name__}: {e}"}
+        flux.clear()
+        gc.collect()
+        torch.cuda.empty_cache()
+        m = on_gpu(diffusers.FluxTransformer2DModel, **FLUX_DEV)
+
+        def nf4(mod):  # every nn.Linear -> bnb Linear4bit (nf4, bf16 compute), quantized on the GPU
+            for name, child in list(mod.named_children()):
+                if isinstance(child, torch.nn.Linear):
+                    q = bnb.nn.Linear4bit(child.in_features, child.out_features, bias=child.bias is not None,
+                                          compute_dtype=bf, quant_type="nf4", device="meta")
+                    q.weight = bnb.nn.Params4bit(child.weight.data, requires_grad=False, quant_type="nf4")
+                    if child.bias is not None:
+                        q.bias = torch.nn.Parameter(child.bias.data, requires_grad=False)
+                    setattr(mod, name, q.to(dev))
+                else:
+                    nf4(child)
+
+        with torch.no_grad():
+            nf4(m)
+        gc.collect()
+        torch.cuda.empty_cache()
+        vae = on_gpu(diffusers.AutoencoderKL, **FLUX_VAE)
+        pipe = diffusers.FluxPipeline(scheduler=diffusers.FlowMatchEulerDiscreteScheduler(**FLUX_SCHEDULER),
+                                      vae=vae, text_encoder=None, tokenizer=None, text_encoder_2=None,
+                                      tokenizer_2=None, transformer=m)
+        pipe.set_progress_bar_config(disable=True)
+        g = torch.Generator(device=dev).manual_seed(0)
+        emb = torch.randn(1, 512, 4096, device=dev, dtype=bf, generator=g)
+        pooled = torch.randn(1, 768, device=dev, dtype=bf, generator=g)
+
+        def call():
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            pipe(prompt_embeds=emb, pooled_prompt_embeds=pooled, height=1024, width=1024, num_inference_steps=4,
+                 guidance_scale=3.5, output_type="np", generator=torch.Generator(device=dev).manual_seed(1))
+            torch.cuda.synchronize()
+            return time.perf_counter() - t0
+
+        rows = {}
+        with torch.inference_mode():
+            for row in ("quantized", "quantized+compile", "quantized+compile+model_offload"):
+                if row == "quantized+compile":
+                    torch._dynamo.config.capture_dynamic_output_shape_ops = True
+                    torch._dynamo.config.cache_size_limit = 1000
+                    pipe.transformer.compile_repeated_blocks(fullgraph=False)
+                if row.endswith("model_offload"):
+                    pipe.enable_model_cpu_offload()
+                first = call()  # warm-up (compiles)
+                torch.cuda.reset_peak_memory_stats()
+                rows[row] = {"latency_s": call(), "first_call_s": first,
+                             "peak_gib": torch.cuda.max_memory_allocated() / 2**30}
+        del pipe, vae, m
+        return {"what": "the seeds' rows: FluxPipeline 1024x1024, 4 steps, transformer nf4 (bitsandbytes)",
+                "bitsandbytes": bnb.__version__, "rows": rows}
+
     fns = {"flux_step": part_flux_step, "flux_28": part_flux_28, "vae_decode": part_vae_decode,
-           "wan_step": part_wan_step}
+           "wan_step": part_wan_step, "flux_seeds": part_flux_seeds}
     all_ok = True
     for p in parts:
         left = args.budget - (time.time() - t_start)
@@ -209,7 +276,8 @@ def main() -> int:
         else:
             t0 = time.time()
             try:
-                res["parts"][p] = {"status": "ok", **fns[p]()}
+                res["parts"][p] = {"status": "ok"}
+                res["parts"][p].update(fns[p]())
             except Exception as e:  # noqa: BLE001
                 res["parts"][p] = {"status": "failed", "error": f"{type(e).__name__}: {e}"[:500],
                                    "traceback": traceback.format_exc(limit=3)[-1500:]}
