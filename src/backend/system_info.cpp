@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "backend/cpu/attention_bf16_dot.h"
+#include "backend/cpu/conv.h"
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/int8_gemm.h"
@@ -94,8 +95,8 @@ SystemInfo system_info() {
       {"gemm_int8 (torchao int8dq)", backend::cpu::int8_gemm_kernel_name()},
       {"attention", attention},
       {"quantized linears (dequantizing)", quantized},
-      {"conv2d", "im2col chunks -> the GEMM above of the dtype (bf16 input and weights stay bf16; stride-1 bf16 "
-                 "convs as implicit GEMMs, no im2col)"},
+      {"conv2d_f32", backend::cpu::conv_kernel_name(false)},
+      {"conv2d_bf16", backend::cpu::conv_kernel_name(true)},
   };
 
 #if DIFFQ_HAS_CUDA

@@ -7,12 +7,16 @@
 // anything else is widened to f32.
 #include <cstring>
 #include <functional>
+#include <string>
 #include <type_traits>
 #include <vector>
 
 #include "backend/cpu/common.h"
+#include "backend/cpu/conv.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/onednn_conv.h"
+#include "backend/cpu/onednn_gemm.h"
 #include "backend/cpu/threads.h"
 #include "backend/cpu/tuning.h"
 
@@ -21,6 +25,10 @@ namespace diffq::backend::cpu {
 namespace {
 
 constexpr int64_t kColBytes = int64_t(4) << 20;
+
+// oneDNN's convolution as the default without AMX (AVX-512 f32; AVX512-BF16 bf16): measured.
+constexpr bool kOnednnConvF32 = false;
+constexpr bool kOnednnConvBf16WithoutAmx = true;
 
 // Rows [k0, k1) of im2col for output rows [oy0, oy0 + nr): col[kk * cols + r * Wo + ox] = x[ch, iy, ix]
 // (zero outside the image), x one image [C, H, W] of T (float or bf16 bits).
@@ -164,6 +172,14 @@ void conv2d_bf16_implicit(const OpCall& c, Tensor& out, const std::function<cons
   }
 }
 
+// Whether oneDNN's convolution is the default (ConvKernel::best) for `e` on this CPU: bf16 where oneDNN
+// runs it on AMX tiles (issue 36; PyTorch's convolutions run there too), otherwise as measured on
+// AVX512-BF16 (docs/benchmarks.md "VAE convolutions on oneDNN").
+bool onednn_conv_by_default(ConvElem e) {
+  if (e == ConvElem::bf16) return onednn_bf16_uses_amx() || kOnednnConvBf16WithoutAmx;
+  return kOnednnConvF32;
+}
+
 // Whether every image x[n] is one contiguous [C, H, W] block (any stride between images: e.g. the
 // overlapping frame windows of a causal 3D conv), so that image n can be read in place.
 bool images_contiguous(const Tensor& x) {
@@ -172,8 +188,32 @@ bool images_contiguous(const Tensor& x) {
          (x.size(1) <= 1 || st[1] == x.size(2) * x.size(3));
 }
 
+// The conv on oneDNN's primitive (x and w of one dtype, f32 or bf16); false where oneDNN has no native
+// convolution for it (the caller then runs the GEMM path).
+bool conv2d_onednn(const OpCall& c, Tensor& out, bool bf16) {
+  const Tensor &x = c.inputs[0], &w = c.inputs[1];
+  if (out.numel() == 0) return false;
+  const bool per_image = images_contiguous(x);
+  const Tensor xc = per_image ? x : x.contiguous();
+  const Tensor wc = w.is_contiguous() ? w : w.contiguous();
+  const Tensor bias = c.inputs.size() > 2 ? c.inputs[2] : Tensor();
+  std::unique_ptr<F32Input> bf = bias.defined() ? std::make_unique<F32Input>(bias) : nullptr;
+  const auto& a = c.attrs.ints;
+  const OnednnConvShape s{x.size(0), x.size(1), x.size(2), x.size(3),
+                          x.size(0) > 1 ? xc.strides()[0] : x.size(1) * x.size(2) * x.size(3),
+                          w.size(0), w.size(2), w.size(3), a[0], a[1], a[2], a[3], a[4], out.size(2), out.size(3)};
+  const ConvElem e = bf16 ? ConvElem::bf16 : ConvElem::f32;
+  const void* xp = bf16 ? static_cast<const void*>(xc.data<uint16_t>()) : xc.data<float>();
+  const void* wp = bf16 ? static_cast<const void*>(wc.data<uint16_t>()) : wc.data<float>();
+  return onednn_conv2d(e, e, s, xp, wp, bf ? bf->data() : nullptr, out.data_ptr());
+}
+
 void conv2d_kernel(const OpCall& c, Tensor& out) {
   const Tensor &x = c.inputs[0], &w = c.inputs[1];
+  if (x.dtype() == w.dtype() && (x.dtype() == DType::f32 || x.dtype() == DType::bf16) &&
+      conv_uses_onednn(x.dtype() == DType::bf16, current_tuning()) &&
+      conv2d_onednn(c, out, x.dtype() == DType::bf16))
+    return;
   const bool per_image = images_contiguous(x);
   const int64_t image_stride = per_image ? x.strides()[0] : x.numel() / std::max<int64_t>(x.size(0), 1);
   // bf16 stays bf16 only where the bf16 GEMM is native (elsewhere it widens to f32 anyway, and the f32
@@ -203,6 +243,28 @@ void conv2d_kernel(const OpCall& c, Tensor& out) {
 }
 
 }  // namespace
+
+bool conv_uses_onednn(bool bf16, const Tuning& t) {
+  const ConvElem e = bf16 ? ConvElem::bf16 : ConvElem::f32;
+  switch (t.conv_kernel) {
+    case ConvKernel::implicit_gemm: return false;
+    case ConvKernel::onednn: return onednn_conv_available(e);
+    case ConvKernel::best: return onednn_conv_available(e) && onednn_conv_by_default(e);
+  }
+  return false;
+}
+
+std::string conv_kernel_name(bool bf16) {
+  const ConvElem e = bf16 ? ConvElem::bf16 : ConvElem::f32;
+  if (conv_uses_onednn(bf16, current_tuning())) return "oneDNN convolution (" + onednn_conv_impl(e) + ")";
+  std::string why = current_tuning().conv_kernel == ConvKernel::implicit_gemm ? "DIFFQ_CONV_KERNEL=implicit-gemm"
+                    : onednn_conv_available(e) ? "measured faster here than oneDNN's " + onednn_conv_impl(e)
+                                               : "oneDNN: " + onednn_conv_impl(e);
+  const std::string gemm = bf16 && gemm_bf16_native(1024, 1024, current_tuning())
+                               ? "bf16 implicit GEMM (stride 1) / im2col chunks -> the bf16 GEMM"
+                               : "im2col chunks -> the f32 GEMM";
+  return gemm + " (" + why + ")";
+}
 
 void register_conv_kernels() { ops::register_kernel(OpKind::conv2d, DeviceKind::cpu, conv2d_kernel); }
 

@@ -4,13 +4,15 @@
 #include <cstdlib>
 #include <string>
 
+#include "backend/cpu/onednn_conv.h"
 #include "backend/cpu/onednn_gemm.h"
 #include "diffq/error.h"
 
 namespace diffq::backend::cpu {
 namespace {
 
-// Tuning{} with DIFFQ_GEMM_KERNEL (best, diffq, diffq-widen, openblas or onednn) applied, read once.
+// Tuning{} with DIFFQ_GEMM_KERNEL (best, diffq, diffq-widen, openblas or onednn) and DIFFQ_CONV_KERNEL
+// (best, onednn, implicit-gemm) applied, read once.
 const Tuning& defaults() {
   static const Tuning t = [] {
     Tuning d;
@@ -29,6 +31,19 @@ const Tuning& defaults() {
         d.gemm_kernel = GemmKernel::onednn;
       } else
         check(v == "best", "tuning", "DIFFQ_GEMM_KERNEL='", v, "' is not one of best, diffq, diffq-widen, openblas, onednn");
+    }
+    if (const char* env = std::getenv("DIFFQ_CONV_KERNEL"); env && *env) {
+      const std::string v = env;
+      if (v == "implicit-gemm") {
+        d.conv_kernel = ConvKernel::implicit_gemm;
+      } else if (v == "onednn") {
+        check(onednn_conv_available(ConvElem::f32) || onednn_conv_available(ConvElem::bf16), "tuning",
+              "DIFFQ_CONV_KERNEL=onednn: f32 ", onednn_conv_impl(ConvElem::f32), "; bf16 ",
+              onednn_conv_impl(ConvElem::bf16));
+        d.conv_kernel = ConvKernel::onednn;
+      } else {
+        check(v == "best", "tuning", "DIFFQ_CONV_KERNEL='", v, "' is not one of best, onednn, implicit-gemm");
+      }
     }
     return d;
   }();

@@ -30,9 +30,19 @@ enum class GemmKernel : uint8_t {
   onednn,    // bf16 and int8: oneDNN's matmul (AVX512-BF16 / AVX512-VNNI / AMX; onednn_gemm.h); f32 as `best`
 };
 
+// Which kernel computes conv2d on the CPU (conv.cpp). `best` is a fixed function of the dtype and the
+// CPU (docs/benchmarks.md "VAE convolutions on oneDNN"); DIFFQ_CONV_KERNEL=best|onednn|implicit-gemm
+// overrides it (onednn is an error where oneDNN has no native convolution for f32 nor bf16 here).
+enum class ConvKernel : uint8_t {
+  best,           // oneDNN's convolution where it measured faster for the dtype on this CPU class
+  onednn,         // oneDNN's convolution primitive wherever it has a native one (onednn_conv.h)
+  implicit_gemm,  // diffq's GEMMs: im2col chunks, or the implicit GEMM for stride-1 bf16 (conv.cpp)
+};
+
 struct Tuning {
   GemmSplit gemm_split = GemmSplit::longer_side;
   GemmKernel gemm_kernel = GemmKernel::best;
+  ConvKernel conv_kernel = ConvKernel::best;
   int gemm_parts_per_thread = 1;  // parts = threads * this (more, smaller parts balance uneven cores)
   int64_t attn_bq = 48;   // attention: query rows per tile (rounded up to a multiple of 6)
   int64_t attn_bk = 256;  // attention: keys per block of the online softmax (rounded up to 2 vectors)
@@ -40,7 +50,7 @@ struct Tuning {
   bool operator==(const Tuning&) const = default;
 };
 
-// The calling thread's current tuning (the defaults, with DIFFQ_GEMM_KERNEL, unless a ScopedTuning is
+// The calling thread's current tuning (the defaults, with DIFFQ_GEMM_KERNEL and DIFFQ_CONV_KERNEL, unless a ScopedTuning is
 // alive on it).
 const Tuning& current_tuning();
 

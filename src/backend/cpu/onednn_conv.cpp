@@ -1,0 +1,331 @@
+#include "backend/cpu/onednn_conv.h"
+
+#include <dlfcn.h>
+
+#include <atomic>
+#include <cstring>
+#include <dnnl.hpp>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/cpu/aligned_buffer.h"
+#include "backend/cpu/cpu_features.h"
+#include "backend/cpu/threads.h"
+#include "diffq/error.h"
+
+namespace diffq::backend::cpu {
+
+namespace {
+
+using dnnl::memory;
+using Dt = memory::data_type;
+
+Dt dt_of(ConvElem e) { return e == ConvElem::bf16 ? Dt::bf16 : Dt::f32; }
+size_t elem_bytes(ConvElem e) { return e == ConvElem::bf16 ? 2 : 4; }
+
+dnnl::engine& engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+struct Key {
+  ConvElem in, out;
+  bool bias;
+  OnednnConvShape s;
+  auto tie() const {
+    return std::tie(in, out, bias, s.n, s.c, s.h, s.w, s.image_stride, s.o, s.kh, s.kw, s.stride, s.pad_l, s.pad_r,
+                    s.pad_t, s.pad_b, s.ho, s.wo);
+  }
+  bool operator<(const Key& o) const { return tie() < o.tie(); }
+};
+
+// A cached convolution: the primitive with its layouts, the reorders from diffq's NCHW src and to its
+// NCHW dst where oneDNN prefers other layouts (null where they agree), and its scratchpad size. prim is
+// null where oneDNN offers only a reference implementation (slower than diffq's implicit GEMM).
+struct Entry {
+  std::unique_ptr<dnnl::convolution_forward> prim;
+  std::string impl;
+  memory::desc src_user, src, wei_user, wei, bias, dst, dst_user;
+  std::unique_ptr<dnnl::reorder> src_reorder, dst_reorder;
+  size_t scratch_bytes = 0;
+};
+
+// Creates the primitive descriptor with every layout left to oneDNN (format_tag::any), on both APIs.
+dnnl::convolution_forward::primitive_desc make_pd(const memory::desc& src, const memory::desc& wei,
+                                                  const memory::desc* bias, const memory::desc& dst,
+                                                  const memory::dims& strides, const memory::dims& pad_l,
+                                                  const memory::dims& pad_r, const dnnl::primitive_attr& attr) {
+  using dnnl::algorithm;
+  using dnnl::prop_kind;
+#if DNNL_VERSION_MAJOR >= 3
+  if (bias)
+    return {engine(), prop_kind::forward_inference, algorithm::convolution_direct, src, wei, *bias, dst,
+            strides, pad_l, pad_r, attr};
+  return {engine(), prop_kind::forward_inference, algorithm::convolution_direct, src, wei, dst, strides, pad_l,
+          pad_r, attr};
+#else
+  if (bias)
+    return {dnnl::convolution_forward::desc(prop_kind::forward_inference, algorithm::convolution_direct, src, wei,
+                                            *bias, dst, strides, pad_l, pad_r),
+            attr, engine()};
+  return {dnnl::convolution_forward::desc(prop_kind::forward_inference, algorithm::convolution_direct, src, wei,
+                                          dst, strides, pad_l, pad_r),
+          attr, engine()};
+#endif
+}
+
+std::unique_ptr<Entry> make_entry(const Key& key) {
+  auto e = std::make_unique<Entry>();
+  const OnednnConvShape& s = key.s;
+  const Dt in = dt_of(key.in), out = dt_of(key.out);
+  using tag = memory::format_tag;
+  try {
+    // diffq's layouts: images image_stride apart (overlapping windows allowed), weights OIHW, dst NCHW.
+    e->src_user = memory::desc({s.n, s.c, s.h, s.w}, in, memory::dims{s.image_stride, s.h * s.w, s.w, 1});
+    e->wei_user = memory::desc({s.o, s.c, s.kh, s.kw}, in, tag::oihw);
+    e->dst_user = memory::desc({s.n, s.o, s.ho, s.wo}, out, tag::nchw);
+    e->bias = memory::desc({s.o}, Dt::f32, tag::x);
+    const memory::desc src_any({s.n, s.c, s.h, s.w}, in, tag::any), wei_any({s.o, s.c, s.kh, s.kw}, in, tag::any),
+        dst_any({s.n, s.o, s.ho, s.wo}, out, tag::any);
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // per-thread scratch: concurrent calls never share
+    const auto pd = make_pd(src_any, wei_any, key.bias ? &e->bias : nullptr, dst_any, {s.stride, s.stride},
+                            {s.pad_t, s.pad_l}, {s.pad_b, s.pad_r}, attr);
+    e->impl = pd.impl_info_str();
+    if (e->impl.find("ref") != std::string::npos) return e;
+    e->src = pd.src_desc();
+    e->wei = pd.weights_desc();
+    e->dst = pd.dst_desc();
+    e->scratch_bytes = pd.scratchpad_desc().get_size();
+    if (e->src != e->src_user)
+      e->src_reorder = std::make_unique<dnnl::reorder>(
+          dnnl::reorder::primitive_desc(engine(), e->src_user, engine(), e->src));
+    if (e->dst != e->dst_user)
+      e->dst_reorder = std::make_unique<dnnl::reorder>(
+          dnnl::reorder::primitive_desc(engine(), e->dst, engine(), e->dst_user));
+    e->prim = std::make_unique<dnnl::convolution_forward>(pd);
+  } catch (const dnnl::error& err) {
+    e->prim.reset();
+    e->impl = err.what();
+  }
+  return e;
+}
+
+const Entry& entry_for(const Key& key) {
+  static std::mutex mu;
+  static std::map<Key, std::unique_ptr<Entry>> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto& slot = cache[key];
+  if (!slot) slot = make_entry(key);
+  return *slot;
+}
+
+// 64-bit fingerprint of the weight bytes (4 independent multiply-xorshift lanes): how a cached reordered
+// weight notices that the tensor at its address changed (a weight written in place, or freed and another
+// allocated at the same address). Reads the weight once per call: ~1% of the conv's time at VAE sizes.
+uint64_t fingerprint(const void* p, size_t n) {
+  const auto* b = static_cast<const uint8_t*>(p);
+  uint64_t h[4] = {0x243F6A8885A308D3ull, 0x13198A2E03707344ull, 0xA4093822299F31D0ull, 0x082EFA98EC4E6C89ull};
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32)
+    for (int l = 0; l < 4; ++l) {
+      uint64_t v;
+      std::memcpy(&v, b + i + 8 * l, 8);
+      h[l] = (h[l] ^ v) * 0x9E3779B97F4A7C15ull;
+      h[l] ^= h[l] >> 29;
+    }
+  for (; i < n; ++i) h[0] = (h[0] ^ b[i]) * 0x100000001B3ull;
+  uint64_t r = n;
+  for (uint64_t x : h) r = (r ^ x) * 0xFF51AFD7ED558CCDull ^ (r >> 31);
+  return r;
+}
+
+// Reordered weights, per (address, element type, OIHW dims) and oneDNN layout; shared_ptr so that an
+// entry dropped while another thread runs with it stays alive until that call ends.
+struct WeightSlot {
+  memory::desc layout;
+  uint64_t print = 0;
+  std::shared_ptr<uint8_t[]> bytes;
+  size_t nbytes = 0;
+};
+using WeightKey = std::tuple<const void*, ConvElem, int64_t, int64_t, int64_t, int64_t>;
+// Past this many bytes of reordered weights the cache starts over (offloading reloads weights at new
+// addresses; a VAE decoder's weights are ~100-300 MB).
+constexpr size_t kWeightCacheCap = size_t(1) << 30;
+
+struct WeightCache {
+  std::mutex mu;
+  std::map<WeightKey, std::vector<WeightSlot>> slots;
+  size_t bytes = 0;
+  int64_t refreshed = 0;
+};
+WeightCache& weight_cache() {
+  static WeightCache c;
+  return c;
+}
+
+// One reusable stream and scratch / staging buffers per calling thread.
+struct ThreadState {
+  dnnl::stream stream{engine()};
+  AlignedBuffer<uint8_t> scratch, src, dst;
+};
+ThreadState& thread_state() {
+  thread_local ThreadState t;
+  return t;
+}
+
+// The weights of `e` in its layout, reordered on first use and again when their bytes changed.
+std::shared_ptr<uint8_t[]> weights_for(const Entry& e, ConvElem in, const OnednnConvShape& s, const void* w,
+                                       dnnl::stream& stream) {
+  const size_t nbytes = size_t(s.o * s.c * s.kh * s.kw) * elem_bytes(in);
+  const uint64_t print = fingerprint(w, nbytes);
+  WeightCache& wc = weight_cache();
+  std::lock_guard<std::mutex> lock(wc.mu);
+  const WeightKey key{w, in, s.o, s.c, s.kh, s.kw};
+  WeightSlot* slot = nullptr;
+  for (auto& sl : wc.slots[key])
+    if (sl.layout == e.wei) slot = &sl;
+  if (slot && slot->print == print) return slot->bytes;
+  if (slot) {
+    ++wc.refreshed;
+  } else {
+    if (wc.bytes + e.wei.get_size() > kWeightCacheCap) {
+      wc.slots.clear();
+      wc.bytes = 0;
+    }
+    auto& list = wc.slots[key];
+    list.push_back({e.wei, 0, nullptr, 0});
+    slot = &list.back();
+  }
+  auto fresh = std::shared_ptr<uint8_t[]>(new (std::align_val_t(64)) uint8_t[e.wei.get_size()],
+                                          [](uint8_t* p) { ::operator delete[](p, std::align_val_t(64)); });
+  memory from(e.wei_user, engine(), const_cast<void*>(w)), to(e.wei, engine(), fresh.get());
+  dnnl::reorder(from, to).execute(stream, from, to);
+  stream.wait();
+  wc.bytes += e.wei.get_size() - slot->nbytes;
+  *slot = {e.wei, print, fresh, e.wei.get_size()};
+  return fresh;
+}
+
+// oneDNN's OpenMP team size for the calling thread: diffq's thread count for one conv call (one
+// inside a diffq parallel region), restored afterwards (onednn_gemm.cpp keeps its pool threads at one).
+// Looked up at run time as onednn_gemm.cpp does, so diffq links no OpenMP runtime of its own.
+class OmpThreads {
+ public:
+  explicit OmpThreads(int n) {
+    if (set_ && get_) {
+      prev_ = get_();
+      if (prev_ != n) set_(n);
+    }
+  }
+  ~OmpThreads() {
+    if (set_ && prev_ > 0) set_(prev_);
+  }
+
+ private:
+  using Set = void (*)(int);
+  using Get = int (*)();
+  inline static const Set set_ = reinterpret_cast<Set>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
+  inline static const Get get_ = reinterpret_cast<Get>(dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
+  int prev_ = 0;
+};
+
+std::atomic<int64_t> g_calls{0};
+
+bool cpu_has(ConvElem in) {
+  const CpuFeatures& f = cpu_features();
+  if (in == ConvElem::f32) return f.avx512f;
+  return f.avx512_bf16 || (f.amx_bf16 && amx_tiles_permitted());
+}
+
+const Entry& probe(ConvElem in) {
+  return entry_for({in, in, true, {1, 128, 64, 64, 128 * 64 * 64, 128, 3, 3, 1, 1, 1, 1, 1, 64, 64}});
+}
+
+}  // namespace
+
+bool onednn_conv_available(ConvElem in) {
+  static const bool f32 = cpu_has(ConvElem::f32) && probe(ConvElem::f32).prim != nullptr;
+  static const bool bf16 = cpu_has(ConvElem::bf16) && probe(ConvElem::bf16).prim != nullptr;
+  return in == ConvElem::bf16 ? bf16 : f32;
+}
+
+std::string onednn_conv_impl(ConvElem in) {
+  if (!cpu_has(in))
+    return in == ConvElem::f32 ? "unavailable: no AVX-512"
+                               : "unavailable: the CPU has neither AVX512-BF16 nor usable AMX-BF16";
+  const Entry& e = probe(in);
+  return e.prim ? e.impl : "unavailable: oneDNN offers only " + e.impl;
+}
+
+namespace {
+
+// One primitive call over all s.n images (their src descriptor takes any image stride that does not
+// make images overlap).
+bool run_conv(ConvElem in, ConvElem out, const OnednnConvShape& s, const void* x, const void* w, const float* bias,
+              void* y) {
+  const Entry& e = entry_for({in, out, bias != nullptr, s});
+  if (!e.prim) return false;
+  ThreadState& t = thread_state();
+  dnnl::engine& eng = engine();
+  const std::shared_ptr<uint8_t[]> wbytes = weights_for(e, in, s, w, t.stream);
+  memory src_user(e.src_user, eng, const_cast<void*>(x)), dst_user(e.dst_user, eng, y);
+  memory src = e.src_reorder ? memory(e.src, eng, t.src.get(e.src.get_size())) : src_user;
+  memory dst = e.dst_reorder ? memory(e.dst, eng, t.dst.get(e.dst.get_size())) : dst_user;
+  if (e.src_reorder) e.src_reorder->execute(t.stream, src_user, src);
+  std::unordered_map<int, memory> args = {
+      {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, memory(e.wei, eng, wbytes.get())}, {DNNL_ARG_DST, dst}};
+  if (bias) args.emplace(DNNL_ARG_BIAS, memory(e.bias, eng, const_cast<float*>(bias)));
+  if (e.scratch_bytes > 0)
+    args.emplace(DNNL_ARG_SCRATCHPAD, memory(memory::desc({int64_t(e.scratch_bytes)}, Dt::u8, memory::dims{1}), eng,
+                                             t.scratch.get(e.scratch_bytes)));
+  e.prim->execute(t.stream, args);
+  if (e.dst_reorder) e.dst_reorder->execute(t.stream, dst, dst_user);
+  t.stream.wait();
+  return true;
+}
+
+}  // namespace
+
+bool onednn_conv2d(ConvElem in, ConvElem out, const OnednnConvShape& s, const void* x, const void* w,
+                   const float* bias, void* y) {
+  if (!cpu_has(in)) return false;
+  OmpThreads team(in_parallel_region() ? 1 : num_threads());
+  const int64_t image = s.c * s.h * s.w;
+  if (s.n > 1 && s.image_stride > 0 && s.image_stride < image) {
+    // Overlapping images (a causal 3D conv's frame windows): oneDNN's memory descriptors refuse
+    // overlapping strides, so one call per image (the windows share the cached weights and primitive).
+    OnednnConvShape one = s;
+    one.n = 1;
+    one.image_stride = image;
+    const auto* xb = static_cast<const uint8_t*>(x);
+    auto* yb = static_cast<uint8_t*>(y);
+    const int64_t out_image = s.o * s.ho * s.wo * int64_t(elem_bytes(out));
+    for (int64_t i = 0; i < s.n; ++i)
+      if (!run_conv(in, out, one, xb + i * s.image_stride * int64_t(elem_bytes(in)), w, bias, yb + i * out_image)) {
+        check(i == 0, "conv2d", "oneDNN refused image ", i, " of a convolution it ran for image 0");
+        return false;
+      }
+  } else if (!run_conv(in, out, s, x, w, bias, y)) {
+    return false;
+  }
+  g_calls.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+OnednnConvStats onednn_conv_stats() {
+  WeightCache& wc = weight_cache();
+  std::lock_guard<std::mutex> lock(wc.mu);
+  OnednnConvStats st;
+  st.calls = g_calls.load();
+  for (const auto& [k, list] : wc.slots) st.entries += int64_t(list.size());
+  st.bytes = int64_t(wc.bytes);
+  st.refreshed = wc.refreshed;
+  return st;
+}
+
+}  // namespace diffq::backend::cpu
