@@ -397,8 +397,9 @@ TEST(LinearQOnCuda, NunchakuAwqMatchesTheCpu) {
   }
 }
 
-// Bad inputs are refused naming the scheme and the value.
-TEST(LinearQOnCuda, NewSchemesRefuseBadInputsClearly) {
+// Packed tensors the kernels cannot read are refused naming the scheme, the tensor and its dtype (x and the
+// bias are checked before any kernel: ops/infer.cpp).
+TEST(LinearQOnCuda, NunchakuRefusesUnreadableTensorsClearly) {
   DIFFQ_REQUIRE_GPU();
   auto error_of = [](const std::function<void()>& f) -> std::string {
     try {
@@ -408,23 +409,25 @@ TEST(LinearQOnCuda, NewSchemesRefuseBadInputsClearly) {
     }
     return "";
   };
-  const auto svdq = random_svdq(128, 128, 16, true, 141);
-  Parameter p(svdq->shape());
-  p.set(svdq, Residency::host);
-  p.move_to(gpu());
-  const Tensor x = random_values({3, 128}, DType::bf16, 142).to(gpu());
-  std::string e = error_of([&] { p.quantized().linear(x, random_values({127}, DType::bf16, 143).to(gpu())); });
+  auto on_gpu = [](const std::shared_ptr<QuantizedWeight>& w, const Tensor& x) {
+    Parameter p(w->shape());
+    p.set(w, Residency::host);
+    p.move_to(gpu());
+    return p.quantized().linear(x.to(gpu()), Tensor());
+  };
+  const auto good = random_svdq(128, 128, 16, true, 141);
+  const std::vector<Tensor> st = good->storage_tensors();
+  const auto bf16_scales = std::make_shared<quant::nunchaku::SvdqW4A4Weight>(st[0], st[1].to(DType::bf16), st[2], st[3],
+                                                                            st[4], true, "layer");
+  std::string e = error_of([&] { on_gpu(bf16_scales, random_values({3, 128}, DType::bf16, 142)); });
   EXPECT_NE(e.find("nunchaku_svdq_w4a4_int4"), std::string::npos) << e;
-  EXPECT_NE(e.find("127"), std::string::npos) << e;
-  e = error_of([&] { p.quantized().linear(random_values({3, 128}, DType::f32, 144).to(DType::i32).to(gpu()), Tensor()); });
-  EXPECT_NE(e.find("nunchaku_svdq_w4a4_int4"), std::string::npos) << e;
-  EXPECT_NE(e.find("int32"), std::string::npos) << e;
+  EXPECT_NE(e.find("wscales"), std::string::npos) << e;
+  EXPECT_NE(e.find("bfloat16"), std::string::npos) << e;
 
-  const auto bnb = quant::Bnb8bitWeight::quantize(random_values({16, 64}, DType::f32, 145));
-  Parameter pb(bnb->shape());
-  pb.set(bnb, Residency::host);
-  pb.move_to(gpu());
-  e = error_of([&] { pb.quantized().linear(random_values({2, 64}, DType::f32, 146).to(gpu()), random_values({15}, DType::f32, 147).to(gpu())); });
-  EXPECT_NE(e.find("bias"), std::string::npos) << e;
-  EXPECT_NE(e.find("16"), std::string::npos) << e;
+  Tensor qw = Tensor::zeros({4, 64}, DType::i32);
+  const auto f16_awq = std::make_shared<quant::nunchaku::AwqW4A16Weight>(
+      qw, random_values({2, 16}, DType::f16, 143), random_values({2, 16}, DType::f32, 144), Shape{16, 128}, "layer");
+  e = error_of([&] { on_gpu(f16_awq, random_values({3, 128}, DType::f32, 145)); });
+  EXPECT_NE(e.find("nunchaku_awq_w4a16_int4"), std::string::npos) << e;
+  EXPECT_NE(e.find("float16"), std::string::npos) << e;
 }

@@ -112,7 +112,9 @@ void svdq_quantize_activations(const void* x, DType xdt, const float* smooth, in
 void svdq_int4_gemm(const int8_t* q, const float* ascale, const int8_t* codes, const float* wscales, int64_t M,
                     int64_t N, int64_t K, float* out, int device) {
   if (M * N == 0) return;
-  if (reinterpret_cast<uintptr_t>(q) % 4 != 0 || reinterpret_cast<uintptr_t>(codes) % 4 != 0)
+  // Off a 4-byte boundary (no int32 loads), or more token tiles than a grid's y dimension holds: the reference.
+  if (reinterpret_cast<uintptr_t>(q) % 4 != 0 || reinterpret_cast<uintptr_t>(codes) % 4 != 0 ||
+      (M + kTile - 1) / kTile > 65535)
     return svdq_int4_gemm_reference(q, ascale, codes, wscales, M, N, K, out, device);
   const dim3 grid(unsigned((N + kTile - 1) / kTile), unsigned((M + kTile - 1) / kTile));
   tiled_gemm_kernel<<<grid, kThreads, 0, current_stream()>>>(q, ascale, codes, wscales, M, N, K, out);
