@@ -383,6 +383,62 @@ TEST(CudaBlockValues, Float8ActivationsAsTheCpu) {  // (the e4m3fn conversion is
     }
 }
 
+// fp8dq's float8 GEMM path on CUDA, assembled here on the host: x's codes (blockq::e4m3_code: the fake
+// quantization's codes), the products of the codes' values summed in double (a tensor-core GEMM sums
+// exactly representable products; only its order differs), then blockq::fp8dq_output and the rounding to
+// x's dtype: within the dtype's rounding of the CPU's linear (which sums the dequantized products).
+TEST(CudaBlockValues, Float8GemmOnCodesAsTheCpu) {
+  float f8[256];
+  for (int i = 0; i < 256; ++i) f8[i] = f8_e4m3fn_to_f32(uint8_t(i));
+  namespace tao = quant::torchao;
+  for (const char* g : {"PerRow", "PerTensor"})
+    for (DType dt : {DType::bf16, DType::f16}) {
+      if (std::string(g) == "PerRow" && dt == DType::f16) continue;  // torchao: PerRow takes bfloat16 weights only
+      SCOPED_TRACE(std::string(g) + " " + std::string(dtype_name(dt)));
+      std::mt19937 rng(37);
+      std::normal_distribution<float> nd(0.0f, 1.0f);
+      const int64_t M = 5, N = 32, K = 64;
+      std::vector<float> wv(static_cast<size_t>(N * K)), xv(static_cast<size_t>(M * K)), bv(static_cast<size_t>(N));
+      for (float& v : wv) v = nd(rng);
+      for (float& v : xv) v = 3.0f * nd(rng);
+      for (float& v : bv) v = nd(rng);
+      const auto cfg = cudatest::torchao_config("Float8DynamicActivationFloat8WeightConfig", g, /*pair=*/true);
+      const auto w = std::dynamic_pointer_cast<tao::Float8Weight>(tao::quantize(Tensor::from_vector(wv, {N, K}, dt), cfg));
+      ASSERT_TRUE(w && w->act_quant()) << "not an fp8dq weight";
+      ASSERT_EQ(w->block_cols(), K);
+      const bool per_tensor = w->act_quant()->granularity.type == tao::Granularity::PerTensor;
+      const Tensor x = Tensor::from_vector(xv, {M, K}, dt), b = Tensor::from_vector(bv, {N}, dt);
+      const Tensor want = w->linear(x, b).to(DType::f32);
+      const std::vector<float> xr = x.to_f32_vector(), br = b.to_f32_vector();
+      std::vector<float> amax(static_cast<size_t>(M), 0.0f), xs(static_cast<size_t>(M));
+      float all = 0.0f;
+      for (int64_t r = 0; r < M; ++r) {
+        for (int64_t c = 0; c < K; ++c) amax[size_t(r)] = blockq::amax_combine(amax[size_t(r)], std::fabs(xr[size_t(r * K + c)]));
+        all = blockq::amax_combine(all, amax[size_t(r)]);
+      }
+      for (int64_t r = 0; r < M; ++r) xs[size_t(r)] = blockq::e4m3_scale(per_tensor ? all : amax[size_t(r)], dt);
+      const auto* qw = static_cast<const uint8_t*>(w->qdata().contiguous().data_ptr());
+      const Tensor ws = w->scale().contiguous();
+      int64_t differ = 0;
+      for (int64_t r = 0; r < M; ++r)
+        for (int64_t n = 0; n < N; ++n) {
+          double acc = 0;
+          for (int64_t c = 0; c < K; ++c) {
+            const uint8_t code = blockq::e4m3_code(xr[size_t(r * K + c)], xs[size_t(r)]);
+            ASSERT_EQ(bits(f8[code] * xs[size_t(r)]), bits(blockq::e4m3_fake_quant(xr[size_t(r * K + c)], xs[size_t(r)], f8)));
+            acc += double(f8[code]) * double(f8[qw[n * K + c]]);
+          }
+          const float v = round_through(dt, blockq::fp8dq_output(float(acc), xs[size_t(r)], ws.data<float>()[n / w->block_rows()],
+                                                                 true, br[size_t(n)]));
+          const float ref = want.data<float>()[r * N + n];
+          EXPECT_LE(std::fabs(v - ref), (dt == DType::bf16 ? 1.0f / 128 : 1.0f / 1024) * std::max(1.0f, std::fabs(ref)))
+              << r << "," << n;
+          differ += bits(v) != bits(ref);
+        }
+      EXPECT_LT(differ, M * N / 4) << "most outputs round to the CPU's own value";
+    }
+}
+
 // bitsandbytes LLM.int8 on CUDA, value by value (bnb_int8_values.cuh), assembled here on the host: the float16
 // activations, outliers per element and per column, row absmax and codes, the exact int32 products, the
 // int8_mm_dequant epilogue with the bias, the outlier columns in x's dtype; equal bit for bit to the CPU's

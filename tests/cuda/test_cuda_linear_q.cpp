@@ -6,6 +6,7 @@
 #include <functional>
 #include <random>
 
+#include "backend/cuda/kernels.h"
 #include "backend/cuda/quant/nunchaku_kernels.h"
 #include "backend/cuda/quant/nunchaku_values.cuh"
 #include "diffq/error.h"
@@ -274,6 +275,24 @@ TEST(LinearQOnCuda, TorchaoFloat8DynamicMatchesTheCpu) {
       ASSERT_EQ(on_gpu->scheme(), "torchao_float8dq");
       EXPECT_LE(rel_err(linear_on_gpu(on_gpu, x, b), on_cpu->linear(x, b)), tolerance(dt));
     }
+}
+
+// bfloat16 activations at a FLUX-like width take cuBLASLt's float8 GEMM on codes (Hopper / Ada): the CPU's
+// dequantized GEMM up to rounding and summation order.
+TEST(LinearQOnCuda, TorchaoFloat8DynamicRunsOnTheFloat8GemmWhereTheGpuHasOne) {
+  DIFFQ_REQUIRE_GPU();
+  const auto devs = backend::cuda::list_devices(nullptr);
+  const bool fp8_cores = !devs.empty() && (devs[0].cc_major > 8 || (devs[0].cc_major == 8 && devs[0].cc_minor >= 9));
+  for (const char* g : {"PerRow", "PerTensor"}) {
+    SCOPED_TRACE(g);
+    const auto cfg = torchao_config("Float8DynamicActivationFloat8WeightConfig", g, /*pair=*/true);
+    const Tensor w = random_values({256, 3072}, DType::bf16, 94), x = random_values({64, 3072}, DType::bf16, 95, 0.01f, 2.0f),
+                 b = random_values({256}, DType::bf16, 96);
+    const auto on_cpu = tao::quantize(w, cfg), on_gpu = tao::quantize(w, cfg);
+    const int64_t before = backend::cuda::gemm_e4m3_runs();
+    EXPECT_LE(rel_err(linear_on_gpu(on_gpu, x, b), on_cpu->linear(x, b)), tolerance(DType::bf16));
+    if (fp8_cores) EXPECT_EQ(backend::cuda::gemm_e4m3_runs(), before + 1) << "the float8 GEMM did not run";
+  }
 }
 
 // LLM.int8 (bnb_int8): value for value the CPU's kernel (the int32 products are exact on both sides, every

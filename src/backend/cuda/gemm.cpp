@@ -11,8 +11,11 @@
 #include <cublasLt.h>
 
 #include <array>
+#include <atomic>
 #include <memory>
 #include <climits>
+#include <cstdio>
+#include <string>
 #include <cstdint>
 #include <mutex>
 
@@ -97,9 +100,12 @@ PlanCache<GemmKey, LtPlan, GemmKeyHash>& gemm_plans() {
 std::shared_ptr<LtPlan> build_plan(const char* ctx, const GemmKey& key, LtDevice& dev) {
   const int idx = key.device;
   auto plan = std::make_shared<LtPlan>();
-  // int8 x int8 -> int32 (IMMA, "TN": the weight transposed, K a multiple of 4) keys as DType::i8.
-  const bool imma = DType(key.dtype) == DType::i8;
-  const cudaDataType_t t = imma ? CUDA_R_8I : lt_type(DType(key.dtype)), td = imma ? CUDA_R_32I : t;
+  // int8 x int8 -> int32 (IMMA, "TN": the weight transposed, K a multiple of 4) keys as DType::i8;
+  // float8_e4m3fn x float8_e4m3fn -> float32 (Hopper / Ada's fp8 tensor cores, "TN", unit scales) as
+  // DType::f8_e4m3fn.
+  const bool imma = DType(key.dtype) == DType::i8, fp8 = DType(key.dtype) == DType::f8_e4m3fn;
+  const cudaDataType_t t = imma ? CUDA_R_8I : fp8 ? CUDA_R_8F_E4M3 : lt_type(DType(key.dtype));
+  const cudaDataType_t td = imma ? CUDA_R_32I : fp8 ? CUDA_R_32F : t;
   check_lt(imma ? cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32I, CUDA_R_32I)
                 : cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
            ctx, "cublasLtMatmulDescCreate", idx);
@@ -246,6 +252,34 @@ void matmul(const OpCall& c, Tensor& out) {
 void gemm_s8s8_s32(int idx, const int8_t* x, const int8_t* w, int32_t* d, int64_t M, int64_t N, int64_t K) {
   check(K % 4 == 0, "linear_q", "cuda: the int8 GEMM needs K a multiple of 4, got ", K);
   gemm("linear_q", idx, DType::i8, x, w, /*w_nk=*/true, false, nullptr, d, M, N, K, 1);
+}
+
+namespace {
+std::atomic<int64_t> fp8_runs{0};
+}  // namespace
+
+int64_t gemm_e4m3_runs() { return fp8_runs.load(); }
+
+std::string gemm_e4m3_f32(int idx, const uint8_t* x, const uint8_t* w, float* d, int64_t M, int64_t N, int64_t K) {
+  if (K % 16 != 0 || N % 16 != 0) return cat("K = ", K, " and N = ", N, " must be multiples of 16");
+  static std::array<std::string, kMaxDevices> unavailable;  // per device, once known
+  static std::mutex mu;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (idx >= 0 && idx < kMaxDevices && !unavailable[size_t(idx)].empty()) return unavailable[size_t(idx)];
+  }
+  try {
+    gemm("linear_q", idx, DType::f8_e4m3fn, x, w, /*w_nk=*/true, false, nullptr, d, M, N, K, 1);
+    fp8_runs.fetch_add(1);
+    return "";
+  } catch (const Error& e) {  // no fp8 algorithm on this GPU (before sm_89) or for these operands
+    if (M * N * K == 0) throw;
+    std::lock_guard<std::mutex> lock(mu);
+    if (idx >= 0 && idx < kMaxDevices) unavailable[size_t(idx)] = e.what();
+    std::fprintf(stderr, "[linear_q] cuda:%d: cuBLASLt's float8 GEMM is unavailable (%s): fp8dq dequantizes instead\n",
+                 idx, e.what());
+    return e.what();
+  }
 }
 
 // A view that starts off a 16-byte boundary (a slice) is copied too, so every operand is 16-byte aligned.

@@ -20,6 +20,12 @@ Allocator& device_allocator(int index);
 Tensor packed_operand(const Tensor& t, DType dt);
 // C[M, N] (int32, row-major) = X[M, K] (int8) x W^T, W stored [N, K] int8: cuBLASLt's IMMA GEMM (gemm.cpp).
 void gemm_s8s8_s32(int idx, const int8_t* x, const int8_t* w, int32_t* d, int64_t M, int64_t N, int64_t K);
+// D[M, N] (float32, row-major) = X[M, K] (float8_e4m3fn codes) x W^T, W stored [N, K] e4m3fn codes, unit
+// scales (the caller scales the result): cuBLASLt's fp8 GEMM. Returns "" when it ran, else why not
+// (K or N not a multiple of 16; no fp8 algorithm on this GPU, remembered per device): the caller then
+// computes it another way. The operands must be 16-byte aligned.
+std::string gemm_e4m3_f32(int idx, const uint8_t* x, const uint8_t* w, float* d, int64_t M, int64_t N, int64_t K);
+int64_t gemm_e4m3_runs();  // float8 GEMMs run so far (tests: the fast path was taken)
 
 // sdpa through f32 GEMMs and a softmax in chunks of query rows (sdpa_gemm.cpp): head dims above 256 and
 // large float32 calls; no mask.

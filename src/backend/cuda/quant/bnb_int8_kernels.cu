@@ -91,15 +91,14 @@ void bnb8_quantize_activations(const void* x, DType xdt, int64_t M, int64_t K, i
                                int8_t* q, float* absmax, uint8_t* col_flags, int32_t* cols, int32_t* n_cols,
                                int device) {
   if (M == 0) return;
-  const cudaStream_t st = current_stream();
   if (sparse && K > 0) {
-    check_cuda(cudaMemsetAsync(col_flags, 0, size_t(K), st), "linear_q: bnb_int8 outlier flags memset", device);
-    outlier_flags_kernel<<<grid_for(M * K, kThreads), kThreads, 0, st>>>(x, xdt, M, K, thr16, col_flags);
-    list_columns_kernel<<<1, 1, 0, st>>>(col_flags, K, cols, n_cols);
+    check_cuda(cudaMemsetAsync(col_flags, 0, size_t(K), current_stream()), "linear_q: bnb_int8 outlier flags memset", device);
+    outlier_flags_kernel<<<grid_for(M * K, kThreads), kThreads, 0, current_stream()>>>(x, xdt, M, K, thr16, col_flags);
+    list_columns_kernel<<<1, 1, 0, current_stream()>>>(col_flags, K, cols, n_cols);
   } else {
-    check_cuda(cudaMemsetAsync(n_cols, 0, sizeof(int32_t), st), "linear_q: bnb_int8 outlier count memset", device);
+    check_cuda(cudaMemsetAsync(n_cols, 0, sizeof(int32_t), current_stream()), "linear_q: bnb_int8 outlier count memset", device);
   }
-  row_quantize_kernel<<<unsigned(M), kThreads, 0, st>>>(x, xdt, M, K, Kp, sparse, thr16, col_flags, q, absmax);
+  row_quantize_kernel<<<unsigned(M), kThreads, 0, current_stream()>>>(x, xdt, M, K, Kp, sparse, thr16, col_flags, q, absmax);
   check_cuda(cudaGetLastError(), "linear_q: bnb_int8 activation quantization launch", device);
 }
 

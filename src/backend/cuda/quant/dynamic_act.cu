@@ -100,13 +100,53 @@ __global__ void fp8_fake_quant_kernel(const void* x, DType xdt, int64_t M, int64
     out[i] = blockq::e4m3_fake_quant(load_f32(x, xdt, i), scale[per_tensor ? 0 : i / K], f8.v);
 }
 
+__global__ void fp8_codes_kernel(const void* x, DType xdt, int64_t M, int64_t K, bool per_tensor, const float* scale,
+                                 uint8_t* codes) {
+  const int64_t n_all = M * K;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n_all; i += int64_t(gridDim.x) * blockDim.x)
+    codes[i] = blockq::e4m3_code(load_f32(x, xdt, i), scale[per_tensor ? 0 : i / K]);
+}
+
+__global__ void fp8_epilogue_kernel(const float* acc, const float* x_scale, bool per_tensor, const float* w_scale,
+                                    int64_t bn, const void* bias, DType bdt, int64_t M, int64_t N, void* y, DType out) {
+  const int64_t n_all = M * N;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n_all; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / N, n = i - r * N;
+    store_f32(y, out, i,
+              blockq::fp8dq_output(acc[i], x_scale[per_tensor ? 0 : r], w_scale[n / bn], bias != nullptr,
+                                   bias ? blockq::load_value(bias, bdt, n) : 0.0f));
+  }
+}
+
+// The activations' e4m3 scales: per row, or the tensor's (amax: M floats of scratch).
+void fp8_activation_scales(const void* x, DType xdt, int64_t M, int64_t K, bool per_tensor, DType hp, float* scale,
+                           float* amax) {
+  row_amax_kernel<<<unsigned(M), kThreads, 0, current_stream()>>>(x, xdt, K, per_tensor, hp, scale, amax);
+  if (per_tensor) tensor_amax_scale_kernel<<<1, 1, 0, current_stream()>>>(amax, M, hp, scale);
+}
+
 }  // namespace
+
+void fp8_quantize_activation_codes(const void* x, DType xdt, int64_t M, int64_t K, bool per_tensor, DType hp,
+                                   float* scale, float* amax, uint8_t* codes, int device) {
+  if (M == 0) return;
+  fp8_activation_scales(x, xdt, M, K, per_tensor, hp, scale, amax);
+  fp8_codes_kernel<<<grid_for(M * K, kThreads), kThreads, 0, current_stream()>>>(x, xdt, M, K, per_tensor, scale, codes);
+  check_cuda(cudaGetLastError(), "linear_q: float8 activation codes launch", device);
+}
+
+void fp8dq_epilogue(const float* acc, const float* x_scale, bool per_tensor, const float* w_scale, int64_t w_block_rows,
+                    const void* bias, DType bdt, int64_t M, int64_t N, void* y, DType out, int device) {
+  if (M * N == 0) return;
+  fp8_epilogue_kernel<<<grid_for(M * N, kThreads), kThreads, 0, current_stream()>>>(acc, x_scale, per_tensor, w_scale,
+                                                                                    w_block_rows, bias, bdt, M, N, y, out);
+  check_cuda(cudaGetLastError(), "linear_q: fp8dq epilogue launch", device);
+}
 
 void fp8_fake_quantize_activations(const void* x, DType xdt, int64_t M, int64_t K, bool per_tensor, DType hp,
                                    const Float8Table& f8, float* scale, float* amax, float* out, int device) {
   if (M == 0) return;
-  row_amax_kernel<<<unsigned(M), kThreads, 0, current_stream()>>>(x, xdt, K, per_tensor, hp, scale, amax);
-  if (per_tensor) tensor_amax_scale_kernel<<<1, 1, 0, current_stream()>>>(amax, M, hp, scale);
+  fp8_activation_scales(x, xdt, M, K, per_tensor, hp, scale, amax);
   fp8_fake_quant_kernel<<<grid_for(M * K, kThreads), kThreads, 0, current_stream()>>>(x, xdt, M, K, per_tensor, scale, f8, out);
   check_cuda(cudaGetLastError(), "linear_q: float8 activation quantization launch", device);
 }

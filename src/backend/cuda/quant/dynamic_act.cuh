@@ -61,11 +61,23 @@ DIFFQ_HOST_DEVICE float amax_combine(float a, float b) { return a != a ? a : b !
 // float8_scale(amax, 448, hp): amax / 448 rounded through the activation dtype.
 DIFFQ_HOST_DEVICE float e4m3_scale(float amax, DType hp) { return round_to(hp, div(amax, 448.0f)); }
 
-// x quantized to float8_e4m3fn with `scale` (x / scale clamped to +-448, NaN kept) and dequantized: f8[code] * scale.
-DIFFQ_HOST_DEVICE float e4m3_fake_quant(float x, float scale, const float* f8) {
+// x quantized to float8_e4m3fn with `scale`: x / scale clamped to +-448 (NaN kept), as its code.
+DIFFQ_HOST_DEVICE uint8_t e4m3_code(float x, float scale) {
   float v = div(x, scale);
   if (v == v) v = std_min(std_max(v, -448.0f), 448.0f);
-  return mul(f8[f32_to_e4m3fn(v)], scale);
+  return f32_to_e4m3fn(v);
+}
+
+// x quantized to float8_e4m3fn with `scale` and dequantized: f8[code] * scale.
+DIFFQ_HOST_DEVICE float e4m3_fake_quant(float x, float scale, const float* f8) { return mul(f8[e4m3_code(x, scale)], scale); }
+
+// An output of the float8 GEMM on codes (acc = sum of f8[x code] * f8[w code], f32) scaled back:
+// acc * x_scale * w_scale (+ bias), before the rounding to the output dtype. The dequantized GEMM
+// computes sum((f8[x] * x_scale) * (f8[w] * w_scale)): the same value up to rounding and summation order.
+DIFFQ_HOST_DEVICE float fp8dq_output(float acc, float x_scale, float w_scale, bool has_bias, float bias) {
+  float v = mul(mul(acc, x_scale), w_scale);
+  if (has_bias) v = add(v, bias);
+  return v;
 }
 
 }  // namespace diffq::backend::cuda::blockq

@@ -28,4 +28,14 @@ void int8dq_epilogue(const int32_t* c, const float* x_scale, bool per_tensor, co
 void fp8_fake_quantize_activations(const void* x, DType xdt, int64_t M, int64_t K, bool per_tensor, DType hp,
                                    const Float8Table& f8, float* scale, float* amax, float* out, int device);
 
+// The same quantization, kept as codes for cuBLASLt's float8 GEMM: codes [M, K] float8_e4m3fn bits, scale [M]
+// or [1] as above.
+void fp8_quantize_activation_codes(const void* x, DType xdt, int64_t M, int64_t K, bool per_tensor, DType hp,
+                                   float* scale, float* amax, uint8_t* codes, int device);
+
+// y [M, N] (out dtype) = round(out, acc * x_scale[row] * w_scale[n / w_block_rows] (+ bias[n])): the float8
+// GEMM's f32 result on codes scaled back (blockq::fp8dq_output); bias in bdt or nullptr.
+void fp8dq_epilogue(const float* acc, const float* x_scale, bool per_tensor, const float* w_scale, int64_t w_block_rows,
+                    const void* bias, DType bdt, int64_t M, int64_t N, void* y, DType out, int device);
+
 }  // namespace diffq::backend::cuda

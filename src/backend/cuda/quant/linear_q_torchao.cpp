@@ -107,10 +107,42 @@ void torchao_int8dq(const OpCall& c, Tensor& out) {
                   b.defined() ? b.dtype() : DType::f32, M, N, out.data_ptr(), out.dtype(), d.index);
 }
 
+// The fast path of fp8dq: x's float8 codes (per row or tensor scales, as below) and W's e4m3fn codes on
+// cuBLASLt's float8 GEMM (f32 out, unit scales), then acc * x_scale * w_scale (+ bias) rounded to x's dtype.
+// For bfloat16 / float16 activations (float32 ones keep the exact path below: the f32 parity of the op
+// table), e4m3fn weights with one scale per row (or per tensor), N and K multiples of 16, on a GPU with
+// fp8 tensor cores; false (nothing written) otherwise.
+bool float8dq_on_fp8_gemm(const Float8Weight& w, const Tensor& xc, const Tensor& bias, bool per_tensor, Tensor& out) {
+  const Tensor& q = w.qdata();
+  const int64_t N = w.shape()[0], K = w.shape()[1], M = K ? xc.numel() / K : 0;
+  if (xc.dtype() == DType::f32 || q.dtype() != DType::f8_e4m3fn || w.block_cols() != K || M == 0) return false;
+  const Device d = xc.device();
+  const Tensor qc = packed_operand(q, q.dtype()), ws = w.scale().contiguous();
+  if (ws.dtype() != DType::f32) return false;
+  const Tensor codes = Tensor::empty({M, K}, DType::u8, d), acc = Tensor::empty({M, N}, DType::f32, d);
+  const Tensor xs = Tensor::empty({per_tensor ? 1 : M}, DType::f32, d);
+  const Tensor amax = per_tensor ? Tensor::empty({M}, DType::f32, d) : Tensor();
+  DeviceGuard guard(d.index);
+  fp8_quantize_activation_codes(xc.data_ptr(), xc.dtype(), M, K, per_tensor, xc.dtype(), static_cast<float*>(xs.data_ptr()),
+                                per_tensor ? static_cast<float*>(amax.data_ptr()) : nullptr,
+                                static_cast<uint8_t*>(codes.data_ptr()), d.index);
+  if (!gemm_e4m3_f32(d.index, static_cast<const uint8_t*>(codes.data_ptr()), static_cast<const uint8_t*>(qc.data_ptr()),
+                     static_cast<float*>(acc.data_ptr()), M, N, K)
+           .empty())
+    return false;
+  Shape os = xc.shape();
+  os.back() = N;
+  out = Tensor::empty(os, xc.dtype(), d);
+  fp8dq_epilogue(static_cast<const float*>(acc.data_ptr()), static_cast<const float*>(xs.data_ptr()), per_tensor,
+                 static_cast<const float*>(ws.data_ptr()), w.block_rows(), bias.defined() ? bias.data_ptr() : nullptr,
+                 bias.defined() ? bias.dtype() : DType::f32, M, N, out.data_ptr(), out.dtype(), d.index);
+  return true;
+}
+
 // Float8DynamicActivationFloat8WeightConfig (e4m3fn activations): the CPU's computation of _scaled_mm,
-// value for value up to the GEMM's summation order: x quantized per row (or tensor) to float8 and back on the
-// device, W's float8 codes times their scales in f32, an f32 GEMM with the bias, one rounding to x's dtype.
-// (cuBLASLt's fp8 GEMM with scale pointers is the fast path to come; it changes only the summation.)
+// value for value up to the GEMM's summation order. On cuBLASLt's float8 GEMM where it can run
+// (float8dq_on_fp8_gemm); else x quantized per row (or tensor) to float8 and back on the device, W's
+// float8 codes times their scales in f32, an f32 GEMM with the bias, one rounding to x's dtype.
 void torchao_float8dq(const OpCall& c, Tensor& out) {
   const auto& w = linear_q_weight<Float8Weight>(c, "torchao_float8dq",
                                                 [](const Float8Weight& a) { return !a.dynamic_activation(); });
@@ -125,6 +157,8 @@ void torchao_float8dq(const OpCall& c, Tensor& out) {
   const int64_t K = w.shape()[1], M = K ? x.numel() / K : 0;
   const bool per_tensor = act.granularity.type == quant::torchao::Granularity::PerTensor;
   const Device d = x.device();
+  const Tensor bias = c.inputs.size() > 1 ? c.inputs[1] : Tensor();
+  if (float8dq_on_fp8_gemm(w, xc, bias.defined() ? bias.contiguous() : bias, per_tensor, out)) return;
   Float8Table e4m3, wt;
   for (int i = 0; i < 256; ++i) {
     e4m3.v[i] = f8_e4m3fn_to_f32(uint8_t(i));
