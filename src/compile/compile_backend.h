@@ -13,6 +13,7 @@
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "compile/graph.h"
@@ -34,6 +35,14 @@ struct QuantizedLinear {
 class CompileBackend {
  public:
   virtual ~CompileBackend() = default;
+
+  // Whether this device offers a pass ("fuse", "fuse_norm", "fuse_epilogue", "fuse_dequant", "fuse_rope",
+  // "elide_concat", "plan", "inplace", "autotune"): one it does not offer declines as on a device without
+  // a backend (PassStats::declined), and the kernels it would need are never called.
+  virtual bool offers(std::string_view pass) const {
+    (void)pass;
+    return true;
+  }
 
   // ---- kernels of the nodes the passes make (buffers on this device) ----
   // A fused node: `leaves` broadcast to out's shape; out's rows contiguous (it may alias a leaf read

@@ -51,11 +51,12 @@ QuantizedLinear quantized_linear(const CompileBackend& backend, Module* root, co
   return {&lin->weight.quantized(), lin->has_bias ? lin->bias.dense() : Tensor()};
 }
 
-// On a device without a compile backend: the passes that need one are turned off in `o`; returns those
-// that were on (dce and cse are the device's too: they only remove nodes).
-std::vector<std::string> decline_device_passes(CompileOptions& o) {
+// The passes the device's compile backend does not offer (all of them without one) are turned off in
+// `o`; returns those that were on (dce and cse are every device's: they only remove nodes).
+std::vector<std::string> decline_device_passes(CompileOptions& o, const CompileBackend* b) {
   std::vector<std::string> declined;
   auto decline = [&](bool& on, const char* name) {
+    if (b && b->offers(name)) return;
     if (on) declined.push_back(name);
     on = false;
   };
@@ -67,7 +68,7 @@ std::vector<std::string> decline_device_passes(CompileOptions& o) {
   decline(o.elide_concat, "elide_concat");
   decline(o.plan, "plan");
   decline(o.inplace, "inplace");
-  if (o.mode == CompileMode::max_autotune) declined.push_back("autotune");
+  if (o.mode == CompileMode::max_autotune && !(b && b->offers("autotune"))) declined.push_back("autotune");
   return declined;
 }
 
@@ -108,11 +109,11 @@ CompiledGraph compile_graph(Graph g, const CompileOptions& options) {
   CompiledGraph c;
   c.backend = find_compile_backend(g.device.kind);
   CompileOptions o = options;
-  if (!c.backend) {
-    c.stats.declined = decline_device_passes(o);
-    if (!c.stats.declined.empty())
-      c.stats.declined_why = g.device.str() + " has no compile backend: the graph runs op by op through its kernels";
-  }
+  c.stats.declined = decline_device_passes(o, c.backend);
+  if (!c.stats.declined.empty())
+    c.stats.declined_why = c.backend ? g.device.str() + "'s compile backend does not offer them: those parts run op by op "
+                                                        "through its kernels"
+                                     : g.device.str() + " has no compile backend: the graph runs op by op through its kernels";
   c.stats.captured_nodes = int64_t(g.nodes.size());
   if (o.dce) c.stats.dce_removed = eliminate_dead_code(g);
   if (o.cse) {

@@ -103,7 +103,7 @@ std::vector<Tensor> CompiledModule::run_signature(Module& m, const std::string& 
       }
       stats_.compile_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       // Errors (a bad cache file) are not a fallback. Without a compile backend autotune declined (PassStats).
-      if (cg && cg->backend && opt_.mode == CompileMode::max_autotune) {
+      if (cg && cg->backend && cg->backend->offers("autotune") && opt_.mode == CompileMode::max_autotune) {
         if (!tuner_) tuner_ = std::make_unique<Autotuner>(opt_);
         tuned_out = tuner_->tune_and_run(*cg, inputs, dense_parameters(m), &m, stats_.autotune);
       }

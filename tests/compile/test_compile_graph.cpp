@@ -100,7 +100,7 @@ TEST(CompileGraph, CompiledEqualsEagerWithEveryPassSetting) {
 // stats say which and why; every op node runs through the device's kernel table (one recorded kernel call
 // per op node, no fused node for a CPU kernel to run); the eager result's bits.
 TEST(CompileGraph, OnADeviceWithoutACompileBackendThePassesDeclineAndEveryOpRunsOnItsKernels) {
-  diffq::testing::FakeDevice dev;
+  diffq::testing::FakeDevice dev(diffq::testing::FakeDevice::Compile::none);
   {
     auto toy = make_toy(3);
     for (const auto& [name, p] : toy->named_parameters()) p->move_to(Device::cuda(0));
@@ -133,6 +133,31 @@ TEST(CompileGraph, OnADeviceWithoutACompileBackendThePassesDeclineAndEveryOpRuns
     EXPECT_EQ(ran.size(), eager_ops - 2);  // the dead exp and the duplicated mul_scalar
     for (const auto& r : ran) EXPECT_TRUE(r.out.is_cuda()) << ops::op_name(r.kind) << " ran on " << r.out.str();
     EXPECT_TRUE(compile_test::same_bits(y.to(Device::cpu()), eager.to(Device::cpu())));
+  }
+  EXPECT_EQ(dev.live_bytes(), 0);
+}
+
+// On a device whose compile backend offers elementwise fusion only (CUDA's; the fake device's stands in):
+// the chains fuse and run on the backend's fused kernel, the other passes decline naming the backend.
+TEST(CompileGraph, OnADeviceOfferingFuseOnlyChainsFuseAndTheRestDeclines) {
+  diffq::testing::FakeDevice dev;
+  {
+    auto toy = make_toy(3);
+    for (const auto& [name, p] : toy->named_parameters()) p->move_to(Device::cuda(0));
+    const Tensor x = randn({2, 3, 16}, 5).to(Device::cuda(0));
+    const Tensor eager = toy->forward(x);
+    CompiledModule cm(toy_fn(), {});
+    const Tensor y = cm.run(*toy, {x})[0];
+    const auto g = cm.graph_for(*toy, {x});
+    ASSERT_NE(g, nullptr);
+    EXPECT_NE(g->backend, nullptr);
+    EXPECT_GT(g->graph.count(Node::Kind::fused), 0) << g->graph.dump();
+    EXPECT_EQ(g->stats.declined, (std::vector<std::string>{"fuse_norm", "fuse_epilogue", "fuse_dequant", "fuse_rope",
+                                                           "elide_concat", "plan", "inplace"}));
+    EXPECT_NE(g->stats.declined_why.find("cuda:0's compile backend does not offer them"), std::string::npos)
+        << g->stats.declined_why;
+    EXPECT_FALSE(g->plan.enabled);
+    EXPECT_LE(max_rel(y.to(Device::cpu()), eager.to(Device::cpu())), 2e-6);
   }
   EXPECT_EQ(dev.live_bytes(), 0);
 }

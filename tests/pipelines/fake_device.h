@@ -16,21 +16,27 @@
 // capturing thread captures: another thread (offloading's prefetcher) runs and allocates as usual. What
 // the CUDA backend refuses in a capture is refused here too: host <-> device copies, offload uploads and
 // fences, synchronize.
+//
+// Compile: like CUDA's compile backend, the fake device offers `fuse` only (its fused nodes run the CPU's
+// fused kernel on the host aliases, recorded in the schedule and captured like kernels); a FakeDevice
+// made with Compile::none has no compile backend (every pass declines).
 #pragma once
 
 #include <array>
 #include <atomic>
 #include <cstdlib>
-#include <thread>
+#include <cstring>
 #include <functional>
 #include <memory>
-#include <cstring>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/cuda_kernel_rules.h"
 #include "backend/device_interface.h"
+#include "compile/compile_backend.h"
 #include "diffq/error.h"
 #include "diffq/memory.h"
 #include "diffq/tensor.h"
@@ -60,8 +66,11 @@ struct FakeScheduleEvent {
 
 class FakeDevice final : public backend::DeviceInterface {
  public:
-  FakeDevice() {
+  enum class Compile { fuse, none };  // the compile backend it offers (CUDA's: fuse)
+  explicit FakeDevice(Compile compile = Compile::fuse) : compile_(*this) {
     instance() = this;
+    previous_compile_ = compile::find_compile_backend(DeviceKind::cuda);
+    compile::register_compile_backend(DeviceKind::cuda, compile == Compile::fuse ? &compile_ : nullptr);
     for (size_t k = 0; k < kOps; ++k) {
       saved_[k] = ops::find_kernel(ops::OpKind(k), DeviceKind::cuda);
       cpu_[k] = ops::find_kernel(ops::OpKind(k), DeviceKind::cpu);
@@ -74,6 +83,7 @@ class FakeDevice final : public backend::DeviceInterface {
     saved_linear_q_ = ops::take_linear_q_kernels(DeviceKind::cuda);
   }
   ~FakeDevice() override {
+    compile::register_compile_backend(DeviceKind::cuda, previous_compile_);
     ops::take_linear_q_kernels(DeviceKind::cuda);
     for (const auto& [scheme, fn] : saved_linear_q_) ops::register_linear_q_kernel(DeviceKind::cuda, scheme, fn);
     ops::set_kernel_precondition(DeviceKind::cuda, previous_rules_);
@@ -232,6 +242,53 @@ class FakeDevice final : public backend::DeviceInterface {
     if (capturing_here()) fail("fake_device", what, " waits on the host: it cannot be part of a captured graph");
   }
 
+  // Runs `fn` on host aliases of `inputs` / `out` (a compile backend's node), recorded in the schedule as an
+  // op reading its device inputs; captured instead of run while this thread captures.
+  void run_node(const std::function<void(const std::vector<Tensor>&, Tensor&)>& fn, const std::vector<Tensor>& inputs,
+                Tensor& out) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      FakeScheduleEvent e{FakeScheduleEvent::op, 0, nullptr, out.nbytes(), {}};
+      for (const Tensor& t : inputs)
+        if (t.defined() && t.device().is_cuda()) e.reads.push_back(t.data_ptr());
+      schedule_.push_back(std::move(e));
+    }
+    std::vector<Tensor> host;
+    const bool capture = capturing_here();
+    for (const Tensor& t : inputs) host.push_back(capture ? unowned_host_alias(t) : host_alias(t));
+    if (capture) {
+      capturing_.load()->push_back([fn, host, o = unowned_host_alias(out)]() mutable { fn(host, o); });
+      return;
+    }
+    Tensor o = host_alias(out);
+    fn(host, o);
+  }
+
+  // The compile backend (Compile::fuse): fused elementwise nodes on the CPU's fused kernel.
+  class FakeCompileBackend final : public compile::CompileBackend {
+   public:
+    explicit FakeCompileBackend(FakeDevice& d) : dev_(d) {}
+    bool offers(std::string_view pass) const override { return pass == "fuse"; }
+    void run_fused(const compile::FusedProgram& p, const std::vector<Tensor>& leaves, Tensor& out,
+                   const compile::QuantizedLinear*) const override {
+      check(!p.norm && !p.gemm, "fake_device", "a fused node with a prologue: the device offers fuse only");
+      const compile::CompileBackend* cpu = compile::find_compile_backend(DeviceKind::cpu);
+      dev_.run_node([cpu, p](const std::vector<Tensor>& l, Tensor& o) { cpu->run_fused(p, l, o, nullptr); }, leaves, out);
+    }
+    void run_norm_rope(const compile::NormRope&, const std::vector<Tensor>&, Tensor&) const override { no(); }
+    void run_linear_strided(const std::vector<Tensor>&, Tensor&) const override { no(); }
+    bool quantized_linear_in_parts(const ops::PackedWeight&) const override { return false; }
+    std::vector<compile::KernelTuning> tuning_candidates(const compile::Node&, const ops::OpCall&) const override { return {}; }
+    std::shared_ptr<void> install(const compile::KernelTuning&) const override { return nullptr; }
+    std::string processor_key() const override { no(); }
+    nlohmann::json tuning_to_json(const compile::KernelTuning&) const override { no(); }
+    compile::KernelTuning tuning_from_json(const nlohmann::json&, const std::string&) const override { no(); }
+
+   private:
+    [[noreturn]] static void no() { fail("fake_device", "the fake device's compile backend offers fuse only"); }
+    FakeDevice& dev_;
+  };
+
   // A CPU view of the same bytes that does not keep them alive (a captured kernel's operand).
   static Tensor unowned_host_alias(const Tensor& t) {
     if (!t.defined()) return t;
@@ -295,6 +352,8 @@ class FakeDevice final : public backend::DeviceInterface {
   int64_t captures_ = 0, replays_ = 0;
   int64_t available_ = -1;  // memory_available: unknown unless a test sets it
   HostBackedAllocator alloc_{*this};
+  FakeCompileBackend compile_;
+  const compile::CompileBackend* previous_compile_ = nullptr;
   std::array<ops::KernelFn, kOps> saved_{}, cpu_{};
   backend::DeviceInterface* previous_ = nullptr;
   ops::KernelPrecondition previous_rules_ = nullptr;

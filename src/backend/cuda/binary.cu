@@ -11,6 +11,7 @@
 
 #include "backend/cuda/convert.cuh"
 #include "backend/cuda/convert_int.cuh"
+#include "backend/cuda/elementwise_math.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/runtime.h"
 #include "backend/cuda/strided.cuh"
@@ -23,18 +24,6 @@ namespace {
 using ops::BinaryFn;
 
 constexpr int kThreads = 256;
-
-__device__ __forceinline__ float apply(BinaryFn fn, float a, float b) {
-  switch (fn) {
-    case BinaryFn::add: return __fadd_rn(a, b);
-    case BinaryFn::sub: return __fsub_rn(a, b);
-    case BinaryFn::mul: return __fmul_rn(a, b);
-    case BinaryFn::div: return __fdiv_rn(a, b);
-    case BinaryFn::maximum: return isnan(a) ? a : isnan(b) ? b : fmaxf(a, b);
-    case BinaryFn::minimum: return isnan(a) ? a : isnan(b) ? b : fminf(a, b);
-  }
-  return 0.0f;
-}
 
 struct Operand {
   const void* data;
@@ -50,11 +39,11 @@ __global__ void binary_kernel(Operand a, Operand b, void* out, DType ot, BinaryF
     if constexpr (kMixed) {
       const float x = load_as_f32(a.data, a.dtype, a.view.offset_of(i));
       const float y = load_as_f32(b.data, b.dtype, b.view.offset_of(i));
-      store_from_f32(out, ot, i, apply(fn, x, y));
+      store_from_f32(out, ot, i, apply_binary(fn, x, y));
     } else {
       const float x = load_f32(a.data, a.dtype, a.view.offset_of(i));
       const float y = load_f32(b.data, b.dtype, b.view.offset_of(i));
-      store_f32(out, ot, i, apply(fn, x, y));
+      store_f32(out, ot, i, apply_binary(fn, x, y));
     }
   }
 }

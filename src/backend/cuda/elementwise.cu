@@ -11,6 +11,7 @@
 
 #include "backend/cuda/convert.cuh"
 #include "backend/cuda/convert_int.cuh"
+#include "backend/cuda/elementwise_math.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/runtime.h"
 #include "backend/cuda/strided.cuh"
@@ -33,45 +34,6 @@ struct MapOp {
   float s;      // scalar (float(attrs.f0), as the CPU)
   float lo, hi; // clamp bounds
 };
-
-__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(fminf(-x, 88.0f))); }
-
-__device__ __forceinline__ float apply_unary(UnaryFn fn, float x) {
-  switch (fn) {
-    case UnaryFn::silu: return x * sigmoid(x);
-    case UnaryFn::gelu_tanh: {
-      const float inner = 0.7978845608028654f * (x + 0.044715f * x * x * x);
-      return 0.5f * x * (1.0f + tanhf(inner));
-    }
-    case UnaryFn::gelu_erf: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
-    case UnaryFn::quick_gelu: return x * sigmoid(1.702f * x);
-    case UnaryFn::exp: return expf(x);
-    case UnaryFn::neg: return -x;
-    case UnaryFn::sqrt: return sqrtf(x);
-    case UnaryFn::rsqrt: return 1.0f / sqrtf(x);
-    case UnaryFn::tanh: return tanhf(x);
-    case UnaryFn::sigmoid: return sigmoid(x);
-    case UnaryFn::sin: return sinf(x);
-    case UnaryFn::cos: return cosf(x);
-    case UnaryFn::abs: return fabsf(x);
-    case UnaryFn::square: return x * x;
-  }
-  return 0.0f;
-}
-
-__device__ __forceinline__ float apply_scalar(ScalarFn fn, float x, float s) {
-  switch (fn) {
-    case ScalarFn::add: return __fadd_rn(x, s);
-    case ScalarFn::mul: return __fmul_rn(x, s);
-    case ScalarFn::rsub: return __fsub_rn(s, x);
-    case ScalarFn::pow:
-      if (s == 2.0f) return __fmul_rn(x, x);
-      if (s == 0.5f) return sqrtf(x);
-      if (s == 1.0f) return x;
-      return powf(x, s);
-  }
-  return 0.0f;
-}
 
 __device__ __forceinline__ float apply(const MapOp& op, float x) {
   switch (op.kind) {

@@ -1,3 +1,4 @@
+#include "backend/cuda/compile/cuda_compile_backend.h"
 #include "backend/cuda/kernels.h"
 
 namespace diffq::backend::cuda {
@@ -19,6 +20,7 @@ void register_kernels() {
   register_absmax_kernels();
   register_cudnn_kernels();
   register_linear_q_kernels();
+  register_compile_backend();  // compile's fused elementwise kernel (backend/cuda/compile)
 }
 
 }  // namespace diffq::backend::cuda
