@@ -45,6 +45,10 @@
 #   peer             Diffusers on the same GPU, same shapes (tools/peers/diffusers_device_peer.py)
 #   diffq_flux_28    28 steps of builtin:flux-dev-shape, when the step's time says they fit in what is left
 #   torchao_int4     tools/reference/check_torchao_int4_gpu.py, only with the int4 wheels (else skipped)
+#   on request (--parts, a second call: issue 37's other figures):
+#   diffq_flux_quant2  the FLUX-dev-shaped step with bf16+int8dq, bf16+fp8dq, bf16+q4_K
+#   diffq_flux_offload the same step with bf16+group-offload and bf16+nf4+model-offload (peak device memory)
+#   diffq_wan14        builtin:wan-14b-shape 832x480x81, a CFG step, bf16 and bf16+fp8dq
 #   seeds            only on request (--parts seeds, a call of its own): the seeds' table at 1024x1024, 4
 #                    steps: diffq bench bf16+nf4, + regional + reduce-overhead, + model-offload, and Diffusers'
 #                    same three rows (seeds_peer: bitsandbytes nf4, compile_repeated_blocks, model CPU offload;
@@ -59,9 +63,9 @@ cd "$root" || exit 2
 dry=0 assume_gpu=0 pack="" prebuilt="" build="$root/build" wheels="$root/.whl" int4_wheels="$root/.whl-int4"
 out="${OUT:-$root/out/device-check}" budget=470 parts=""
 all_parts="gpu_tests,parity,diffq_flux_step,diffq_flux_quant,diffq_flux_graphs,diffq_vae,diffq_wan_step,profile_flux,profile_wan,peer,diffq_flux_28,torchao_int4"
-optional_parts="seeds"  # run only when --parts names them (a call of their own)
+optional_parts="seeds,diffq_flux_quant2,diffq_flux_offload,diffq_wan14"  # only when --parts names them
 limit_mb=60
-usage() { sed -n '2,55p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,59p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --dry-run) dry=1; shift ;;
@@ -458,7 +462,21 @@ else
   record torchao_int4 "$st" "$secs" "$m"
 fi
 
-# ---- 9. the seeds' table (on request: --parts seeds): diffq and Diffusers, the same three rows ----------------
+# ---- 9. issue 37's other figures (on request: a second call) -------------------------------------------------
+if want diffq_flux_quant2; then  # targets: fp8dq <= 80 ms, Q4_K <= 140 ms a step (int8dq: IMMA vs bf16)
+  bench_part diffq_flux_quant2 240 -m builtin:flux-dev-shape --combos "bf16+int8dq; bf16+fp8dq; bf16+q4_K" \
+    --size 1024x1024 --steps 2 --repeat 1 --warmup 1
+fi
+if want diffq_flux_offload; then  # target: group offload (block level, streams) <= 460 ms at <= 2 GiB
+  bench_part diffq_flux_offload 200 -m builtin:flux-dev-shape --combos "bf16+group-offload; bf16+nf4+model-offload" \
+    --size 1024x1024 --steps 2 --repeat 1 --warmup 1
+fi
+if want diffq_wan14; then  # targets: Wan-14B-shaped 480p step <= 2.6 s bf16, <= 1.9 s with fp8
+  bench_part diffq_wan14 300 -m builtin:wan-14b-shape --combos "bf16; bf16+fp8dq" --size 832x480 --frames 81 \
+    --steps 1 --repeat 1 --warmup 1
+fi
+
+# ---- 10. the seeds' table (on request: --parts seeds): diffq and Diffusers, the same three rows ---------------
 if want seeds; then
   bench_part seeds 200 -m builtin:flux-dev-shape --size 1024x1024 --steps 4 --repeat 1 --warmup 1 --combos \
     "bf16+nf4; bf16+nf4+regional+reduce-overhead; bf16+nf4+regional+reduce-overhead+model-offload"
