@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "compile/compile_options.h"
+#include "compile/graph.h"
 #include "diffq/tensor.h"
 
 namespace compile_test {
@@ -46,6 +47,28 @@ inline bool same_bits(const diffq::Tensor& a, const diffq::Tensor& b) {
 }
 
 // Every pass on, then each pass off in turn, then all off.
+// A fused program over three leaves: ((a * b) + silu(c)) - clamp(gelu_tanh(a), -0.5, 0.5), then 3 - that;
+// every register of dtype `dt` (each rounded to it, as the eager ops round).
+inline diffq::compile::FusedProgram sample_fused_program(diffq::DType dt = diffq::DType::f32) {
+  using diffq::compile::Instr;
+  namespace ops = diffq::ops;
+  diffq::compile::FusedProgram p;
+  auto add = [&](Instr i) {
+    i.dtype = dt;
+    p.code.push_back(i);
+    return int32_t(p.code.size() - 1);
+  };
+  const int32_t la = add({Instr::Op::load, 0}), lb = add({Instr::Op::load, 1}), lc = add({Instr::Op::load, 2});
+  const int32_t ab = add({Instr::Op::binary, la, lb, int64_t(ops::BinaryFn::mul)});
+  const int32_t sc = add({Instr::Op::unary, lc, -1, int64_t(ops::UnaryFn::silu)});
+  const int32_t s = add({Instr::Op::binary, ab, sc, int64_t(ops::BinaryFn::add)});
+  const int32_t g = add({Instr::Op::unary, la, -1, int64_t(ops::UnaryFn::gelu_tanh)});
+  const int32_t cl = add({Instr::Op::clamp, g, -1, 0, -0.5f, 0.5f});
+  const int32_t d = add({Instr::Op::binary, s, cl, int64_t(ops::BinaryFn::sub)});
+  add({Instr::Op::scalar, d, -1, int64_t(ops::ScalarFn::rsub), 3.f});
+  return p;
+}
+
 inline std::vector<std::pair<std::string, diffq::compile::CompileOptions>> pass_settings() {
   std::vector<std::pair<std::string, diffq::compile::CompileOptions>> out;
   out.emplace_back("all-on", diffq::compile::CompileOptions{});

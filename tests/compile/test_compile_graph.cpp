@@ -220,20 +220,8 @@ TEST(CompileGraph, MemoryPlanReusesBuffersAndWritesInPlace) {
 }
 
 TEST(CompileGraph, FusedKernelMatchesScalarReference) {
-  // ((a * b) + silu(c)) - clamp(gelu_tanh(a), -0.5, 0.5), b and c broadcast, then a bf16 cast.
-  FusedProgram p;
-  auto add = [&](Instr i) {
-    p.code.push_back(i);
-    return int32_t(p.code.size() - 1);
-  };
-  const int32_t la = add({Instr::Op::load, 0}), lb = add({Instr::Op::load, 1}), lc = add({Instr::Op::load, 2});
-  const int32_t ab = add({Instr::Op::binary, la, lb, int64_t(ops::BinaryFn::mul)});
-  const int32_t sc = add({Instr::Op::unary, lc, -1, int64_t(ops::UnaryFn::silu)});
-  const int32_t s = add({Instr::Op::binary, ab, sc, int64_t(ops::BinaryFn::add)});
-  const int32_t g = add({Instr::Op::unary, la, -1, int64_t(ops::UnaryFn::gelu_tanh)});
-  const int32_t cl = add({Instr::Op::clamp, g, -1, 0, -0.5f, 0.5f});
-  const int32_t d = add({Instr::Op::binary, s, cl, int64_t(ops::BinaryFn::sub)});
-  add({Instr::Op::scalar, d, -1, int64_t(ops::ScalarFn::rsub), 3.f});
+  // ((a * b) + silu(c)) - clamp(gelu_tanh(a), -0.5, 0.5), b and c broadcast, then 3 - that.
+  const FusedProgram p = compile_test::sample_fused_program();
   for (DType dt : {DType::f32, DType::bf16}) {
     const Tensor a = randn({3, 37, 130}, 1), b = randn({37, 1}, 2), c = randn({130}, 3, dt);
     Tensor fast = Tensor::empty({3, 37, 130}, dt), ref = Tensor::empty({3, 37, 130}, dt);

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "backend/cuda/compile/fused_kernel.h"
+#include "compile/compile_test_util.h"
 #include "compile/compiled_module.h"
 #include "compile/fused_reference.h"
 #include "gpu_test.h"
@@ -28,24 +29,7 @@ double max_rel(const Tensor& a, const Tensor& b) {
   return s > 0 ? m / s : m;
 }
 
-// ((a * b) + silu(c)) - clamp(gelu_tanh(a), -0.5, 0.5), then 3 - that, each register rounded to `dt`.
-FusedProgram program(DType dt) {
-  FusedProgram p;
-  auto add = [&](Instr i) {
-    i.dtype = dt;
-    p.code.push_back(i);
-    return int32_t(p.code.size() - 1);
-  };
-  const int32_t la = add({Instr::Op::load, 0}), lb = add({Instr::Op::load, 1}), lc = add({Instr::Op::load, 2});
-  const int32_t ab = add({Instr::Op::binary, la, lb, int64_t(ops::BinaryFn::mul)});
-  const int32_t sc = add({Instr::Op::unary, lc, -1, int64_t(ops::UnaryFn::silu)});
-  const int32_t s = add({Instr::Op::binary, ab, sc, int64_t(ops::BinaryFn::add)});
-  const int32_t g = add({Instr::Op::unary, la, -1, int64_t(ops::UnaryFn::gelu_tanh)});
-  const int32_t cl = add({Instr::Op::clamp, g, -1, 0, -0.5f, 0.5f});
-  const int32_t d = add({Instr::Op::binary, s, cl, int64_t(ops::BinaryFn::sub)});
-  add({Instr::Op::scalar, d, -1, int64_t(ops::ScalarFn::rsub), 3.f});
-  return p;
-}
+FusedProgram program(DType dt) { return compile_test::sample_fused_program(dt); }
 
 Tensor eager(const Tensor& a, const Tensor& b, const Tensor& c) {
   const Tensor s = ops::add(ops::mul(a, b), ops::silu(c).expand(a.shape()));

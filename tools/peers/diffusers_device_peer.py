@@ -141,8 +141,8 @@ def main() -> int:
         return {"what": "one FLUX.1-dev transformer forward, 1024x1024", "step_ms": r["median_ms"], "timing": r,
                 "init_s": flux["init_s"], "peak_gib": torch.cuda.max_memory_allocated() / 2**30}
 
-    def part_flux_28():
-        m = flux_model()
+    def flux_pipeline(m):
+        """FluxPipeline around transformer m with FLUX.1's VAE, no text encoders, and random prompt embeddings."""
         vae = on_gpu(diffusers.AutoencoderKL, **FLUX_VAE)
         pipe = diffusers.FluxPipeline(scheduler=diffusers.FlowMatchEulerDiscreteScheduler(**FLUX_SCHEDULER),
                                       vae=vae, text_encoder=None, tokenizer=None, text_encoder_2=None,
@@ -151,6 +151,11 @@ def main() -> int:
         g = torch.Generator(device=dev).manual_seed(0)
         emb = torch.randn(1, 512, 4096, device=dev, dtype=bf, generator=g)
         pooled = torch.randn(1, 768, device=dev, dtype=bf, generator=g)
+        return pipe, vae, emb, pooled
+
+    def part_flux_28():
+        m = flux_model()
+        pipe, vae, emb, pooled = flux_pipeline(m)
 
         def run(steps, output_type):
             return pipe(prompt_embeds=emb, pooled_prompt_embeds=pooled, height=1024, width=1024,
@@ -231,14 +236,7 @@ def main() -> int:
             nf4(m)
         gc.collect()
         torch.cuda.empty_cache()
-        vae = on_gpu(diffusers.AutoencoderKL, **FLUX_VAE)
-        pipe = diffusers.FluxPipeline(scheduler=diffusers.FlowMatchEulerDiscreteScheduler(**FLUX_SCHEDULER),
-                                      vae=vae, text_encoder=None, tokenizer=None, text_encoder_2=None,
-                                      tokenizer_2=None, transformer=m)
-        pipe.set_progress_bar_config(disable=True)
-        g = torch.Generator(device=dev).manual_seed(0)
-        emb = torch.randn(1, 512, 4096, device=dev, dtype=bf, generator=g)
-        pooled = torch.randn(1, 768, device=dev, dtype=bf, generator=g)
+        pipe, vae, emb, pooled = flux_pipeline(m)
 
         def call():
             torch.cuda.synchronize()
