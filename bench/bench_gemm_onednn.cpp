@@ -1,4 +1,4 @@
-// Candidate: oneDNN 2.6 (Debian libdnnl-dev, OpenMP runtime). f32: dnnl_sgemm (row-major) and the
+// Candidate: oneDNN (Debian's 2.6 or the pinned 3.2 wheel, OpenMP runtime; both APIs). f32: dnnl_sgemm (row-major) and the
 // matmul primitive; bf16: the matmul primitive with bf16 src/weights and f32 dst (f32 accumulation).
 // Weights are given in the gemm.h layout ([N,K] row-major = "ba" for the K x N weights); the
 // primitive is created once outside the timing loop (as an engine would cache it).
@@ -32,7 +32,11 @@ void onednn_matmul(benchmark::State& state, const Shape& s, int threads, dnnl::m
   const memory::desc c_md({s.m, s.n}, memory::data_type::f32, memory::format_tag::ab);
   dnnl::matmul::primitive_desc pd;
   try {
+#if DNNL_VERSION_MAJOR >= 3
+    pd = dnnl::matmul::primitive_desc(eng, a_md, b_md, c_md);
+#else
     pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, c_md), eng);
+#endif
   } catch (const dnnl::error& e) {
     state.SkipWithError(e.what());
     return;

@@ -88,6 +88,12 @@ TEST_P(OnednnGemm, F32MatchesReferenceAndPartsGiveTheSameBits) {
                                      cc.data(), p.ldc))
       << cpu::onednn_f32_impl();
   p.check(cc, "direct f32 part " + p.name());
+  const Problem q(false, true, {48, 64, 96}, 0.75f, 0.5f, 6, false);
+  std::vector<float> cq = q.c0;
+  EXPECT_TRUE(cpu::onednn_sgemm_part(false, true, 48, 64, 96, 0.75f, q.a.data(), q.lda, q.b.data(), q.ldb, 0.5f,
+                                     cq.data(), q.ldc))
+      << "f32 with alpha 0.75, beta 0.5 has no native oneDNN kernel";
+  q.check(cq, "direct f32 part, alpha and beta " + q.name());
 }
 
 INSTANTIATE_TEST_SUITE_P(Threads, OnednnGemm, ::testing::Values(1, 2));
@@ -114,6 +120,16 @@ TEST(OnednnGemmChoice, NativeForTheModelLayoutsAndTheDefaultForBf16) {
                                            0.0f, c.data(), p.ldc))  // padded strides: oneDNN's jit GEMM
         << (tb ? "NT" : "NN") << " has no native oneDNN kernel (" << cpu::onednn_bf16_impl() << ")";
     p.check(c, std::string("direct part ") + p.name());
+  }
+  // alpha and beta natively too (2.6: an output scale; 3.x: the weights' scale given at execute, which a
+  // version could decline for bf16 and leave to the blocked fallback unnoticed).
+  for (const bool tb : {true, false}) {
+    const Problem p(false, tb, {48, 64, 96}, 0.75f, 0.5f, 78, true);
+    std::vector<float> c = p.c0;
+    EXPECT_TRUE(cpu::onednn_gemm_bf16_part(false, tb, 48, 64, 96, 0.75f, p.a16.data(), p.lda, p.b16.data(), p.ldb,
+                                           0.5f, c.data(), p.ldc))
+        << (tb ? "NT" : "NN") << " with alpha 0.75, beta 0.5 has no native oneDNN kernel";
+    p.check(c, std::string("direct part, alpha and beta ") + p.name());
   }
   // The default sends bf16 GEMMs to oneDNN on AMX only (measured; on AVX512-BF16 alone the blocked
   // kernel is faster), never a GEMV, never against a forced kernel.

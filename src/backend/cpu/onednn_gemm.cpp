@@ -44,6 +44,7 @@ struct Entry {
   std::string impl;  // oneDNN's implementation name (also when it is not used)
   memory::desc a, b, c;
   size_t scratch_bytes = 0;
+  float alpha = 1.0f;  // oneDNN 3.x: the weights' scale, passed at execute (2.6: an output scale in the attr)
 };
 
 dnnl::engine& engine() {
@@ -66,14 +67,27 @@ std::unique_ptr<Entry> make_entry(const Key& key) {
                       memory::dims{key.ldc, 1});
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // per-thread scratch: concurrent parts never share
-  if (key.alpha != 1.0f) attr.set_output_scales(0, {key.alpha});
+  // alpha: 2.6's output scale, 3.x's scale of the weights (one value, mask 0); both multiply the f32 (or
+  // s32) accumulator once before the sum post-op adds beta * C, so the two versions compute alike.
+  e->alpha = key.alpha;
+  if (key.alpha != 1.0f) {
+#if DNNL_VERSION_MAJOR >= 3
+    attr.set_scales_mask(DNNL_ARG_WEIGHTS, 0);
+#else
+    attr.set_output_scales(0, {key.alpha});
+#endif
+  }
   if (key.beta != 0.0f) {
     dnnl::post_ops po;
     po.append_sum(key.beta);
     attr.set_post_ops(po);
   }
   try {
+#if DNNL_VERSION_MAJOR >= 3
+    dnnl::matmul::primitive_desc pd(engine(), e->a, e->b, e->c, attr);
+#else
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e->a, e->b, e->c), attr, engine());
+#endif
     e->impl = pd.impl_info_str();
     if (!native_impl(e->impl)) return e;
     e->scratch_bytes = pd.scratchpad_desc().get_size();
@@ -130,6 +144,11 @@ bool run_cached(const Key& key, const void* a, const void* b, void* c) {
   if (e.scratch_bytes > 0)
     args.emplace(DNNL_ARG_SCRATCHPAD, memory(memory::desc({int64_t(e.scratch_bytes)}, memory::data_type::u8,
                                                           memory::dims{1}), eng, t.scratch.data()));
+#if DNNL_VERSION_MAJOR >= 3
+  if (e.alpha != 1.0f)  // read only by oneDNN
+    args.emplace(DNNL_ARG_ATTR_SCALES | DNNL_ARG_WEIGHTS,
+                 memory(memory::desc({1}, memory::data_type::f32, memory::dims{1}), eng, const_cast<float*>(&e.alpha)));
+#endif
   e.prim->execute(t.stream, args);
   t.stream.wait();
   return true;
