@@ -70,7 +70,7 @@ TEST(CliInfo, ReportsBuildKernelsThreadsAndGpus) {
   ASSERT_FALSE(runnable.empty());
   EXPECT_EQ(j.at("cpu").at("simd_target").get<std::string>(), runnable.front());  // the best runnable one
   for (const auto& t : runnable) EXPECT_NE(std::find(compiled.begin(), compiled.end(), t), compiled.end()) << t;
-  for (const char* k : {"gemm_f32", "gemm_bf16", "gemm_int8 (torchao int8dq)", "attention"})
+  for (const char* k : {"gemm_f32", "gemm_bf16", "gemm_int8 (torchao int8dq)", "attention", "conv2d_f32", "conv2d_bf16"})
     EXPECT_FALSE(j.at("kernels").at(k).get<std::string>().empty()) << k;
   if (j.at("gpus").empty()) EXPECT_FALSE(j.at("gpus_none_reason").get<std::string>().empty());
   EXPECT_NE(j.at("summary").get<std::string>().find(j.at("cpu").at("model").get<std::string>()), std::string::npos);
