@@ -1,6 +1,5 @@
 #include "backend/cpu/onednn_conv.h"
-
-#include <dlfcn.h>
+#include "backend/cpu/onednn_runtime.h"
 
 #include <atomic>
 #include <cstring>
@@ -27,10 +26,7 @@ using Dt = memory::data_type;
 Dt dt_of(ConvElem e) { return e == ConvElem::bf16 ? Dt::bf16 : Dt::f32; }
 size_t elem_bytes(ConvElem e) { return e == ConvElem::bf16 ? 2 : 4; }
 
-dnnl::engine& engine() {
-  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
-  return e;
-}
+dnnl::engine& engine() { return onednn_engine(); }
 
 struct Key {
   ConvElem in, out;
@@ -96,7 +92,7 @@ std::unique_ptr<Entry> make_entry(const Key& key) {
     const auto pd = make_pd(src_any, wei_any, key.bias ? &e->bias : nullptr, dst_any, {s.stride, s.stride},
                             {s.pad_t, s.pad_l}, {s.pad_b, s.pad_r}, attr);
     e->impl = pd.impl_info_str();
-    if (e->impl.find("ref") != std::string::npos) return e;
+    if (!onednn_native_impl(e->impl)) return e;
     e->src = pd.src_desc();
     e->wei = pd.weights_desc();
     e->dst = pd.dst_desc();
@@ -211,29 +207,6 @@ std::shared_ptr<uint8_t[]> weights_for(const Entry& e, ConvElem in, const Onednn
   return fresh;
 }
 
-// oneDNN's OpenMP team size for the calling thread: diffq's thread count for one conv call (one
-// inside a diffq parallel region), restored afterwards (onednn_gemm.cpp keeps its pool threads at one).
-// Looked up at run time as onednn_gemm.cpp does, so diffq links no OpenMP runtime of its own.
-class OmpThreads {
- public:
-  explicit OmpThreads(int n) {
-    if (set_ && get_) {
-      prev_ = get_();
-      if (prev_ != n) set_(n);
-    }
-  }
-  ~OmpThreads() {
-    if (set_ && prev_ > 0) set_(prev_);
-  }
-
- private:
-  using Set = void (*)(int);
-  using Get = int (*)();
-  inline static const Set set_ = reinterpret_cast<Set>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
-  inline static const Get get_ = reinterpret_cast<Get>(dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
-  int prev_ = 0;
-};
-
 std::atomic<int64_t> g_calls{0};
 
 bool cpu_has(ConvElem in) {
@@ -294,7 +267,9 @@ bool run_conv(ConvElem in, ConvElem out, const OnednnConvShape& s, const void* x
 bool onednn_conv2d(ConvElem in, ConvElem out, const OnednnConvShape& s, const void* x, const void* w,
                    const float* bias, void* y) {
   if (!cpu_has(in)) return false;
-  OmpThreads team(in_parallel_region() ? 1 : num_threads());
+  // oneDNN's OpenMP team: diffq's thread count for the whole conv call (one inside a diffq parallel region;
+  // onednn_gemm.cpp keeps its pool threads at one).
+  OmpTeam team(in_parallel_region() ? 1 : num_threads());
   const int64_t image = s.c * s.h * s.w;
   if (s.n > 1 && s.image_stride > 0 && s.image_stride < image) {
     // Overlapping images (a causal 3D conv's frame windows): oneDNN's memory descriptors refuse

@@ -1,7 +1,5 @@
 #include "backend/cpu/onednn_gemm.h"
 
-#include <dlfcn.h>
-
 #include <dnnl.hpp>
 #include <memory>
 #include <mutex>
@@ -10,6 +8,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_features.h"
+#include "backend/cpu/onednn_runtime.h"
 
 namespace diffq::backend::cpu {
 
@@ -47,15 +46,12 @@ struct Entry {
   float alpha = 1.0f;  // oneDNN 3.x: the weights' scale, passed at execute (2.6: an output scale in the attr)
 };
 
-dnnl::engine& engine() {
-  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
-  return e;
-}
+dnnl::engine& engine() { return onednn_engine(); }
 
 // brgemm ("brg:avx512_core_bf16", "brg:avx512_core_amx") for dense operands, the jit GEMM ("gemm:jit")
 // where a row stride is wider than the rows (oneDNN 2.6's brgemm takes dense layouts only); never a
 // reference implementation.
-bool native_impl(const std::string& impl) { return impl.find("ref") == std::string::npos; }
+bool native_impl(const std::string& impl) { return onednn_native_impl(impl); }
 
 std::unique_ptr<Entry> make_entry(const Key& key) {
   auto e = std::make_unique<Entry>();
@@ -109,18 +105,11 @@ const Entry& entry_for(const Key& key) {
 }
 
 // Each calling thread runs oneDNN single-threaded (its OpenMP team of one) with its own stream and
-// scratchpad. Debian's oneDNN runs on OpenMP (libgomp, loaded as its dependency): omp_set_num_threads(1) is looked
-// up at run time, so diffq links no OpenMP runtime of its own (clang's would be another package).
-void omp_threads_one_for_this_thread() {
-  using Fn = void (*)(int);
-  static const Fn fn = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
-  if (fn) fn(1);
-}
-
+// scratchpad.
 struct ThreadState {
   dnnl::stream stream{engine()};
   std::vector<uint8_t> scratch;
-  ThreadState() { omp_threads_one_for_this_thread(); }
+  ThreadState() { OmpTeam::set_for_this_thread(1); }
 };
 ThreadState& thread_state() {
   thread_local ThreadState t;
