@@ -8,6 +8,11 @@
 //             start-up with bench_fma_peak's loop (x86-64 only; absent elsewhere). On a shared machine
 //             both figures drop when other processes take the cores: bracket runs with
 //             `bench_fma_peak` and discard those where its 2-thread figure is low.
+// bf16 inputs run on each of the CPU tiles that can run here (backend/cpu/tuning.h AttentionKernel):
+// .../bf16/f32 (widened), .../bf16/bf16-dot (vdpbf16ps), .../bf16/onednn (oneDNN's bf16 matmul for
+// Q K^T and P V), and .../bf16/best (the default). Issue 36's shapes: FLUX's joint sequence at 512x512
+// (24 heads, 1024 + 512 tokens, D 128) and 1024x1024 with fewer tokens (L 4096), Wan2.1-1.3B (12 heads,
+// D 128) self attention at 480x832 with 9 frames (4680 tokens) and its cross attention (512 text keys).
 // ATTN_BENCH_BQ / ATTN_BENCH_BK replace the tuning's attention tile sizes (backend/cpu/tuning.h).
 #include <benchmark/benchmark.h>
 
@@ -20,6 +25,8 @@
 #include <thread>
 #include <vector>
 
+#include "backend/cpu/attention_onednn.h"
+#include "backend/cpu/bf16_dot_gemm.h"
 #include "backend/cpu/threads.h"
 #include "backend/cpu/tuning.h"
 #include "diffq/tensor.h"
@@ -73,7 +80,8 @@ double fma_peak(int threads) {
 }
 #endif
 
-void bench_sdpa(benchmark::State& state, const Case& c, DType dt, int threads) {
+void bench_sdpa(benchmark::State& state, const Case& c, DType dt, int threads,
+                cpu::AttentionKernel kernel = cpu::AttentionKernel::best) {
   cpu::set_num_threads(threads);
   const Tensor q = random_tensor({c.b, c.h, c.sq, c.d}, dt, 1, -1.f, 1.f);
   const Tensor k = random_tensor({c.b, c.h, c.sk, c.d}, dt, 2, -1.f, 1.f);
@@ -81,6 +89,7 @@ void bench_sdpa(benchmark::State& state, const Case& c, DType dt, int threads) {
   const Tensor mask = c.masked ? random_tensor({1, 1, c.sq, c.sk}, DType::f32, 4, -4.f, 0.f) : Tensor();
   // ATTN_BENCH_BQ / ATTN_BENCH_BK override the tuning's tile sizes (for sweeps).
   cpu::Tuning tune = cpu::current_tuning();
+  if (kernel != cpu::AttentionKernel::best) tune.attention_kernel = kernel;
   if (const char* e = std::getenv("ATTN_BENCH_BQ")) tune.attn_bq = std::atoll(e);
   if (const char* e = std::getenv("ATTN_BENCH_BK")) tune.attn_bk = std::atoll(e);
   cpu::ScopedTuning scope(tune);
@@ -107,6 +116,27 @@ int main(int argc, char** argv) {
       {"flux_small_masked", 1, 12, 1152, 1152, 64, true},
       {"flux_dev", 1, 24, 4608, 4608, 128, false},
   };
+  // Issue 36: bf16 on each tiles kind.
+  const std::vector<Case> bf16_cases = {
+      {"flux_joint_L1536", 1, 24, 1536, 1536, 128, false},
+      {"flux_joint_L4096", 1, 24, 4096, 4096, 128, false},
+      {"wan13_self_L4680", 1, 12, 4680, 4680, 128, false},
+      {"wan13_cross_L4680x512", 1, 12, 4680, 512, 128, false},
+  };
+  std::vector<std::pair<std::string, cpu::AttentionKernel>> kernels = {{"best", cpu::AttentionKernel::best},
+                                                                       {"f32", cpu::AttentionKernel::f32}};
+  if (cpu::bf16_dot_gemm_usable()) kernels.emplace_back("bf16-dot", cpu::AttentionKernel::bf16_dot);
+  if (cpu::attention_onednn_usable()) kernels.emplace_back("onednn", cpu::AttentionKernel::onednn);
+  for (const int t : thread_counts())
+    for (const Case& c : bf16_cases)
+      for (const auto& [kname, k] : kernels) {
+        const std::string name = "sdpa_tiles/" + c.name + "/bf16/" + kname + "/threads:" + std::to_string(t);
+        auto* b = benchmark::RegisterBenchmark(name.c_str(), [c, t, k = k](benchmark::State& st) {
+          bench_sdpa(st, c, DType::bf16, t, k);
+        });
+        b->UseRealTime()->MeasureProcessCPUTime()->Unit(benchmark::kMillisecond);
+        b->Iterations(c.sq * c.sk > 4'000'000 ? 1 : 2);
+      }
 #if defined(__x86_64__)
   for (const int t : thread_counts()) fma_peak(t);  // calibrate before the runs
 #endif

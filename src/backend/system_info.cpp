@@ -13,7 +13,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "backend/cpu/attention_bf16_dot.h"
+#include "backend/cpu/attention_tiles.h"
 #include "backend/cpu/conv.h"
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/gemm.h"
@@ -84,9 +84,7 @@ SystemInfo system_info() {
   if (backend::cpu::gemm_bf16_native(1024, 1024, backend::cpu::current_tuning()))
     quantized += "; tiles of exact bf16 values (GGUF, bnb 4-bit in bf16) with a bf16 input -> the bf16 GEMM";
   std::string attention = "diffq flash attention, ";
-  attention += backend::cpu::attention_bf16_dot_enabled(backend::cpu::current_tuning())
-                   ? "bf16 inputs on vdpbf16ps pairs (P in bf16), others f32 tiles ("
-                   : "f32 tiles (";
+  attention += backend::cpu::attention_kernel_name(backend::cpu::current_tuning()) + " (";
   attention += s.simd_target;
   attention += ")";
   s.kernels = {

@@ -15,8 +15,10 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/attention_onednn.h"
 #include "backend/cpu/attention_tiles.h"
 #include "backend/cpu/bf16_dot_gemm.h"
+#include "backend/cpu/onednn_gemm.h"
 #include "backend/cpu/threads.h"
 #include "backend/cpu/tuning.h"
 #include "backend/reference/reference_ops.h"
@@ -137,7 +139,8 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 using Tilings = std::vector<std::pair<int64_t, int64_t>>;  // (attn_bq, attn_bk); (0, 0): defaults
 
 void expect_matches_reference(const Case& c, const Tilings& tilings,
-                              cpu::GemmKernel kernel = cpu::GemmKernel::best) {
+                              cpu::GemmKernel kernel = cpu::GemmKernel::best,
+                              cpu::AttentionKernel attention = cpu::AttentionKernel::best) {
   const Inputs in = make_inputs(c);
   reference::Array ref = reference::sdpa(reference::from_tensor(in.q), reference::from_tensor(in.k),
                                          reference::from_tensor(in.v), reference::from_tensor(in.mask),
@@ -148,6 +151,7 @@ void expect_matches_reference(const Case& c, const Tilings& tilings,
   for (const auto& [bq, bk] : tilings) {
     cpu::Tuning t;
     t.gemm_kernel = kernel;  // diffq_widen: bf16 inputs on the f32 tiles even where the bf16 dot exists
+    t.attention_kernel = attention;
     if (bq > 0) t.attn_bq = bq, t.attn_bk = bk;
     cpu::ScopedTuning scope(t);
     std::vector<float> first;
@@ -247,6 +251,98 @@ TEST(SdpaBf16Choice, DotTilesRunWhereTheCpuHasThem) {
   const bool differ = !same_bits(run(cpu::GemmKernel::best), run(cpu::GemmKernel::diffq_widen));
   EXPECT_EQ(differ, cpu::bf16_dot_gemm_usable())
       << "the bf16 dot tiles run exactly where bf16_dot_gemm_usable() (avx512_bf16 and an AVX3 target)";
+}
+
+// bf16 inputs on the oneDNN tiles (attention_onednn.h: Q K^T and P V on oneDNN's bf16 matmul, the
+// vdpbf16ps tiles' softmax rows, P in bf16), forced, with the bf16 tolerance of the vdpbf16ps tiles:
+// FLUX's joint sequence (Sq = Sk, [B, S, H, D] views read in place), Wan's self (Sq = Sk) and cross
+// attention (512 text keys), head dim 128, sizes that are no multiple of the tiles, Dv != D, odd head
+// sizes (rows packed), masks of every kind, every tiling; 1 and 2 threads give the same bits.
+class SdpaOnednn : public ::testing::TestWithParam<Case> {};
+
+TEST_P(SdpaOnednn, MatchesTheF64Reference) {
+  if (!cpu::attention_onednn_usable())
+    GTEST_SKIP() << "the oneDNN attention tiles need oneDNN's native bf16 matmul (" << cpu::onednn_bf16_impl()
+                 << ") and AVX512-BF16 for the softmax rows (bf16_dot_gemm_usable: "
+                 << cpu::bf16_dot_gemm_usable() << ")";
+  expect_matches_reference(GetParam(), {{0, 0}, {1, 1}, {6, 16}, {7, 33}, {13, 100}, {64, 4096}},
+                           cpu::GemmKernel::best, cpu::AttentionKernel::onednn);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, SdpaOnednn,
+    ::testing::Values(Case{"o_flux_joint", 1, 3, 96, 96, 128, 128, DType::bf16, MaskKind::none, 0, true},
+                      Case{"o_flux_joint_odd", 1, 2, 77, 77, 128, 128, DType::bf16, MaskKind::none, 0, true},
+                      Case{"o_wan_self", 1, 2, 130, 130, 128, 128, DType::bf16},
+                      Case{"o_wan_self_odd", 2, 2, 61, 61, 128, 128, DType::bf16},
+                      Case{"o_wan_cross", 1, 2, 50, 512, 128, 128, DType::bf16},
+                      Case{"o_wan_cross_padded", 1, 2, 37, 512, 128, 128, DType::bf16, MaskKind::key_padding},
+                      Case{"o_d1", 1, 2, 5, 7, 1, 1, DType::bf16}, Case{"o_d0", 1, 2, 3, 4, 0, 5, DType::bf16},
+                      Case{"o_d23_dv40", 1, 2, 19, 45, 23, 40, DType::bf16},
+                      Case{"o_d64_dv17", 1, 2, 12, 41, 64, 17, DType::bf16},
+                      Case{"o_one_key", 1, 2, 9, 1, 16, 16, DType::bf16},
+                      Case{"o_one_query", 2, 3, 1, 301, 64, 64, DType::bf16},
+                      Case{"o_additive", 2, 2, 9, 71, 16, 16, DType::bf16, MaskKind::additive},
+                      Case{"o_bool_rows", 2, 2, 11, 37, 24, 8, DType::bf16, MaskKind::bool_rows},
+                      Case{"o_mask_strided", 1, 2, 13, 40, 16, 16, DType::bf16, MaskKind::transposed},
+                      Case{"o_mask_per_query", 1, 2, 13, 40, 16, 16, DType::bf16, MaskKind::per_query},
+                      Case{"o_scale", 1, 2, 17, 33, 32, 32, DType::bf16, MaskKind::none, 0.3}),
+    [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
+
+// Q, K, V with strided head columns (a transposed view): packed per head instead of read in place.
+TEST(SdpaOnednn, StridedColumnsArePacked) {
+  if (!cpu::attention_onednn_usable()) GTEST_SKIP() << "no oneDNN bf16 matmul / AVX512-BF16: " << cpu::onednn_bf16_impl();
+  std::mt19937 rng(7);
+  const Tensor q = random_tensor({1, 2, 64, 20}, DType::bf16, rng).transpose(2, 3);  // [1, 2, 20, 64]
+  const Tensor k = random_tensor({1, 2, 64, 33}, DType::bf16, rng).transpose(2, 3);
+  const Tensor v = random_tensor({1, 2, 64, 33}, DType::bf16, rng).transpose(2, 3);
+  reference::Array ref = reference::sdpa(reference::from_tensor(q), reference::from_tensor(k),
+                                         reference::from_tensor(v), reference::from_tensor(Tensor()), false, 0);
+  reference::round_to(ref, DType::bf16);
+  cpu::Tuning t;
+  t.attention_kernel = cpu::AttentionKernel::onednn;
+  cpu::ScopedTuning scope(t);
+  int64_t nans = 0;
+  EXPECT_LE(rel_error(ops::sdpa(q, k, v, Tensor(), 0).to_f32_vector(), ref, &nans), 1e-2);
+}
+
+// Which tiles run: forced kernels where they can (f32 inputs always on the f32 tiles), and the default
+// derived from the CPU the way the dispatch decides: oneDNN's tiles where its bf16 matmul is on AMX,
+// else the vdpbf16ps tiles where the CPU has AVX512-BF16, else the f32 tiles.
+TEST(SdpaKernelChoice, ForcedAndDefault) {
+  cpu::AttentionProblem bf16, f32;
+  static const uint8_t some = 0;
+  bf16.q.dtype = bf16.k.dtype = bf16.v.dtype = DType::bf16;
+  bf16.q.base = bf16.k.base = bf16.v.base = f32.q.base = f32.k.base = f32.v.base = &some;
+  auto kernel = [](const cpu::AttentionProblem& p, cpu::AttentionKernel k, cpu::GemmKernel g = cpu::GemmKernel::best) {
+    cpu::Tuning t;
+    t.attention_kernel = k;
+    t.gemm_kernel = g;
+    return cpu::attention_kernel_for(p, t);
+  };
+  using K = cpu::AttentionKernel;
+  const bool dot = cpu::bf16_dot_gemm_usable();
+  const bool onednn = cpu::onednn_bf16_available() && dot;
+  const K fallback = dot ? K::bf16_dot : K::f32;
+  EXPECT_EQ(cpu::attention_onednn_usable(), onednn);
+  EXPECT_EQ(kernel(bf16, K::f32), K::f32);
+  EXPECT_EQ(kernel(bf16, K::bf16_dot), fallback);
+  EXPECT_EQ(kernel(bf16, K::onednn), onednn ? K::onednn : fallback);
+  for (const K k : {K::best, K::onednn, K::bf16_dot, K::f32}) EXPECT_EQ(kernel(f32, k), K::f32);
+  const bool amx = onednn && cpu::onednn_bf16_uses_amx();
+  EXPECT_EQ(cpu::attention_onednn_by_default(), amx);
+  EXPECT_EQ(kernel(bf16, K::best), amx ? K::onednn : fallback)
+      << "default: oneDNN's tiles exactly where its bf16 matmul runs on AMX (" << cpu::onednn_bf16_impl() << ")";
+  EXPECT_EQ(kernel(bf16, K::best, cpu::GemmKernel::diffq_widen), K::f32);
+  EXPECT_NE(cpu::attention_kernel_name(cpu::Tuning{}).find(amx ? "oneDNN" : dot ? "vdpbf16ps" : "f32 tiles"),
+            std::string::npos);
+  // Forced oneDNN tiles on real bf16 inputs give other bits than the vdpbf16ps tiles only through the
+  // products' summation order; both are within the bf16 tolerance (SdpaOnednn).
+  if (!amx && onednn) {
+    cpu::Tuning t;
+    t.attention_kernel = K::onednn;
+    EXPECT_NE(cpu::attention_kernel_name(t).find("oneDNN"), std::string::npos);
+  }
 }
 
 // 2^x for x <= 0: within 1 ulp of the exact value for normal results (x >= -126), 0 below 2^-127,

@@ -32,9 +32,12 @@
 #include <vector>
 
 #include "backend/cpu/attention_bf16_dot.h"
+#include "backend/cpu/attention_onednn.h"
 #include "backend/cpu/attention_tiles.h"
 #include "backend/cpu/common.h"
+#include "backend/cpu/bf16_dot_gemm.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/onednn_gemm.h"
 #include "backend/cpu/simd-inl.h"
 #include "backend/cpu/strided.h"
 #include "backend/cpu/threads.h"
@@ -367,6 +370,37 @@ void attention_store_row(const AttentionProblem& p, int64_t pos, float* orow, fl
   store_f32(orow, p.dst + pos * p.Dv * int64_t(dtype_size(p.out_dtype)), p.out_dtype, p.Dv);
 }
 
+bool attention_onednn_by_default() {
+  static const bool yes = attention_onednn_usable() && onednn_bf16_uses_amx();
+  return yes;
+}
+
+AttentionKernel attention_kernel_for(const AttentionProblem& p, const Tuning& t) {
+  const bool bf16 = p.q.dtype == DType::bf16 && p.k.dtype == DType::bf16 && p.v.dtype == DType::bf16 && p.q.base &&
+                    p.k.base && p.v.base;
+  if (!bf16 || t.attention_kernel == AttentionKernel::f32) return AttentionKernel::f32;
+  if (t.attention_kernel == AttentionKernel::onednn && attention_onednn_usable()) return AttentionKernel::onednn;
+  if (t.attention_kernel == AttentionKernel::bf16_dot && bf16_dot_gemm_usable()) return AttentionKernel::bf16_dot;
+  if (t.attention_kernel == AttentionKernel::best && t.gemm_kernel != GemmKernel::diffq_widen &&
+      attention_onednn_by_default())
+    return AttentionKernel::onednn;
+  return attention_bf16_dot_applies(p, t) ? AttentionKernel::bf16_dot : AttentionKernel::f32;
+}
+
+std::string attention_kernel_name(const Tuning& t) {
+  AttentionProblem bf16;
+  bf16.q.dtype = bf16.k.dtype = bf16.v.dtype = DType::bf16;
+  static const uint8_t some = 0;
+  bf16.q.base = bf16.k.base = bf16.v.base = &some;
+  switch (attention_kernel_for(bf16, t)) {
+    case AttentionKernel::onednn:
+      return "bf16 inputs: Q K^T and P V blocks on oneDNN's bf16 matmul (" + onednn_bf16_impl() +
+             "; P in bf16), others f32 tiles";
+    case AttentionKernel::bf16_dot: return "bf16 inputs on vdpbf16ps pairs (P in bf16), others f32 tiles";
+    default: return "f32 tiles";
+  }
+}
+
 void attention_exp2_for_test(const float* x, float* y, int64_t n) {
   HWY_DYNAMIC_DISPATCH(Exp2ForTest)(x, y, n);
 }
@@ -407,12 +441,15 @@ void sdpa_kernel(const OpCall& c, Tensor& out) {
       store_f32(nan.data(), p.dst + r * p.Dv * oes, p.out_dtype, p.Dv);
     return;
   }
-  // bf16 inputs on the CPU's bf16 dot product where it has one (as PyTorch's bf16 flash attention:
-  // attention_bf16_dot.h); DIFFQ_GEMM_KERNEL=diffq-widen keeps them on the f32 tiles.
-  const bool bf16_dot = attention_bf16_dot_applies(p, tune);
+  // bf16 inputs on oneDNN's matmul where it runs on AMX (attention_onednn.h), else on the CPU's bf16
+  // dot product where it has one (as PyTorch's bf16 flash attention: attention_bf16_dot.h);
+  // DIFFQ_ATTENTION_KERNEL forces one (tuning.h), DIFFQ_GEMM_KERNEL=diffq-widen the f32 tiles by default.
+  const AttentionKernel kernel = attention_kernel_for(p, tune);
   // Tiles are independent: the pool takes them in contiguous runs, each worker with its own buffers.
   parallel_for(p.B * p.H * p.q_blocks, 1, [&](int64_t t0, int64_t t1) {
-    if (bf16_dot)
+    if (kernel == AttentionKernel::onednn)
+      attention_tiles_onednn(p, t0, t1);
+    else if (kernel == AttentionKernel::bf16_dot)
       attention_tiles_bf16_dot(p, t0, t1);
     else
       HWY_DYNAMIC_DISPATCH(AttentionTiles)(p, t0, t1);

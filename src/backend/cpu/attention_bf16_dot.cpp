@@ -96,9 +96,11 @@ DIFFQ_BF16_DOT_TARGET inline void micro(const uint32_t* __restrict a, int64_t a_
   }
 }
 
+}  // namespace
+
 // Row r of S (n keys, readable and writable up to n rounded up to 16): s = s * scale + add * log2(e)
 // (add may be null); returns the max over [0, n).
-DIFFQ_BF16_DOT_TARGET float scale_and_max(float* s, int64_t n, float scale, const float* add) {
+DIFFQ_BF16_DOT_TARGET float attention_bf16_scale_and_max(float* s, int64_t n, float scale, const float* add) {
   const __m512 vs = _mm512_set1_ps(scale), log2e = _mm512_set1_ps(float(M_LOG2E));
   __m512 mx = _mm512_set1_ps(-INFINITY);
   for (int64_t j = 0; j < n; j += 16) {
@@ -113,7 +115,7 @@ DIFFQ_BF16_DOT_TARGET float scale_and_max(float* s, int64_t n, float scale, cons
 
 // P = 2^(s - m) for j < n (0 up to n rounded up to 32), rounded to bf16 into pb (pairs); returns the sum
 // of the f32 P.
-DIFFQ_BF16_DOT_TARGET float exp_to_bf16(const float* s, int64_t n, float m, uint32_t* pb) {
+DIFFQ_BF16_DOT_TARGET float attention_bf16_exp_to_bf16(const float* s, int64_t n, float m, uint32_t* pb) {
   const __m512 vm = _mm512_set1_ps(m);
   __m512 sum = _mm512_setzero_ps();
   for (int64_t j = 0; j < n; j += 32) {
@@ -128,6 +130,8 @@ DIFFQ_BF16_DOT_TARGET float exp_to_bf16(const float* s, int64_t n, float m, uint
   }
   return lanes_sum(sum);
 }
+
+namespace {
 
 // The 6 x 32 P tile of acc to o (row stride ldo); panel q at o + 32 q.
 template <int P>
@@ -243,14 +247,14 @@ DIFFQ_BF16_DOT_TARGET void tiles(const AttentionProblem& p, int64_t t0, int64_t 
         float* srow = s + r * kb;
         uint32_t* prow = pb + r * (kb / 2);
         const float* add = r < rows ? attention_mask_row(p, b, h, i0 + r, j0, n, mrow) : nullptr;
-        const float m_new = std::max(m[r], scale_and_max(srow, n, p.scale_log2e, add));
+        const float m_new = std::max(m[r], attention_bf16_scale_and_max(srow, n, p.scale_log2e, add));
         if (m_new == -INFINITY) {  // nothing attended in this row yet: P = 0, O stays 0
           std::memset(prow, 0, size_t(n_panels * kNR / 2) * sizeof(uint32_t));
           alpha[r] = 1.f;
           continue;
         }
         alpha[r] = m[r] == -INFINITY ? 0.f : std::exp2(m[r] - m_new);
-        l[r] = l[r] * alpha[r] + exp_to_bf16(srow, n, m_new, prow);
+        l[r] = l[r] * alpha[r] + attention_bf16_exp_to_bf16(srow, n, m_new, prow);
         m[r] = m_new;
       }
       // 3. O = alpha O + P V over the block's key pairs.

@@ -23,4 +23,13 @@ bool attention_bf16_dot_applies(const AttentionProblem& p, const Tuning& t);
 // Tiles [t0, t1) of p (as AttentionTiles). Requires attention_bf16_dot_applies(p).
 void attention_tiles_bf16_dot(const AttentionProblem& p, int64_t t0, int64_t t1);
 
+// The softmax steps of these tiles on one row of S, shared with the oneDNN tiles (attention_onednn.h)
+// so both round P the same way. AVX512-BF16 code: call only where bf16_dot_gemm_usable().
+// s = s * scale + add * log2(e) for the n keys (add may be null; s 64-byte aligned, readable and
+// writable up to n rounded up to 16); returns the max over [0, n).
+float attention_bf16_scale_and_max(float* s, int64_t n, float scale, const float* add);
+// P = 2^(s - m) for j < n (0 up to n rounded up to 32; s readable up to there), rounded to bf16 (round
+// to nearest even) into pb as a contiguous bf16 row (64-byte aligned); returns the sum of the f32 P.
+float attention_bf16_exp_to_bf16(const float* s, int64_t n, float m, uint32_t* pb);
+
 }  // namespace diffq::backend::cpu

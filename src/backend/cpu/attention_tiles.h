@@ -4,8 +4,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "backend/cpu/aligned_buffer.h"
+#include "backend/cpu/tuning.h"
 
 #include "diffq/tensor.h"
 
@@ -56,6 +58,18 @@ void attention_store_row(const AttentionProblem& p, int64_t pos, float* orow, fl
 
 // A per-thread growable aligned float buffer (kept between calls: no allocation per tile or call).
 using AlignedScratch = AlignedBuffer<float>;
+
+// Whether bf16 inputs run on the oneDNN tiles by default (AttentionKernel::best): where they can run
+// and oneDNN's bf16 matmul is on AMX tiles (docs/benchmarks.md "Attention on oneDNN tiles": on
+// AVX512-BF16 alone the vdpbf16ps tiles are faster).
+bool attention_onednn_by_default();
+
+// The tiles that run p under t (onednn, bf16_dot or f32; never best): t.attention_kernel where it
+// applies to p's dtypes, else as AttentionKernel::best decides.
+AttentionKernel attention_kernel_for(const AttentionProblem& p, const Tuning& t);
+
+// What runs bf16 attention under t, in words (`diffq info`).
+std::string attention_kernel_name(const Tuning& t);
 
 // The kernel's base-2 exponential, vectorised as in the attention tiles, for x <= 0 (tests).
 void attention_exp2_for_test(const float* x, float* y, int64_t n);

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "backend/cpu/bf16_dot_gemm.h"
 #include "backend/cpu/onednn_conv.h"
 #include "backend/cpu/onednn_gemm.h"
 #include "diffq/error.h"
@@ -12,7 +13,7 @@ namespace diffq::backend::cpu {
 namespace {
 
 // Tuning{} with DIFFQ_GEMM_KERNEL (best, diffq, diffq-widen, openblas or onednn) and DIFFQ_CONV_KERNEL
-// (best, onednn, implicit-gemm) applied, read once.
+// (best, onednn, implicit-gemm) and DIFFQ_ATTENTION_KERNEL (best, onednn, bf16-dot, f32) applied, read once.
 const Tuning& defaults() {
   static const Tuning t = [] {
     Tuning d;
@@ -43,6 +44,22 @@ const Tuning& defaults() {
         d.conv_kernel = ConvKernel::onednn;
       } else {
         check(v == "best", "tuning", "DIFFQ_CONV_KERNEL='", v, "' is not one of best, onednn, implicit-gemm");
+      }
+    }
+    if (const char* env = std::getenv("DIFFQ_ATTENTION_KERNEL"); env && *env) {
+      const std::string v = env;
+      if (v == "onednn") {
+        check(onednn_bf16_available() && bf16_dot_gemm_usable(), "tuning", "DIFFQ_ATTENTION_KERNEL=onednn: bf16 ",
+              onednn_bf16_impl(), bf16_dot_gemm_usable() ? "" : "; no AVX512-BF16 for the softmax rows");
+        d.attention_kernel = AttentionKernel::onednn;
+      } else if (v == "bf16-dot") {
+        check(bf16_dot_gemm_usable(), "tuning", "DIFFQ_ATTENTION_KERNEL=bf16-dot: this CPU (or the SIMD target) ",
+              "has no AVX512-BF16");
+        d.attention_kernel = AttentionKernel::bf16_dot;
+      } else if (v == "f32") {
+        d.attention_kernel = AttentionKernel::f32;
+      } else {
+        check(v == "best", "tuning", "DIFFQ_ATTENTION_KERNEL='", v, "' is not one of best, onednn, bf16-dot, f32");
       }
     }
     return d;

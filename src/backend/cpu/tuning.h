@@ -39,10 +39,24 @@ enum class ConvKernel : uint8_t {
   implicit_gemm,  // diffq's GEMMs: im2col chunks, or the implicit GEMM for stride-1 bf16 (conv.cpp)
 };
 
+// Which tiles compute sdpa on the CPU (attention.cpp). `best` is a fixed function of the inputs' dtype
+// and the CPU (docs/benchmarks.md "Attention on oneDNN tiles"): bf16 inputs on the oneDNN tiles where
+// oneDNN's bf16 matmul runs on AMX, else on the vdpbf16ps tiles where the CPU has AVX512-BF16 (and
+// DIFFQ_GEMM_KERNEL is not diffq-widen), else the f32 tiles; non-bf16 inputs always on the f32 tiles.
+// DIFFQ_ATTENTION_KERNEL=best|onednn|bf16-dot|f32 overrides it (onednn and bf16-dot are errors on a CPU
+// without them).
+enum class AttentionKernel : uint8_t {
+  best,
+  onednn,    // bf16: Q K^T and P V blocks on oneDNN's bf16 matmul (attention_onednn.h)
+  bf16_dot,  // bf16: diffq's vdpbf16ps tiles (attention_bf16_dot.h)
+  f32,       // every dtype widened to f32 (attention.cpp's Highway tiles)
+};
+
 struct Tuning {
   GemmSplit gemm_split = GemmSplit::longer_side;
   GemmKernel gemm_kernel = GemmKernel::best;
   ConvKernel conv_kernel = ConvKernel::best;
+  AttentionKernel attention_kernel = AttentionKernel::best;
   int gemm_parts_per_thread = 1;  // parts = threads * this (more, smaller parts balance uneven cores)
   int64_t attn_bq = 48;   // attention: query rows per tile (rounded up to a multiple of 6)
   int64_t attn_bk = 256;  // attention: keys per block of the online softmax (rounded up to 2 vectors)
@@ -50,7 +64,7 @@ struct Tuning {
   bool operator==(const Tuning&) const = default;
 };
 
-// The calling thread's current tuning (the defaults, with DIFFQ_GEMM_KERNEL and DIFFQ_CONV_KERNEL, unless a ScopedTuning is
+// The calling thread's current tuning (the defaults, with DIFFQ_GEMM_KERNEL, DIFFQ_CONV_KERNEL and DIFFQ_ATTENTION_KERNEL, unless a ScopedTuning is
 // alive on it).
 const Tuning& current_tuning();
 

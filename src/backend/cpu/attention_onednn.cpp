@@ -1,0 +1,139 @@
+// bf16 attention tiles with Q K^T and P V on oneDNN's bf16 matmul (see attention_onednn.h).
+#include "backend/cpu/attention_onednn.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/aligned_buffer.h"
+#include "backend/cpu/attention_bf16_dot.h"
+#include "backend/cpu/bf16_dot_gemm.h"
+#include "backend/cpu/onednn_gemm.h"
+
+namespace diffq::backend::cpu {
+
+namespace {
+
+constexpr int64_t kKeyAlign = 32;  // the softmax rows work on 2 vectors of keys at a time
+
+struct Scratch {
+  AlignedBuffer<uint16_t> k, v, q;
+  AlignedBuffer<uint32_t> pb;
+  AlignedBuffer<float> s, o, mrow, stats;
+};
+
+inline float bf16_to_f32(uint16_t b) {
+  const uint32_t u = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// C = A op(B) (+ C when accumulate), bf16 operands, f32 C: oneDNN's matmul, or (where oneDNN declines
+// the shape) this plain loop with f32 accumulation.
+void gemm_bf16(bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
+               int64_t ldb, bool accumulate, float* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    if (!accumulate)
+      for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0.f);
+    return;
+  }
+  if (onednn_gemm_bf16_part(false, trans_b, m, n, k, 1.f, a, lda, b, ldb, accumulate ? 1.f : 0.f, c, ldc)) return;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      float acc = 0.f;
+      for (int64_t e = 0; e < k; ++e)
+        acc += bf16_to_f32(a[i * lda + e]) * bf16_to_f32(trans_b ? b[j * ldb + e] : b[e * ldb + j]);
+      c[i * ldc + j] = accumulate ? c[i * ldc + j] + acc : acc;
+    }
+}
+
+// Rows [r0, r0 + rows) of t's head (b, h) as bf16 rows of `cols`: in place (*ld = the row stride) where
+// the columns are contiguous, else copied into buf (*ld = cols).
+const uint16_t* head_rows(const AttentionOperand& t, int64_t b, int64_t h, int64_t r0, int64_t rows, int64_t cols,
+                          AlignedBuffer<uint16_t>& buf, int64_t* ld) {
+  const int64_t row_stride = rows > 1 ? t.st[2] : std::max<int64_t>(cols, 1);
+  if ((t.st[3] == 1 || cols <= 1) && row_stride >= cols) {  // a matmul layout (broadcast rows are not)
+    *ld = row_stride;
+    return reinterpret_cast<const uint16_t*>(t.at(b, h, r0, 0));
+  }
+  uint16_t* dst = buf.get(size_t(std::max<int64_t>(rows * cols, 1)));
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto* src = reinterpret_cast<const uint16_t*>(t.at(b, h, r0 + r, 0));
+    for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = src[c * t.st[3]];
+  }
+  *ld = std::max<int64_t>(cols, 1);
+  return dst;
+}
+
+}  // namespace
+
+bool attention_onednn_usable() {
+  static const bool usable = onednn_bf16_available() && bf16_dot_gemm_usable();
+  return usable;
+}
+
+void attention_tiles_onednn(const AttentionProblem& p, int64_t t0, int64_t t1) {
+  const int64_t D = p.D, Dv = p.Dv, Sk = p.Sk, Sq = p.Sq;
+  const int64_t sk_pad = std::max<int64_t>((Sk + kKeyAlign - 1) / kKeyAlign, 1) * kKeyAlign;
+  const int64_t kb = std::min((std::max<int64_t>(p.bk, 1) + kKeyAlign - 1) / kKeyAlign * kKeyAlign, sk_pad);
+  const int64_t bq = std::min(p.bq, Sq), ldo = std::max<int64_t>(Dv, 1);
+
+  thread_local Scratch sc;
+  uint32_t* const pb = sc.pb.get(size_t(bq * kb / 2));
+  float* const s = sc.s.get(size_t(bq * kb));
+  float* const o = sc.o.get(size_t(bq * ldo));
+  float* const mrow = sc.mrow.get(size_t(kb));
+  float* const stats = sc.stats.get(size_t(3 * bq));
+  float *const m = stats, *const l = stats + bq, *const alpha = stats + 2 * bq;
+
+  int64_t bound = -1, ldk = 0, ldv = 0;
+  const uint16_t *kh = nullptr, *vh = nullptr;
+  for (int64_t t = t0; t < t1; ++t) {
+    const int64_t bh = t / p.q_blocks, b = bh / p.H, h = bh % p.H, i0 = (t % p.q_blocks) * p.bq;
+    if (bh != bound) {  // this head's K and V rows (in place, or packed once per head)
+      kh = Sk > 0 ? head_rows(p.k, b, h, 0, Sk, D, sc.k, &ldk) : nullptr;
+      vh = Sk > 0 ? head_rows(p.v, b, h, 0, Sk, Dv, sc.v, &ldv) : nullptr;
+      bound = bh;
+    }
+    const int64_t rows = std::min(p.bq, Sq - i0);
+    int64_t ldq = 0;
+    const uint16_t* qt = head_rows(p.q, b, h, i0, rows, D, sc.q, &ldq);
+    for (int64_t r = 0; r < rows; ++r) m[r] = -INFINITY, l[r] = 0.f;
+    std::fill(o, o + rows * ldo, 0.f);
+
+    for (int64_t j0 = 0; j0 < Sk; j0 += kb) {
+      const int64_t n = std::min(kb, Sk - j0);
+      // 1. S = Q K^T for keys [j0, j0 + n) (row stride kb).
+      gemm_bf16(true, rows, n, D, qt, ldq, kh + j0 * ldk, ldk, false, s, kb);
+      // 2. Online softmax in f32 (the vdpbf16ps tiles' row code); P as bf16 rows (stride kb).
+      for (int64_t r = 0; r < rows; ++r) {
+        float* srow = s + r * kb;
+        uint32_t* prow = pb + r * (kb / 2);
+        const float* add = attention_mask_row(p, b, h, i0 + r, j0, n, mrow);
+        const float m_new = std::max(m[r], attention_bf16_scale_and_max(srow, n, p.scale_log2e, add));
+        if (m_new == -INFINITY) {  // nothing attended in this row yet: P = 0, O stays 0
+          std::memset(prow, 0, size_t(kb / 2) * sizeof(uint32_t));
+          alpha[r] = 1.f;
+          continue;
+        }
+        alpha[r] = m[r] == -INFINITY ? 0.f : std::exp2(m[r] - m_new);
+        l[r] = l[r] * alpha[r] + attention_bf16_exp_to_bf16(srow, n, m_new, prow);
+        m[r] = m_new;
+      }
+      // 3. O = alpha O + P V over the block's keys.
+      if (Dv == 0) continue;
+      if (j0 > 0)
+        for (int64_t r = 0; r < rows; ++r)
+          if (alpha[r] != 1.f)
+            for (int64_t c = 0; c < Dv; ++c) o[r * ldo + c] *= alpha[r];
+      gemm_bf16(false, rows, Dv, n, reinterpret_cast<const uint16_t*>(pb), kb, vh + j0 * ldv, ldv, j0 > 0, o, ldo);
+    }
+    // out = O / l in the output dtype (l = 0: every key masked, 0 as torch).
+    const int64_t pos0 = (b * p.H + h) * Sq + i0;
+    for (int64_t r = 0; r < rows; ++r) attention_store_row(p, pos0 + r, o + r * ldo, l[r]);
+  }
+}
+
+}  // namespace diffq::backend::cpu
