@@ -211,9 +211,10 @@ TEST(OnednnConvSelection, DefaultFollowsTheCpuFeatures) {
   EXPECT_EQ(cpu::conv_uses_onednn(true, cpu::current_tuning()), cpu::onednn_conv_available(cpu::ConvElem::bf16))
       << cpu::onednn_conv_impl(cpu::ConvElem::bf16);
   EXPECT_FALSE(cpu::conv_uses_onednn(false, cpu::current_tuning()));
-  if (cpu::onednn_bf16_uses_amx())
+  if (cpu::onednn_bf16_uses_amx()) {
     EXPECT_NE(cpu::onednn_conv_impl(cpu::ConvElem::bf16).find("amx"), std::string::npos)
         << cpu::onednn_conv_impl(cpu::ConvElem::bf16);
+  }
   if (!cpu::onednn_conv_available(cpu::ConvElem::bf16))
     std::cout << "[ note     ] bf16 stays on the GEMM path: " << missing(cpu::ConvElem::bf16) << "\n";
 }
