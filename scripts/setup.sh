@@ -5,6 +5,8 @@
 #   SKIP_APT=1 ./scripts/setup.sh    # build only
 #   DIFFQ_SETUP_TARGET=diffq_deps_check ./scripts/setup.sh   # configure, then build only these
 #                                    # targets (space-separated) instead of everything
+#   DIFFQ_ONEDNN=3.2 ./scripts/setup.sh   # also install oneDNN 3.2 into .deps/ (scripts/onednn.sh),
+#                                    # which the build then prefers to Debian's 2.6
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,6 +33,15 @@ fi
 # (installed into .deps/ by scripts/cudnn-frontend.sh; without them CMake builds the simple kernels only).
 if command -v nvcc >/dev/null 2>&1; then
   ./scripts/cudnn-frontend.sh
+fi
+
+# oneDNN 3.2 from its pinned PyPI wheels, on request (not faster than Debian's 2.6 where measured:
+# docs/benchmarks.md "oneDNN 3.2 vs 2.6"). Once in .deps/onednn-3.2.0, CMake prefers it.
+if [ "${DIFFQ_ONEDNN:-}" = "3.2" ]; then
+  ./scripts/onednn.sh
+elif [ -n "${DIFFQ_ONEDNN:-}" ]; then
+  echo "setup: DIFFQ_ONEDNN='${DIFFQ_ONEDNN}' is not 3.2 (the one other oneDNN setup can install)" >&2
+  exit 1
 fi
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release ${DIFFQ_CMAKE_ARGS:-}
