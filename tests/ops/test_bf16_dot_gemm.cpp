@@ -141,7 +141,14 @@ class Bf16DotThroughGemm : public ::testing::TestWithParam<int> {
 // the dispatch query), the same bits by parts and on repeat, for linear (NT), matmul (NN) and thin shapes.
 TEST_P(Bf16DotThroughGemm, DefaultDispatchMatchesReferenceAndParts) {
   DIFFQ_REQUIRE_BF16_DOT();
-  const cpu::Tuning def;
+  // The default (the pair kernel, or oneDNN where it is preferred: AMX, AMD) and the pair kernel forced.
+  for (const cpu::GemmKernel kernel : {cpu::GemmKernel::best, cpu::GemmKernel::diffq}) {
+  cpu::Tuning def = cpu::current_tuning();
+  def.gemm_kernel = kernel;
+  const cpu::ScopedTuning scope(def);
+  if (kernel == cpu::GemmKernel::diffq) {
+    EXPECT_TRUE(cpu::gemm_bf16_uses_dot(150, 96, def));
+  }
   uint32_t seed = 700;
   for (const Dims& d : {Dims{150, 96, 300}, Dims{1, 3072 / 8, 768}, Dims{200, 3, 64}, Dims{64, 256, 63}})
     for (const bool ta : {false, true})
@@ -165,6 +172,7 @@ TEST_P(Bf16DotThroughGemm, DefaultDispatchMatchesReferenceAndParts) {
             EXPECT_EQ(0, std::memcmp(c.data() + i * p.ldc, byparts.data() + i * p.ldc, size_t(d.n) * 4))
                 << "parts row " << i << " " << p.name();
         }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Threads, Bf16DotThroughGemm, ::testing::Values(1, 2));
@@ -181,7 +189,7 @@ TEST(Bf16DotChoice, DefaultWhereUsableAndLowerPathsForceable) {
   // Native bf16 (what convolutions and quantized tiles ask): the pair kernel or oneDNN.
   EXPECT_EQ(cpu::gemm_bf16_native(1152, 3072, def),
             cpu::gemm_bf16_uses_dot(1152, 3072, def) || cpu::gemm_bf16_uses_onednn(1152, 3072, def));
-  EXPECT_EQ(cpu::gemm_bf16_native(1152, 3072, def), usable || cpu::onednn_bf16_uses_amx());
+  EXPECT_EQ(cpu::gemm_bf16_native(1152, 3072, def), usable || cpu::onednn_bf16_preferred());
   for (const cpu::GemmKernel k : {cpu::GemmKernel::diffq_widen, cpu::GemmKernel::openblas, cpu::GemmKernel::onednn}) {
     cpu::Tuning t;
     t.gemm_kernel = k;
@@ -189,13 +197,16 @@ TEST(Bf16DotChoice, DefaultWhereUsableAndLowerPathsForceable) {
   }
   if (!usable) GTEST_SKIP() << "needs AVX512-BF16 for the rest (avx512_bf16=" << cpu::cpu_features().avx512_bf16 << ")";
   // The name `diffq info` prints is the kernel the dispatch runs at 1024x1024: oneDNN's where it has AMX
-  // tiles for bf16 (Sapphire Rapids and later), else the pair kernel. Derived as the dispatch decides it,
-  // so the test holds on AMX, AVX512-BF16-only and forced-lower CPUs alike.
-  const char* expected_kernel = cpu::gemm_bf16_uses_onednn(1024, 1024, def) ? "oneDNN" : "vdpbf16ps";
-  EXPECT_EQ(cpu::gemm_bf16_uses_onednn(1024, 1024, def), cpu::onednn_bf16_uses_amx());
+  // tiles for bf16 (Sapphire Rapids and later) or the CPU is an AMD one (Zen 4 / Zen 5: measured faster
+  // there), else the pair kernel. Derived from the CPU's features and vendor, so the test holds on AMX,
+  // AVX512-BF16-only (Intel, AMD) and forced-lower CPUs alike.
+  const bool onednn_first = cpu::onednn_bf16_uses_amx() ||
+                            (cpu::cpu_features().amd && cpu::onednn_bf16_impl().find("avx512_core_bf16") != std::string::npos);
+  const char* expected_kernel = onednn_first ? "oneDNN" : "vdpbf16ps";
+  EXPECT_EQ(cpu::gemm_bf16_uses_onednn(1024, 1024, def), onednn_first);
   EXPECT_NE(cpu::gemm_kernel_name(true).find(expected_kernel), std::string::npos)
       << "expected " << expected_kernel << " (onednn_bf16_uses_amx=" << cpu::onednn_bf16_uses_amx()
-      << "), got " << cpu::gemm_kernel_name(true);
+      << ", amd=" << cpu::cpu_features().amd << "), got " << cpu::gemm_kernel_name(true);
   cpu::force_simd_target("AVX2");
   EXPECT_FALSE(cpu::bf16_dot_gemm_usable());
   EXPECT_FALSE(cpu::gemm_bf16_uses_dot(1152, 3072, def));

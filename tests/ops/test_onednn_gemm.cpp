@@ -131,10 +131,17 @@ TEST(OnednnGemmChoice, NativeForTheModelLayoutsAndTheDefaultForBf16) {
         << (tb ? "NT" : "NN") << " with alpha 0.75, beta 0.5 has no native oneDNN kernel";
     p.check(c, std::string("direct part, alpha and beta ") + p.name());
   }
-  // The default sends bf16 GEMMs to oneDNN on AMX only (measured; on AVX512-BF16 alone the blocked
-  // kernel is faster), never a GEMV, never against a forced kernel.
+  // The default sends bf16 GEMMs to oneDNN where its matmul is on AMX tiles, and on AMD CPUs where it
+  // has its native AVX512-BF16 kernel (measured faster there; on Intel without AMX the pair kernel is),
+  // never a GEMV, never against a forced kernel. Derived from the CPU's features and vendor.
   const cpu::Tuning def;
-  EXPECT_EQ(cpu::gemm_bf16_uses_onednn(1152, 3072, def), cpu::onednn_bf16_uses_amx());
+  const bool amx = cpu::cpu_features().amx_bf16 && cpu::amx_tiles_permitted() &&
+                   cpu::onednn_bf16_impl().find("amx") != std::string::npos;
+  const bool amd = cpu::cpu_features().amd && cpu::cpu_features().avx512_bf16 &&
+                   cpu::onednn_bf16_impl().find("avx512_core_bf16") != std::string::npos;
+  EXPECT_EQ(amx, cpu::onednn_bf16_uses_amx());
+  EXPECT_EQ(cpu::onednn_bf16_preferred(), amx || amd) << cpu::onednn_bf16_impl();
+  EXPECT_EQ(cpu::gemm_bf16_uses_onednn(1152, 3072, def), amx || amd);
   EXPECT_FALSE(cpu::gemm_bf16_uses_onednn(1, 3072, def));
   cpu::Tuning blocked;
   blocked.gemm_kernel = cpu::GemmKernel::diffq;
@@ -142,7 +149,7 @@ TEST(OnednnGemmChoice, NativeForTheModelLayoutsAndTheDefaultForBf16) {
   cpu::Tuning forced;
   forced.gemm_kernel = cpu::GemmKernel::onednn;
   EXPECT_TRUE(cpu::gemm_bf16_uses_onednn(1152, 3072, forced));
-  EXPECT_EQ(cpu::gemm_kernel_name(true).find("oneDNN") != std::string::npos, cpu::onednn_bf16_uses_amx())
+  EXPECT_EQ(cpu::gemm_kernel_name(true).find("oneDNN") != std::string::npos, amx || amd)
       << cpu::gemm_kernel_name(true);
 }
 

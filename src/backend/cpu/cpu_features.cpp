@@ -42,7 +42,9 @@ CpuFeatures detect() {
   const bool os_avx = (xcr0 & 0x6) == 0x6;             // SSE + AVX (YMM) state
   const bool os_avx512 = os_avx && (xcr0 & 0xe0) == 0xe0;  // opmask, ZMM_Hi256, Hi16_ZMM
   const bool os_amx = (xcr0 & 0x60000) == 0x60000;       // XTILECFG + XTILEDATA
-  const uint32_t max_leaf = cpuid(0, 0).a;
+  const Regs l0 = cpuid(0, 0);
+  const uint32_t max_leaf = l0.a;
+  f.amd = l0.b == 0x68747541u && l0.d == 0x69746e65u && l0.c == 0x444d4163u;  // "Auth" "enti" "cAMD"
   const Regs l7 = max_leaf >= 7 ? cpuid(7, 0) : Regs{};
   const Regs l7s1 = max_leaf >= 7 && l7.a >= 1 ? cpuid(7, 1) : Regs{};
   f.fma = os_avx && bit(l1.c, 12);

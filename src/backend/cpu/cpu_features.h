@@ -13,6 +13,7 @@ struct CpuFeatures {
   bool avx512_bf16 = false, avx512_fp16 = false;
   bool avx_vnni = false, avx512_vnni = false;
   bool amx_tile = false, amx_bf16 = false, amx_int8 = false;
+  bool amd = false;  // CPUID's vendor is "AuthenticAMD" (kernel choices measured per vendor: gemm.cpp)
 };
 
 // What CPUID reports and the OS enables (XCR0: AVX state for AVX/AVX2, opmask + ZMM state for AVX-512,

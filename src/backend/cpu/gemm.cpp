@@ -164,10 +164,11 @@ bool gemm_bf16_uses_onednn(int64_t m, int64_t n, const Tuning& t) {
     case GemmKernel::diffq: case GemmKernel::diffq_widen: case GemmKernel::openblas: return false;
     case GemmKernel::best: break;
   }
-  // AMX tiles only: with AVX512-BF16 alone (vdpbf16ps: 32 bf16 products a cycle, as two f32 FMAs)
-  // oneDNN's matmul ran 81 GFLOP/s a thread against the blocked kernel's 142 on an Emerald Rapids Xeon
-  // (docs/benchmarks.md "Session 7").
-  return onednn_bf16_uses_amx() && m >= 16 && n >= 16;
+  // AMX tiles; and AMD CPUs with AVX512-BF16 (Zen 4, Zen 5), where oneDNN's brg:avx512_core_bf16 per
+  // part made bf16 steps 4-12% faster than diffq's vdpbf16ps pair kernel (docs/benchmarks.md "bf16 GEMM
+  // on oneDNN on AMD"). Not on Intel's AVX512-BF16 without AMX: there oneDNN's matmul ran 81 GFLOP/s a
+  // thread against the blocked kernel's 142 on an Emerald Rapids Xeon (docs/benchmarks.md "Session 7").
+  return onednn_bf16_preferred() && m >= 16 && n >= 16;
 }
 
 bool gemm_bf16_uses_dot(int64_t m, int64_t n, const Tuning& t) {
@@ -175,7 +176,7 @@ bool gemm_bf16_uses_dot(int64_t m, int64_t n, const Tuning& t) {
     case GemmKernel::best: case GemmKernel::diffq: break;
     case GemmKernel::diffq_widen: case GemmKernel::openblas: case GemmKernel::onednn: return false;
   }
-  if (t.gemm_kernel == GemmKernel::best && gemm_bf16_uses_onednn(m, n, t)) return false;  // AMX first
+  if (t.gemm_kernel == GemmKernel::best && gemm_bf16_uses_onednn(m, n, t)) return false;  // oneDNN first
   // Every shape, thin ones too: bf16 pairs are packed without widening, so even a GEMV reads its
   // weight once at half the bytes of the widened copy the OpenBLAS path makes.
   return bf16_dot_gemm_usable();
@@ -318,7 +319,8 @@ void bf16_part(Bf16Kernel kern, bool trans_a, bool trans_b, int64_t m, int64_t n
                const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (kern == Bf16Kernel::onednn && onednn_gemm_bf16_part(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
     return;
-  if (kern == Bf16Kernel::dot)
+  // A part oneDNN declines runs on the pair kernel where the CPU has one.
+  if (kern == Bf16Kernel::dot || (kern == Bf16Kernel::onednn && bf16_dot_gemm_usable()))
     gemm_bf16_dot(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   else
     sgemm_blocked_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
@@ -419,7 +421,13 @@ void gemm_bf16_parts(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
 void gemm_bf16_rows(bool trans_a, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a, int64_t lda,
                     const uint16_t* const* b_rows, int64_t b_col0, float beta, float* c, int64_t ldc) {
   if (m <= 0 || n <= 0) return;
-  if (k > 0 && bf16_kernel(m, n) == Bf16Kernel::dot) {
+  // The pair kernel reads B's rows in place; oneDNN wants B contiguous, so it runs these only on AMX
+  // (elsewhere the pair kernel's in-place rows beat a gather plus oneDNN's matmul).
+  const Bf16Kernel kern = bf16_kernel(m, n);
+  const bool rows_in_place = kern == Bf16Kernel::dot || (kern == Bf16Kernel::onednn && !onednn_bf16_uses_amx() &&
+                                                         current_tuning().gemm_kernel == GemmKernel::best &&
+                                                         bf16_dot_gemm_usable());
+  if (k > 0 && rows_in_place) {
     for_each_part(m, n, k, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
       gemm_bf16_dot_rows(trans_a, r1 - r0, c1 - c0, k, alpha, a_rows_at(a, trans_a, lda, r0), lda, b_rows,
                          b_col0 + c0, beta, c + r0 * ldc + c0, ldc);

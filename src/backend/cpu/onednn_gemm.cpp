@@ -211,6 +211,14 @@ bool onednn_bf16_uses_amx() {
   return amx;
 }
 
+bool onednn_bf16_preferred() {
+  // On AMD: the brgemm on vdpbf16ps, not the jit GEMM oneDNN falls back to under a lower DNNL_MAX_CPU_ISA.
+  static const bool yes = onednn_bf16_uses_amx() ||
+                          (cpu_features().amd && onednn_bf16_available() &&
+                           probe(Kind::bf16).impl.find("avx512_core_bf16") != std::string::npos);
+  return yes;
+}
+
 std::string onednn_bf16_impl() { return impl_name(Kind::bf16); }
 std::string onednn_int8_impl() { return impl_name(Kind::s8); }
 std::string onednn_f32_impl() { return impl_name(Kind::f32); }

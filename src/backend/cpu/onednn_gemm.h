@@ -18,6 +18,11 @@ bool onednn_bf16_available();
 // AVX512-BF16 alone it is slower than diffq's blocked kernel: docs/benchmarks.md "Session 7").
 bool onednn_bf16_uses_amx();
 
+// Whether diffq's bf16 GEMMs go to oneDNN by default (gemm.cpp): its bf16 matmul is on AMX tiles, or
+// the CPU is an AMD one with AVX512-BF16 and oneDNN runs its brgemm on it (brg:avx512_core_bf16; measured faster there
+// than diffq's pair kernel; on Intel without AMX slower: docs/benchmarks.md).
+bool onednn_bf16_preferred();
+
 // oneDNN's implementation name for a representative bf16 matmul here ("brg:avx512_core_bf16",
 // "brg:avx512_core_amx"), or why none ("unavailable: ...").
 std::string onednn_bf16_impl();
