@@ -20,6 +20,7 @@
 #include "backend/cpu/quant/int8_dynamic_linear.h"
 #include "backend/cpu/onednn_gemm.h"
 #include "backend/cpu/threads.h"
+#include "backend/cpu/tuning.h"
 #include "core/random.h"
 #include "ops/ops.h"
 #include "quant/torchao/affine.h"
@@ -92,6 +93,72 @@ TEST(Int8Kernels, PackedGemmMatchesReferenceAtEdges) {
           cpu::gemm_s8s8s32_reference(m, n, k, a.data(), k, b.data(), k + 1, ref.data(), n + 1);
           ASSERT_EQ(c, ref) << "threads=" << threads << " m=" << m << " n=" << n << " k=" << k;
         }
+  }
+}
+
+// A given as int8 rows (what the activation quantizer writes where oneDNN runs the product): oneDNN reads
+// them in place, the tile packs each thread's share into strips. Both kernels (the default and the tile
+// forced), int32 C, the fused epilogue and the parts, against the references, with a row stride > k.
+TEST(Int8Kernels, RowsGemmMatchesReferenceOnBothKernels) {
+  for (const cpu::GemmKernel kernel : {cpu::GemmKernel::best, cpu::GemmKernel::diffq}) {
+    cpu::Tuning t = cpu::current_tuning();
+    t.gemm_kernel = kernel;
+    const cpu::ScopedTuning scope(t);
+    if (kernel == cpu::GemmKernel::diffq) {
+      ASSERT_FALSE(cpu::int8_uses_onednn());
+    }
+    for (int threads : {1, 2}) {
+      ThreadsGuard tg(threads);
+      for (int64_t m : {1, 7, 37, 300})
+        for (int64_t n : {1, 17, 40, 300})
+          for (int64_t k : {1, 15, 33, 513}) {
+            const int64_t lda = k + 3;
+            const auto a = random_s8(size_t(m * lda), uint32_t(m * 7 + n * 3 + k));
+            const auto b = random_s8(size_t(n * k), uint32_t(m + n * 5 + k * 11));
+            std::vector<int32_t> c(size_t(m * n), -7), ref(size_t(m * n), -7);
+            cpu::gemm_s8s8_rows(m, n, k, a.data(), lda, b.data(), k, c.data(), n, nullptr);
+            cpu::gemm_s8s8s32_reference(m, n, k, a.data(), lda, b.data(), k, ref.data(), n);
+            ASSERT_EQ(c, ref) << "kernel=" << int(kernel) << " threads=" << threads << " m=" << m << " n=" << n
+                              << " k=" << k;
+            // The linear's epilogue fused (bf16 out, per-row scales, bias), whole and by parts.
+            std::vector<float> rs(static_cast<size_t>(m)), cs(static_cast<size_t>(n)), bias(static_cast<size_t>(n));
+            for (int64_t i = 0; i < m; ++i) rs[size_t(i)] = std::ldexp(1.0f + float(i % 5), -10);
+            for (int64_t j = 0; j < n; ++j) cs[size_t(j)] = std::ldexp(1.0f + float(j % 3), -6), bias[size_t(j)] = float(j % 4) - 1.5f;
+            cpu::Int8Epilogue ep;
+            ep.row_scale = rs.data();
+            ep.col_scale = cs.data();
+            ep.bias = bias.data();
+            ep.out = DType::bf16;
+            ep.ldy = n;
+            std::vector<uint16_t> want(size_t(m * n)), got(size_t(m * n));
+            ep.y = want.data();
+            cpu::int8_epilogue_reference(m, n, ref.data(), n, ep);
+            ep.y = got.data();
+            cpu::gemm_s8s8_rows(m, n, k, a.data(), lda, b.data(), k, nullptr, 0, &ep);
+            ASSERT_EQ(got, want) << "fused epilogue, m=" << m << " n=" << n << " k=" << k;
+            std::vector<float> parts_y(size_t(m * n), -7.0f);
+            std::vector<int> seen(size_t(m * n), 0);
+            cpu::GemmParts parts;
+            parts.begin = [&](int64_t, int64_t, int64_t, int64_t, int64_t* ld) {
+              *ld = n;
+              thread_local std::vector<float> scratch;
+              scratch.assign(size_t(m * n), 0.0f);
+              return scratch.data();
+            };
+            parts.end = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1, const float* part, int64_t ld) {
+              for (int64_t i = r0; i < r1; ++i)
+                for (int64_t j = c0; j < c1; ++j) {
+                  parts_y[size_t(i * n + j)] = part[(i - r0) * ld + (j - c0)];
+                  ++seen[size_t(i * n + j)];
+                }
+            };
+            cpu::gemm_s8s8_rows_parts(m, n, k, a.data(), lda, b.data(), k, ep, parts);
+            for (int64_t e = 0; e < m * n; ++e) {
+              ASSERT_EQ(seen[size_t(e)], 1) << e;
+              ASSERT_EQ(parts_y[size_t(e)], bf16_to_f32(want[size_t(e)])) << "parts, element " << e;
+            }
+          }
+    }
   }
 }
 
@@ -196,6 +263,9 @@ TEST(Int8Kernels, ActivationRowsMatchReference) {
       for (float recip : {1.0f, 10.0f, 0.37f}) {  // 1.0: the .5 values round half to even
         std::vector<int8_t> q(static_cast<size_t>(k));
         cpu::int8_quantize_row_reference(x, src, k, recip, q.data());
+        std::vector<int8_t> rowq(static_cast<size_t>(k), 77);
+        cpu::int8_quantize_row(x, src, k, recip, rowq.data());
+        ASSERT_EQ(rowq, q) << "int8 rows, k=" << k << " recip=" << recip;
         std::vector<int16_t> strip(size_t(cpu::int8_packed_strip_elems(k)), 77);
         for (int64_t r = 0; r < 6; ++r) cpu::int8_quantize_row_packed(r == 4 ? x : nullptr, src, k, recip, strip.data(), r);
         for (int64_t c = 0; c < (k + 1) / 2 * 2; ++c) {

@@ -88,6 +88,23 @@ void Int8QuantizeRow(const void* x, DType src, int64_t k, float recip, int16_t* 
   for (; c < k; ++c) q[c] = quantize_one(load_one(x, src, c), recip);
 }
 
+// The same codes as int8 into q (k entries): the row-major A that oneDNN's int8 matmul reads.
+void Int8QuantizeRowS8(const void* x, DType src, int64_t k, float recip, int8_t* q) {
+  const hn::CappedTag<float, 8> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<int8_t, decltype(df)> d8;
+  const int64_t L = int64_t(hn::Lanes(df));
+  const auto r = hn::Set(df, recip), lo = hn::Set(df, -128.0f), hi = hn::Set(df, 127.0f);
+  int64_t c = 0;
+  for (; c + L <= k; c += L) {
+    auto v = hn::Round(hn::Mul(LoadF32(df, x, src, c), r));
+    v = hn::IfThenZeroElse(hn::IsNaN(v), v);
+    v = hn::Min(hn::Max(v, lo), hi);
+    hn::StoreU(hn::DemoteTo(d8, hn::ConvertTo(di, v)), d8, q + c);
+  }
+  for (; c < k; ++c) q[c] = quantize_one(load_one(x, src, c), recip);
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace diffq::backend::cpu
 HWY_AFTER_NAMESPACE();
@@ -97,6 +114,7 @@ namespace diffq::backend::cpu {
 
 HWY_EXPORT(Int8RowMinMax);
 HWY_EXPORT(Int8QuantizeRow);
+HWY_EXPORT(Int8QuantizeRowS8);
 
 using namespace int8_act_detail;
 
@@ -122,6 +140,10 @@ void int8_quantize_row_packed(const void* x, DType src, int64_t k, float recip, 
   else
     std::fill(row.begin(), row.end(), int16_t(0));
   pack_a_row_s16(row.data(), k, strip, r);
+}
+
+void int8_quantize_row(const void* x, DType src, int64_t k, float recip, int8_t* q) {
+  HWY_DYNAMIC_DISPATCH(Int8QuantizeRowS8)(x, src, k, recip, q);
 }
 
 void int8_quantize_row_reference(const void* x, DType src, int64_t k, float recip, int8_t* q) {

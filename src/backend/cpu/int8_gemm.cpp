@@ -360,12 +360,21 @@ void for_each_int8_part(int64_t m, int64_t n, int64_t k, const F& f) {
 // columns) stays around L2 size.
 constexpr int64_t kOnednnRows = 43 * kMR;
 
-// One thread's share on oneDNN's VNNI / AMX-INT8 kernel: the share's A rows unpacked from the strips to
-// int8, C's int32 block by oneDNN, then the same epilogue as the tile path. False where oneDNN has no
-// native kernel for the shape (then nothing was written).
-bool run_part_onednn(int64_t m, int64_t n, int64_t k, const int16_t* ap, const int8_t* b, int64_t ldb, int32_t* c,
+// A as a GEMM call holds it: the tile's packed strips, or row-major int8 rows (what oneDNN reads; the
+// activation quantizer writes this form where oneDNN runs the product, so no unpacking is needed).
+struct Int8A {
+  const int16_t* strips = nullptr;
+  const int8_t* rows = nullptr;
+  int64_t lda = 0;
+};
+
+// One thread's share on oneDNN's VNNI / AMX-INT8 kernel: the share's A rows (read in place, or unpacked
+// from the strips to int8), C's int32 block by oneDNN, then the same epilogue as the tile path. False
+// where oneDNN has no native kernel for the shape (then nothing was written).
+bool run_part_onednn(int64_t m, int64_t n, int64_t k, const Int8A& a, const int8_t* b, int64_t ldb, int32_t* c,
                      int64_t ldc, const Int8Epilogue* ep, int64_t s0, int64_t s1, int64_t q0, int64_t q1) {
   const auto epilogue = HWY_DYNAMIC_DISPATCH(Int8TileEpilogue);
+  const int16_t* const ap = a.strips;
   thread_local std::vector<int8_t> abuf;
   thread_local std::vector<int32_t> cbuf;
   const int64_t se = int8_packed_strip_elems(k), c0 = q0 * kNR, c1 = std::min(n, q1 * kNR), cols = c1 - c0;
@@ -373,8 +382,15 @@ bool run_part_onednn(int64_t m, int64_t n, int64_t k, const int16_t* ap, const i
     const int64_t se_end = std::min(s1, sb + kOnednnRows / kMR);
     const int64_t r0 = sb * kMR, r1 = std::min(m, se_end * kMR), rows = r1 - r0;
     if (rows <= 0) break;
-    abuf.resize(size_t(rows * k));
     cbuf.resize(size_t(rows * cols));
+    if (a.rows) {
+      if (!onednn_gemm_s8s8s32_part(rows, cols, k, a.rows + r0 * a.lda, a.lda, b + c0 * ldb, ldb, cbuf.data(), cols))
+        return false;
+      for (int64_t j = c0; j < c1; j += kNR)
+        epilogue(cbuf.data() + (j - c0), cols, r0, rows, j, std::min(kNR, c1 - j), ep, c, ldc);
+      continue;
+    }
+    abuf.resize(size_t(rows * k));
     // Strip s, pair p: words 2r, 2r + 1 = a[6s + r, 2p], a[6s + r, 2p + 1]. Each strip read front to back
     // once, its rows written side by side (a row at a time, the strip would be read six times with a
     // stride).
@@ -420,15 +436,26 @@ std::string int8_gemm_kernel_name() {
 namespace {
 
 // One thread's share: A strips [s0, s1) x B panels [q0, q1), all of K.
-void run_part(int64_t m, int64_t n, int64_t k, const int16_t* ap, const int8_t* b, int64_t ldb, int32_t* c,
+void run_part(int64_t m, int64_t n, int64_t k, const Int8A& a, const int8_t* b, int64_t ldb, int32_t* c,
               int64_t ldc, const Int8Epilogue* ep, int64_t s0, int64_t s1, int64_t q0, int64_t q1) {
-  if (int8_uses_onednn() && run_part_onednn(m, n, k, ap, b, ldb, c, ldc, ep, s0, s1, q0, q1)) return;
+  if (int8_uses_onednn() && run_part_onednn(m, n, k, a, b, ldb, c, ldc, ep, s0, s1, q0, q1)) return;
   const auto tile = HWY_DYNAMIC_DISPATCH(Int8Tile);
   const auto pack_b = HWY_DYNAMIC_DISPATCH(Int8PackB);
   const auto epilogue = HWY_DYNAMIC_DISPATCH(Int8TileEpilogue);
   thread_local std::vector<int16_t> bbuf;
   thread_local std::vector<int32_t> cbuf;
   const int64_t se = int8_packed_strip_elems(k), strips = s1 - s0;
+  // The tile reads strips: int8 rows are packed here, this share's strips only (strip s at (s - sbase)).
+  thread_local std::vector<int16_t> own;
+  const int16_t* ap = a.strips;
+  int64_t sbase = 0;
+  if (!ap) {
+    const int64_t r0 = s0 * kMR, r1 = std::min(m, s1 * kMR);
+    own.resize(size_t(strips * se));
+    pack_a_s8(r1 - r0, k, a.rows + r0 * a.lda, a.lda, own.data());
+    ap = own.data();
+    sbase = s0;
+  }
   const int64_t kb = k_block(k);
   bbuf.resize(size_t(kNcPanels * kNR * kb));
   if (k > kb) cbuf.resize(std::max(cbuf.size(), size_t(strips * kNcPanels * kTile)));
@@ -441,7 +468,7 @@ void run_part(int64_t m, int64_t n, int64_t k, const int16_t* ap, const int8_t* 
       pack_b(b + j0 * ldb + k0, ldb, nc, kc, bbuf.data());
       // The A strip slice stays in L1 across the block's panels; the panels stream from L2.
       for (int64_t s = s0; s < s1; ++s) {
-        const int16_t* as = ap + s * se + k0 * kMR;  // k0 / 2 pairs of 2 * kMR int16
+        const int16_t* as = ap + (s - sbase) * se + k0 * kMR;  // k0 / 2 pairs of 2 * kMR int16
         for (int64_t q = 0; q < np; ++q) {
           const int16_t* bp = bbuf.data() + q * pairs * 2 * kNR;
           const int64_t jq = j0 + q * kNR, nr = std::min(kNR, n - jq);
@@ -461,8 +488,10 @@ void run_part(int64_t m, int64_t n, int64_t k, const int16_t* ap, const int8_t* 
 
 }  // namespace
 
-void gemm_s8s8_packed(int64_t m, int64_t n, int64_t k, const int16_t* a_packed, const int8_t* b, int64_t ldb,
-                      int32_t* c, int64_t ldc, const Int8Epilogue* ep) {
+namespace {
+
+void gemm_s8s8(int64_t m, int64_t n, int64_t k, const Int8A& a, const int8_t* b, int64_t ldb, int32_t* c,
+               int64_t ldc, const Int8Epilogue* ep) {
   if (m <= 0 || n <= 0) return;
   if (k <= 0) {
     const std::vector<int32_t> zeros(size_t(n), 0);
@@ -475,12 +504,12 @@ void gemm_s8s8_packed(int64_t m, int64_t n, int64_t k, const int16_t* a_packed, 
     return;
   }
   for_each_int8_part(m, n, k, [&](int64_t s0, int64_t s1, int64_t q0, int64_t q1) {
-    run_part(m, n, k, a_packed, b, ldb, c, ldc, ep, s0, s1, q0, q1);
+    run_part(m, n, k, a, b, ldb, c, ldc, ep, s0, s1, q0, q1);
   });
 }
 
-void gemm_s8s8_packed_parts(int64_t m, int64_t n, int64_t k, const int16_t* a_packed, const int8_t* b, int64_t ldb,
-                            const Int8Epilogue& ep, const GemmParts& parts) {
+void gemm_s8s8_parts(int64_t m, int64_t n, int64_t k, const Int8A& a, const int8_t* b, int64_t ldb,
+                     const Int8Epilogue& ep, const GemmParts& parts) {
   if (m <= 0 || n <= 0) return;
   auto part = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1, const std::function<void(const Int8Epilogue&)>& run) {
     Int8Epilogue e = ep;
@@ -491,7 +520,7 @@ void gemm_s8s8_packed_parts(int64_t m, int64_t n, int64_t k, const int16_t* a_pa
     run(e);
     parts.end(r0, r1, c0, c1, static_cast<const float*>(e.y), e.ldy);
   };
-  if (k <= 0) {  // the epilogue of an all-zero product, as gemm_s8s8_packed
+  if (k <= 0) {  // the epilogue of an all-zero product, as gemm_s8s8
     const std::vector<int32_t> zeros(size_t(n), 0);
     part(0, m, 0, n, [&](const Int8Epilogue& e) {
       for (int64_t i = 0; i < m; ++i) epilogue_scalar(i, 1, 0, n, zeros.data(), 0, e);
@@ -501,17 +530,47 @@ void gemm_s8s8_packed_parts(int64_t m, int64_t n, int64_t k, const int16_t* a_pa
   for_each_int8_part(m, n, k, [&](int64_t s0, int64_t s1, int64_t q0, int64_t q1) {
     const int64_t r0 = s0 * kMR, r1 = std::min(m, s1 * kMR), c0 = q0 * kNR, c1 = std::min(n, q1 * kNR);
     if (r1 <= r0 || c1 <= c0) return;
-    part(r0, r1, c0, c1, [&](const Int8Epilogue& e) { run_part(m, n, k, a_packed, b, ldb, nullptr, 0, &e, s0, s1, q0, q1); });
+    part(r0, r1, c0, c1, [&](const Int8Epilogue& e) { run_part(m, n, k, a, b, ldb, nullptr, 0, &e, s0, s1, q0, q1); });
   });
+}
+
+Int8A strips_of(const int16_t* a_packed) {
+  Int8A a;
+  a.strips = a_packed;
+  return a;
+}
+Int8A rows_of(const int8_t* rows, int64_t lda) {
+  Int8A a;
+  a.rows = rows;
+  a.lda = lda;
+  return a;
+}
+
+}  // namespace
+
+void gemm_s8s8_packed(int64_t m, int64_t n, int64_t k, const int16_t* a_packed, const int8_t* b, int64_t ldb,
+                      int32_t* c, int64_t ldc, const Int8Epilogue* ep) {
+  gemm_s8s8(m, n, k, strips_of(a_packed), b, ldb, c, ldc, ep);
+}
+
+void gemm_s8s8_packed_parts(int64_t m, int64_t n, int64_t k, const int16_t* a_packed, const int8_t* b, int64_t ldb,
+                            const Int8Epilogue& ep, const GemmParts& parts) {
+  gemm_s8s8_parts(m, n, k, strips_of(a_packed), b, ldb, ep, parts);
+}
+
+void gemm_s8s8_rows(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const int8_t* b, int64_t ldb,
+                    int32_t* c, int64_t ldc, const Int8Epilogue* ep) {
+  gemm_s8s8(m, n, k, rows_of(a, lda), b, ldb, c, ldc, ep);
+}
+
+void gemm_s8s8_rows_parts(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const int8_t* b,
+                          int64_t ldb, const Int8Epilogue& ep, const GemmParts& parts) {
+  gemm_s8s8_parts(m, n, k, rows_of(a, lda), b, ldb, ep, parts);
 }
 
 void gemm_s8s8s32(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const int8_t* b,
                   int64_t ldb, int32_t* c, int64_t ldc) {
-  if (m <= 0 || n <= 0) return;
-  thread_local std::vector<int16_t> apack;
-  apack.resize(int8_packed_a_elems(m, std::max<int64_t>(k, 0)));
-  if (k > 0) pack_a_s8(m, k, a, lda, apack.data());
-  gemm_s8s8_packed(m, n, k, apack.data(), b, ldb, c, ldc, nullptr);
+  gemm_s8s8_rows(m, n, k, a, lda, b, ldb, c, ldc, nullptr);
 }
 
 }  // namespace diffq::backend::cpu

@@ -68,7 +68,15 @@ void gemm_s8s8_packed(int64_t m, int64_t n, int64_t k, const int16_t* a_packed, 
 void gemm_s8s8_packed_parts(int64_t m, int64_t n, int64_t k, const int16_t* a_packed, const int8_t* b, int64_t ldb,
                             const Int8Epilogue& ep, const GemmParts& parts);
 
-// C[m, n] = sum_k A[m, k] * B[n, k] (packs A into a per-thread workspace, then gemm_s8s8_packed).
+// The same two on row-major int8 A (row stride lda): oneDNN reads these rows in place (no strips); where
+// the tile runs (no VNNI / AMX-INT8, a forced diffq kernel, a part oneDNN declines) each thread packs its
+// share of the rows into strips first. The activation quantizer writes this form where oneDNN runs.
+void gemm_s8s8_rows(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const int8_t* b, int64_t ldb,
+                    int32_t* c, int64_t ldc, const Int8Epilogue* ep);
+void gemm_s8s8_rows_parts(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const int8_t* b,
+                          int64_t ldb, const Int8Epilogue& ep, const GemmParts& parts);
+
+// C[m, n] = sum_k A[m, k] * B[n, k] (gemm_s8s8_rows without an epilogue).
 void gemm_s8s8s32(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const int8_t* b,
                   int64_t ldb, int32_t* c, int64_t ldc);
 

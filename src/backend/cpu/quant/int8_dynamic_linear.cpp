@@ -53,11 +53,15 @@ namespace {
 // Per-call buffers, kept per calling thread (no heap traffic in the steady state).
 thread_local std::vector<float> ws, bv, xs, mins, maxs;
 thread_local std::vector<int16_t> apack;
+thread_local std::vector<int8_t> arows;
 
-// One call's quantized activations (packed A) and the GEMM's epilogue (scales, bias, x's dtype), pointing
-// into this thread's buffers; ep.y is left for the caller.
+// One call's quantized activations (int8 rows where oneDNN runs the product, else the tile's packed
+// strips) and the GEMM's epilogue (scales, bias, x's dtype), pointing into this thread's buffers; ep.y is
+// left for the caller.
 struct Int8Call {
   int64_t m = 0, n = 0, k = 0;
+  const int8_t* rows = nullptr;    // [m, k] row-major
+  const int16_t* strips = nullptr;  // else
   Int8Epilogue ep;
 };
 
@@ -89,12 +93,18 @@ Int8Call prepare(const Tensor& x, const Tensor& bias, const AffineInt8Weight& w)
   };
   auto row = [&](int64_t i) -> const void* { return xp + size_t(i * k) * esize; };
 
-  // Activations -> packed A (strips of 6 rows), scales per token or per tensor.
+  // Activations -> A in the form the GEMM reads (int8 rows for oneDNN, else strips of 6 rows), scales
+  // per token or per tensor.
+  const bool as_rows = int8_uses_onednn();
   const int64_t strips = (m + kInt8StripRows - 1) / kInt8StripRows, se = int8_packed_strip_elems(k);
-  apack.resize(int8_packed_a_elems(m, k));
+  if (as_rows)
+    arows.resize(size_t(m * k));
+  else
+    apack.resize(int8_packed_a_elems(m, k));
   xs.resize(per_tensor ? 1 : size_t(m));
   // (thread_local names inside the parallel bodies would be the workers' own: use these pointers)
   int16_t* const ap = apack.data();
+  int8_t* const aq = arows.data();
   float* const xsp = xs.data();
   if (per_tensor) {
     mins.resize(size_t(m));
@@ -108,24 +118,32 @@ Int8Call prepare(const Tensor& x, const Tensor& bias, const AffineInt8Weight& w)
     for (int64_t i = 0; i < m; ++i) mn = std::min(mn, mnp[i]), mx = std::max(mx, mxp[i]);
     xsp[0] = params(mn, mx);
   }
-  core::parallel_for(strips, 2, [&](int64_t s0, int64_t s1) {
-    for (int64_t s = s0; s < s1; ++s)
-      for (int64_t r = 0; r < kInt8StripRows; ++r) {
-        const int64_t i = s * kInt8StripRows + r;
-        int16_t* strip = ap + s * se;
-        if (i >= m) {
-          int8_quantize_row_packed(nullptr, src, k, 0.0f, strip, r);
-          continue;
+  auto row_scale = [&](int64_t i) {
+    if (!per_tensor) {
+      float mn, mx;
+      int8_row_min_max(row(i), src, k, &mn, &mx);
+      xsp[i] = params(mn, mx);
+    }
+    return reciprocal_in(DType::f32, xsp[per_tensor ? 0 : i]);
+  };
+  if (as_rows) {
+    core::parallel_for(m, 8, [&](int64_t a, int64_t b) {
+      for (int64_t i = a; i < b; ++i) int8_quantize_row(row(i), src, k, row_scale(i), aq + i * k);
+    });
+  } else {
+    core::parallel_for(strips, 2, [&](int64_t s0, int64_t s1) {
+      for (int64_t s = s0; s < s1; ++s)
+        for (int64_t r = 0; r < kInt8StripRows; ++r) {
+          const int64_t i = s * kInt8StripRows + r;
+          int16_t* strip = ap + s * se;
+          if (i >= m) {
+            int8_quantize_row_packed(nullptr, src, k, 0.0f, strip, r);
+            continue;
+          }
+          int8_quantize_row_packed(row(i), src, k, row_scale(i), strip, r);
         }
-        if (!per_tensor) {
-          float mn, mx;
-          int8_row_min_max(row(i), src, k, &mn, &mx);
-          xsp[i] = params(mn, mx);
-        }
-        const float recip = reciprocal_in(DType::f32, xsp[per_tensor ? 0 : i]);
-        int8_quantize_row_packed(row(i), src, k, recip, strip, r);
-      }
-  });
+    });
+  }
 
   // The int8 GEMM's scale / bias / cast epilogue, fused into its tile stores.
   if (bias.defined()) {
@@ -135,6 +153,10 @@ Int8Call prepare(const Tensor& x, const Tensor& bias, const AffineInt8Weight& w)
   }
   Int8Call c;
   c.m = m, c.n = n, c.k = k;
+  if (as_rows)
+    c.rows = arows.data();
+  else
+    c.strips = apack.data();
   c.ep.row_scale = xs.data();
   c.ep.per_tensor = per_tensor;
   c.ep.col_scale = ws.data();
@@ -152,14 +174,22 @@ Tensor int8_dynamic_linear(const Tensor& x, const Tensor& bias, const AffineInt8
   Tensor y = Tensor::empty(out_shape, x.dtype());
   c.ep.y = y.data_ptr();
   c.ep.ldy = c.n;
-  gemm_s8s8_packed(c.m, c.n, c.k, apack.data(), w.qdata().data<int8_t>(), c.k, nullptr, 0, &c.ep);
+  const int8_t* wq = w.qdata().data<int8_t>();
+  if (c.rows)
+    gemm_s8s8_rows(c.m, c.n, c.k, c.rows, c.k, wq, c.k, nullptr, 0, &c.ep);
+  else
+    gemm_s8s8_packed(c.m, c.n, c.k, c.strips, wq, c.k, nullptr, 0, &c.ep);
   return y;
 }
 
 void int8_dynamic_linear_parts(const Tensor& x, const Tensor& bias, const AffineInt8Weight& w,
                                const GemmParts& parts) {
   const Int8Call c = prepare(x, bias, w);
-  gemm_s8s8_packed_parts(c.m, c.n, c.k, apack.data(), w.qdata().data<int8_t>(), c.k, c.ep, parts);
+  const int8_t* wq = w.qdata().data<int8_t>();
+  if (c.rows)
+    gemm_s8s8_rows_parts(c.m, c.n, c.k, c.rows, c.k, wq, c.k, c.ep, parts);
+  else
+    gemm_s8s8_packed_parts(c.m, c.n, c.k, c.strips, wq, c.k, c.ep, parts);
 }
 
 }  // namespace diffq::backend::cpu
