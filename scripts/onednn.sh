@@ -17,12 +17,7 @@ if [ -f "$prefix/lib/cmake/dnnl/dnnl-config.cmake" ] && [ -f "$prefix/lib/libdnn
   exit 0
 fi
 
-pip_cmd=()
-if command -v pip3 >/dev/null 2>&1; then
-  pip_cmd=(pip3)
-elif python3 -m pip --version >/dev/null 2>&1; then
-  pip_cmd=(python3 -m pip)
-fi
+. scripts/pip-cmd.sh  # pip_cmd
 if [ ${#pip_cmd[@]} -eq 0 ] || ! command -v unzip >/dev/null 2>&1; then
   echo "setup: cannot install oneDNN $version: needs pip (python3-pip) and unzip" >&2
   exit 1

@@ -71,11 +71,13 @@ void Int8RowMinMax(const void* x, DType src, int64_t k, float* mn_out, float* mx
   *mx_out = b;
 }
 
-// Codes of x[0, k) as int16 into q (k entries).
-void Int8QuantizeRow(const void* x, DType src, int64_t k, float recip, int16_t* q) {
+// Codes of x[0, k) into q (k entries) as T: int16 (a row for the tile's packed strips) or int8 (the
+// row-major A that oneDNN's int8 matmul reads).
+template <class T>
+void QuantizeRowAs(const void* x, DType src, int64_t k, float recip, T* q) {
   const hn::CappedTag<float, 8> df;
   const hn::RebindToSigned<decltype(df)> di;
-  const hn::Rebind<int16_t, decltype(df)> d16;
+  const hn::Rebind<T, decltype(df)> dq;
   const int64_t L = int64_t(hn::Lanes(df));
   const auto r = hn::Set(df, recip), lo = hn::Set(df, -128.0f), hi = hn::Set(df, 127.0f);
   int64_t c = 0;
@@ -83,26 +85,16 @@ void Int8QuantizeRow(const void* x, DType src, int64_t k, float recip, int16_t* 
     auto v = hn::Round(hn::Mul(LoadF32(df, x, src, c), r));
     v = hn::IfThenZeroElse(hn::IsNaN(v), v);
     v = hn::Min(hn::Max(v, lo), hi);
-    hn::StoreU(hn::DemoteTo(d16, hn::ConvertTo(di, v)), d16, q + c);
+    hn::StoreU(hn::DemoteTo(dq, hn::ConvertTo(di, v)), dq, q + c);
   }
   for (; c < k; ++c) q[c] = quantize_one(load_one(x, src, c), recip);
 }
 
-// The same codes as int8 into q (k entries): the row-major A that oneDNN's int8 matmul reads.
+void Int8QuantizeRow(const void* x, DType src, int64_t k, float recip, int16_t* q) {
+  QuantizeRowAs(x, src, k, recip, q);
+}
 void Int8QuantizeRowS8(const void* x, DType src, int64_t k, float recip, int8_t* q) {
-  const hn::CappedTag<float, 8> df;
-  const hn::RebindToSigned<decltype(df)> di;
-  const hn::Rebind<int8_t, decltype(df)> d8;
-  const int64_t L = int64_t(hn::Lanes(df));
-  const auto r = hn::Set(df, recip), lo = hn::Set(df, -128.0f), hi = hn::Set(df, 127.0f);
-  int64_t c = 0;
-  for (; c + L <= k; c += L) {
-    auto v = hn::Round(hn::Mul(LoadF32(df, x, src, c), r));
-    v = hn::IfThenZeroElse(hn::IsNaN(v), v);
-    v = hn::Min(hn::Max(v, lo), hi);
-    hn::StoreU(hn::DemoteTo(d8, hn::ConvertTo(di, v)), d8, q + c);
-  }
-  for (; c < k; ++c) q[c] = quantize_one(load_one(x, src, c), recip);
+  QuantizeRowAs(x, src, k, recip, q);
 }
 
 }  // namespace HWY_NAMESPACE
