@@ -15,6 +15,7 @@
 #include "backend/cpu/onednn_gemm.h"
 #include "backend/cpu/threads.h"
 #include "backend/cpu/tuning.h"
+#include "diffq/dtype.h"
 #include "gemm_test_problem.h"
 
 namespace cpu = diffq::backend::cpu;
@@ -151,6 +152,47 @@ TEST(OnednnGemmChoice, NativeForTheModelLayoutsAndTheDefaultForBf16) {
   EXPECT_TRUE(cpu::gemm_bf16_uses_onednn(1152, 3072, forced));
   EXPECT_EQ(cpu::gemm_kernel_name(true).find("oneDNN") != std::string::npos, amx || amd)
       << cpu::gemm_kernel_name(true);
+}
+
+// The bf16 linear written straight to bf16 by oneDNN (bias and the one rounding inside its primitive):
+// the bits of the f32 C path (C = bias, + x w^T on oneDNN, rounded once), with and without bias, padded
+// strides, one and two threads; false with nothing written where the bf16 kernel is not oneDNN.
+TEST(OnednnGemm, LinearToBf16MatchesTheF32Path) {
+  DIFFQ_REQUIRE_ONEDNN_BF16();
+  cpu::Tuning on = cpu::current_tuning(), off = cpu::current_tuning();
+  on.gemm_kernel = cpu::GemmKernel::onednn;
+  off.gemm_kernel = cpu::GemmKernel::diffq;
+  uint32_t seed = 900;
+  for (const int threads : {1, 2}) {
+    cpu::set_num_threads(threads);
+    for (const Dims& d : {Dims{48, 64, 96}, Dims{150, 96, 300}, Dims{33, 17, 40}, Dims{300, 200, 129}})
+      for (const bool with_bias : {false, true}) {
+        const Problem p(false, true, d, 1.0f, 0.0f, seed++, true);
+        std::vector<float> bias(size_t(d.n));
+        for (int64_t j = 0; j < d.n; ++j) bias[size_t(j)] = float(j % 7) * 0.375f - 1.0f;
+        const int64_t ldy = d.n + 2;
+        std::vector<uint16_t> want(size_t(d.m * ldy), 0xFFFF), got = want;
+        {
+          const cpu::ScopedTuning scope(on);
+          std::vector<float> c(size_t(d.m * d.n));
+          for (int64_t i = 0; i < d.m; ++i)
+            for (int64_t j = 0; j < d.n; ++j) c[size_t(i * d.n + j)] = with_bias ? bias[size_t(j)] : 0.f;
+          cpu::gemm_bf16(false, true, d.m, d.n, d.k, 1.0f, p.a16.data(), p.lda, p.b16.data(), p.ldb,
+                         with_bias ? 1.0f : 0.0f, c.data(), d.n);
+          for (int64_t i = 0; i < d.m; ++i)
+            for (int64_t j = 0; j < d.n; ++j) want[size_t(i * ldy + j)] = diffq::f32_to_bf16(c[size_t(i * d.n + j)]);
+          ASSERT_TRUE(cpu::gemm_bf16_linear_to_bf16(d.m, d.n, d.k, p.a16.data(), p.lda, p.b16.data(), p.ldb,
+                                                    with_bias ? bias.data() : nullptr, got.data(), ldy));
+        }
+        EXPECT_EQ(got, want) << "threads " << threads << " " << p.name() << (with_bias ? " + bias" : "");
+        const cpu::ScopedTuning scope(off);
+        std::vector<uint16_t> untouched(size_t(d.m * ldy), 0xFFFF);
+        EXPECT_FALSE(cpu::gemm_bf16_linear_to_bf16(d.m, d.n, d.k, p.a16.data(), p.lda, p.b16.data(), p.ldb,
+                                                   bias.data(), untouched.data(), ldy));
+        EXPECT_EQ(untouched, std::vector<uint16_t>(size_t(d.m * ldy), 0xFFFF));
+      }
+  }
+  cpu::set_num_threads(0);
 }
 
 }  // namespace

@@ -27,6 +27,7 @@
 #include "backend/cpu/simd_targets.h"
 #include "backend/cpu/threads.h"
 #include "backend/cpu/tuning.h"
+#include "diffq/dtype.h"
 
 namespace diffq::backend::cpu {
 
@@ -416,6 +417,29 @@ void gemm_bf16_parts(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
                 };
                 sgemm_parts(trans_a, trans_b, mr, nr, k, alpha, aw, lda_w, bw, ldb_w, beta, shifted);
               });
+}
+
+bool gemm_bf16_linear_to_bf16(int64_t m, int64_t n, int64_t k, const uint16_t* x, int64_t ldx, const uint16_t* w,
+                              int64_t ldw, const float* bias, uint16_t* y, int64_t ldy) {
+  if (m <= 0 || n <= 0 || k <= 0) return false;
+  const Bf16Kernel kern = bf16_kernel(m, n);
+  if (kern != Bf16Kernel::onednn) return false;
+  for_each_part(m, n, k, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    const int64_t rows = r1 - r0, cols = c1 - c0;
+    const float* b = bias ? bias + c0 : nullptr;
+    uint16_t* yp = y + r0 * ldy + c0;
+    if (onednn_linear_bf16_part(rows, cols, k, x + r0 * ldx, ldx, w + c0 * ldw, ldw, b, yp, ldy)) return;
+    // Declined: f32 C = bias, + x w^T on the part's kernel, rounded once.
+    thread_local std::vector<float> cbuf;
+    cbuf.resize(size_t(rows * cols));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < cols; ++j) cbuf[size_t(r * cols + j)] = b ? b[j] : 0.f;
+    bf16_part(kern, false, true, rows, cols, k, 1.f, x + r0 * ldx, ldx, w + c0 * ldw, ldw, b ? 1.f : 0.f,
+              cbuf.data(), cols);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < cols; ++j) yp[r * ldy + j] = f32_to_bf16(cbuf[size_t(r * cols + j)]);
+  });
+  return true;
 }
 
 void gemm_bf16_rows(bool trans_a, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a, int64_t lda,

@@ -75,6 +75,14 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
 void gemm_bf16_rows(bool trans_a, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a, int64_t lda,
                     const uint16_t* const* b_rows, int64_t b_col0, float beta, float* c, int64_t ldc);
 
+// The bf16 linear written straight to a bf16 output where the bf16 kernel is oneDNN: y[m, n] =
+// bf16(x[m, k] @ w[n, k]^T + bias[n]) with the bias and the one rounding inside oneDNN's primitive (no
+// f32 C, no bias fill, no rounding pass; bias may be null). Same parts and threads as gemm_bf16; a part
+// oneDNN declines goes through the f32 path (same values). Returns false, writing nothing, where the
+// bf16 kernel is not oneDNN (the caller's f32 C path runs).
+bool gemm_bf16_linear_to_bf16(int64_t m, int64_t n, int64_t k, const uint16_t* x, int64_t ldx, const uint16_t* w,
+                              int64_t ldw, const float* bias, uint16_t* y, int64_t ldy);
+
 // A GEMM whose C is produced part by part (the same parts sgemm / gemm_bf16 split C into, so the
 // same BLAS calls and the same bits): before part [r0, r1) x [c0, c1) of C is computed, `begin` says
 // where it goes (a pointer to its element (r0, c0) and its row stride in *ld; it may be C itself or a

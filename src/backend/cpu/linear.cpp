@@ -118,12 +118,20 @@ void linear_kernel(const OpCall& c, Tensor& out) {
   const Tensor& w = c.inputs[1];
   const Tensor bias = c.inputs.size() > 2 ? c.inputs[2] : Tensor();
   const int64_t K = w.size(1), N = w.size(0), M = out.numel() / N;
-  F32Output y(out);
-  fill_rows(y.data(), M, N, bias, K > 0);
-  if (K > 0 && M > 0) {
-    const LinearOperands o = linear_operands(c.inputs[0], w, M);
-    run_gemm(o.bf16, o.x, 0, o.lx, o.w, 0, o.lw, true, M, N, K, bias.defined() ? 1.f : 0.f, y.data(), N);
+  std::optional<LinearOperands> o;
+  if (K > 0 && M > 0) o = linear_operands(c.inputs[0], w, M);
+  if (o && o->bf16 && !o->lx.colmajor && !o->lw.colmajor && out.dtype() == DType::bf16 && out.is_contiguous()) {
+    // bf16 x, w and y on oneDNN: its primitive adds the bias and rounds to bf16 (no f32 C to fill,
+    // accumulate into and round in passes of its own).
+    std::optional<F32Input> b;
+    if (bias.defined()) b.emplace(bias);
+    if (gemm_bf16_linear_to_bf16(M, N, K, o->x.data<uint16_t>(), o->lx.ld, o->w.data<uint16_t>(), o->lw.ld,
+                                 b ? b->data() : nullptr, out.data<uint16_t>(), N))
+      return;
   }
+  F32Output y(out);
+  fill_rows(y.data(), M, N, bias, o.has_value());
+  if (o) run_gemm(o->bf16, o->x, 0, o->lx, o->w, 0, o->lw, true, M, N, K, bias.defined() ? 1.f : 0.f, y.data(), N);
   y.commit();
 }
 

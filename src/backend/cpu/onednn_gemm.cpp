@@ -24,16 +24,18 @@ struct Key {
   bool ta, tb;
   int64_t m, n, k, lda, ldb, ldc;
   float alpha, beta;
+  bool bf16_dst = false;  // C is bf16 (rounded once by oneDNN), not f32
+  bool bias = false;      // + an f32 bias row (the linear's), before the rounding
   bool operator==(const Key& o) const {
-    return std::tie(kind, ta, tb, m, n, k, lda, ldb, ldc, alpha, beta) ==
-           std::tie(o.kind, o.ta, o.tb, o.m, o.n, o.k, o.lda, o.ldb, o.ldc, o.alpha, o.beta);
+    return std::tie(kind, ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, bf16_dst, bias) ==
+           std::tie(o.kind, o.ta, o.tb, o.m, o.n, o.k, o.lda, o.ldb, o.ldc, o.alpha, o.beta, o.bf16_dst, o.bias);
   }
 };
 struct KeyHash {
   size_t operator()(const Key& x) const {
     size_t h = size_t(x.kind) * 4 + size_t(x.ta) * 2 + size_t(x.tb);
     for (int64_t v : {x.m, x.n, x.k, x.lda, x.ldb, x.ldc}) h = h * 1000003u ^ size_t(v);
-    return h;
+    return h * 4 + size_t(x.bf16_dst) * 2 + size_t(x.bias);
   }
 };
 
@@ -41,7 +43,7 @@ struct KeyHash {
 struct Entry {
   std::unique_ptr<dnnl::matmul> prim;
   std::string impl;  // oneDNN's implementation name (also when it is not used)
-  memory::desc a, b, c;
+  memory::desc a, b, c, bias;
   size_t scratch_bytes = 0;
   float alpha = 1.0f;  // oneDNN 3.x: the weights' scale, passed at execute (2.6: an output scale in the attr)
 };
@@ -59,8 +61,12 @@ std::unique_ptr<Entry> make_entry(const Key& key) {
                   : key.kind == Kind::f32 ? memory::data_type::f32 : memory::data_type::bf16;
   e->a = memory::desc({key.m, key.k}, in, key.ta ? memory::dims{1, key.lda} : memory::dims{key.lda, 1});
   e->b = memory::desc({key.k, key.n}, in, key.tb ? memory::dims{1, key.ldb} : memory::dims{key.ldb, 1});
-  e->c = memory::desc({key.m, key.n}, key.kind == Kind::s8 ? memory::data_type::s32 : memory::data_type::f32,
+  e->c = memory::desc({key.m, key.n},
+                      key.kind == Kind::s8 ? memory::data_type::s32
+                      : key.bf16_dst       ? memory::data_type::bf16
+                                           : memory::data_type::f32,
                       memory::dims{key.ldc, 1});
+  if (key.bias) e->bias = memory::desc({1, key.n}, memory::data_type::f32, memory::dims{key.n, 1});
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // per-thread scratch: concurrent parts never share
   // alpha: 2.6's output scale, 3.x's scale of the weights (one value, mask 0); both multiply the f32 (or
@@ -80,9 +86,12 @@ std::unique_ptr<Entry> make_entry(const Key& key) {
   }
   try {
 #if DNNL_VERSION_MAJOR >= 3
-    dnnl::matmul::primitive_desc pd(engine(), e->a, e->b, e->c, attr);
+    dnnl::matmul::primitive_desc pd = key.bias ? dnnl::matmul::primitive_desc(engine(), e->a, e->b, e->bias, e->c, attr)
+                                               : dnnl::matmul::primitive_desc(engine(), e->a, e->b, e->c, attr);
 #else
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e->a, e->b, e->c), attr, engine());
+    dnnl::matmul::primitive_desc pd(key.bias ? dnnl::matmul::desc(e->a, e->b, e->bias, e->c)
+                                             : dnnl::matmul::desc(e->a, e->b, e->c),
+                                    attr, engine());
 #endif
     e->impl = pd.impl_info_str();
     if (!native_impl(e->impl)) return e;
@@ -122,7 +131,7 @@ bool cpu_has_bf16_matrix() {
 }
 
 // Runs the cached primitive of `key` on this thread; false where oneDNN has no native kernel for it.
-bool run_cached(const Key& key, const void* a, const void* b, void* c) {
+bool run_cached(const Key& key, const void* a, const void* b, void* c, const float* bias = nullptr) {
   const Entry& e = entry_for(key);
   if (!e.prim) return false;
   ThreadState& t = thread_state();
@@ -130,6 +139,7 @@ bool run_cached(const Key& key, const void* a, const void* b, void* c) {
   dnnl::engine& eng = engine();
   memory am(e.a, eng, const_cast<void*>(a)), bm(e.b, eng, const_cast<void*>(b)), cm(e.c, eng, c);
   std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
+  if (key.bias) args.emplace(DNNL_ARG_BIAS, memory(e.bias, eng, const_cast<float*>(bias)));
   if (e.scratch_bytes > 0)
     args.emplace(DNNL_ARG_SCRATCHPAD, memory(memory::desc({int64_t(e.scratch_bytes)}, memory::data_type::u8,
                                                           memory::dims{1}), eng, t.scratch.data()));
@@ -183,6 +193,14 @@ bool onednn_gemm_bf16_part(bool trans_a, bool trans_b, int64_t m, int64_t n, int
                            const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
                            int64_t ldc) {
   return cpu_has_bf16_matrix() && run_cached({Kind::bf16, trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta}, a, b, c);
+}
+
+bool onednn_linear_bf16_part(int64_t m, int64_t n, int64_t k, const uint16_t* x, int64_t ldx, const uint16_t* w,
+                             int64_t ldw, const float* bias, uint16_t* y, int64_t ldy) {
+  Key key{Kind::bf16, false, true, m, n, k, ldx, ldw, ldy, 1.f, 0.f};
+  key.bf16_dst = true;
+  key.bias = bias != nullptr;
+  return cpu_has_bf16_matrix() && run_cached(key, x, w, y, bias);
 }
 
 bool onednn_gemm_s8s8s32_part(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const int8_t* b,

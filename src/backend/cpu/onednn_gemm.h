@@ -33,6 +33,12 @@ bool onednn_gemm_bf16_part(bool trans_a, bool trans_b, int64_t m, int64_t n, int
                            const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
                            int64_t ldc);
 
+// The bf16 linear's part with its epilogue in oneDNN: y[m, n] = bf16(x[m, k] @ w[n, k]^T + bias[n]) (f32
+// accumulation, the bias added in f32, one round to nearest even; bias may be null), single-threaded.
+// False (nothing written) where oneDNN has no native kernel for it.
+bool onednn_linear_bf16_part(int64_t m, int64_t n, int64_t k, const uint16_t* x, int64_t ldx, const uint16_t* w,
+                             int64_t ldw, const float* bias, uint16_t* y, int64_t ldy);
+
 // int8: C[m, n] (int32) = A[m, k] @ B[n, k]^T, exact (torchao int8dq's product), single-threaded, on
 // oneDNN's VNNI / AMX-INT8 kernels. onednn_int8_available(): the CPU has AVX512-VNNI or usable AMX-INT8
 // and oneDNN a native kernel; onednn_int8_impl() its name or why none.
