@@ -15,7 +15,8 @@ namespace diffq::backend::cpu {
 bool onednn_bf16_available();
 
 // Whether those instructions are AMX tiles (where oneDNN's bf16 matmul is ~5x the f32 FMA rate; on
-// AVX512-BF16 alone it is slower than diffq's blocked kernel: docs/benchmarks.md "Session 7").
+// AVX512-BF16 alone it is slower than diffq's pair kernel on Intel, faster on AMD: docs/benchmarks.md
+// "Session 7", "bf16 GEMM on oneDNN on AMD"; onednn_bf16_preferred() is the default that follows).
 bool onednn_bf16_uses_amx();
 
 // Whether diffq's bf16 GEMMs go to oneDNN by default (gemm.cpp): its bf16 matmul is on AMX tiles, or
