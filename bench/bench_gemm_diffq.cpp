@@ -7,6 +7,7 @@
 
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/int8_gemm.h"
+#include "backend/cpu/onednn_gemm.h"
 #include "backend/cpu/threads.h"
 #include "backend/cpu/tuning.h"
 #include "gemm_bench_common.h"
@@ -140,9 +141,49 @@ void diffq_gemm_s8_packed_bf16out(benchmark::State& state, const Shape& s, int t
   cpu::set_num_threads(0);
 }
 
+// The bf16 linear as the engine runs it where oneDNN is the bf16 GEMM (y = bf16(x W^T + b), bias and
+// rounding inside oneDNN): W plain (oneDNN copies it into its blocked layout every call) or packed once
+// (onednn_gemm.h: onednn_pack_bf16_weight). Shapes: wan-small's (M 1280: attention 1536^2, FFN
+// 8960 x 1536 and 1536 x 8960) and FLUX-dev width's (M 1152 / 4608 x 3072 / 12288 x 3072).
+std::vector<Shape> linear_shapes() {
+  return {{1280, 1536, 1536}, {1280, 8960, 1536}, {1280, 1536, 8960}, {1152, 3072, 3072},
+          {1152, 12288, 3072}, {1152, 3072, 12288}, {64, 3072, 3072}};
+}
+
+template <bool kPacked>
+void diffq_linear_bf16(benchmark::State& state, const Shape& s, int threads) {
+  if (!cpu::onednn_bf16_packing_usable()) {
+    state.SkipWithError("oneDNN reads no packed bf16 weights here");
+    return;
+  }
+  cpu::set_num_threads(threads);
+  cpu::Tuning tuning = cpu::current_tuning();
+  tuning.gemm_kernel = cpu::GemmKernel::onednn;
+  const cpu::ScopedTuning scope(tuning);
+  const auto x = random_bf16(size_t(s.m * s.k), 1), w = random_bf16(size_t(s.n * s.k), 2);
+  const auto bias = random_f32(size_t(s.n), 3);
+  std::vector<uint16_t> wp(kPacked ? size_t(cpu::onednn_packed_bf16_elems(s.n, s.k)) : 0), y(size_t(s.m * s.n));
+  if (kPacked) cpu::onednn_pack_bf16_weight(s.n, s.k, w.data(), s.k, wp.data());
+  for (auto _ : state) {
+    const bool ran = kPacked ? cpu::gemm_bf16_linear_packed(s.m, s.n, s.k, x.data(), s.k, wp.data(), bias.data(), y.data(), s.n)
+                             : cpu::gemm_bf16_linear_to_bf16(s.m, s.n, s.k, x.data(), s.k, w.data(), s.k, bias.data(), y.data(), s.n);
+    if (!ran) {
+      state.SkipWithError("oneDNN declined the shape");
+      break;
+    }
+    benchmark::DoNotOptimize(y.data());
+  }
+  cpu::set_num_threads(0);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  for (const int t : thread_counts())
+    for (const Shape& s : linear_shapes()) {  // next to each other: a noisy machine hits both alike
+      register_shape("diffq_linear_bf16_plain", s, t, diffq_linear_bf16<false>);
+      register_shape("diffq_linear_bf16_packed", s, t, diffq_linear_bf16<true>);
+    }
   register_kernel_vs<false>("kernel_vs_f32");
   register_kernel_vs<true>("kernel_vs_bf16");
   register_gemm("diffq_sgemm_f32", diffq_sgemm);

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "backend/cpu/attention_tiles.h"
+#include "backend/cpu/packed_linear_weight.h"
 #include "backend/cpu/conv.h"
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/gemm.h"
@@ -90,6 +91,7 @@ SystemInfo system_info() {
   s.kernels = {
       {"gemm_f32", f32},
       {"gemm_bf16", backend::cpu::gemm_kernel_name(true)},
+      {"bf16 linear weights", backend::cpu::weight_packing_description()},
       {"gemm_int8 (torchao int8dq)", backend::cpu::int8_gemm_kernel_name()},
       {"attention", attention},
       {"quantized linears (dequantizing)", quantized},

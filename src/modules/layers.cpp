@@ -1,5 +1,6 @@
 #include "modules/layers.h"
 
+#include "ops/linear_q.h"
 #include "ops/ops.h"
 
 namespace diffq {
@@ -19,7 +20,13 @@ Linear::Linear(int64_t in, int64_t out, bool b)
 
 Tensor Linear::forward(const Tensor& x) {
   const Tensor& b = opt(bias, has_bias);
-  Tensor y = weight.is_quantized() ? weight.quantized().linear(x, b) : ops::linear(x, weight.dense(), b);
+  Tensor y;
+  if (weight.is_quantized())
+    y = weight.quantized().linear(x, b);
+  else if (weight.pack_for_linear(x) && x.dtype() == weight.dtype())
+    y = ops::linear_q(x, weight.packed(), b);  // packed once for this device's GEMM (ops/weight_packing.h)
+  else
+    y = ops::linear(x, weight.dense(), b);
   return adapter ? adapter->apply(x, y) : y;
 }
 

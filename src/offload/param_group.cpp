@@ -27,6 +27,7 @@ ParamGroup::ParamGroup(std::string id, std::vector<Module*> modules,
       const auto ts = p->quantized().storage_tensors();
       for (size_t i = 0; i < ts.size(); ++i) add(name + "#" + std::to_string(i), ts[i]);
     } else {
+      p->keep_dense();  // the group moves these bytes: never swapped for a packed copy behind its back
       add(name, p->dense());
     }
   }

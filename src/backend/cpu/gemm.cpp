@@ -15,6 +15,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -223,17 +224,20 @@ namespace {
 // it (one part on the calling thread when the GEMM is small, single-threaded or nested in a pool
 // task). One part of C per thread (times tune.gemm_parts_per_thread), split along its longer side by
 // default, at multiples of 16. The split is static, so a given thread count and tuning always give
-// the same bits.
+// the same bits. Packed weights' GEMMs (rows_first) split along m wherever every part gets >= 64 rows
+// (their parts then write whole rows), else along n at multiples of kOnednnPackedCols (their blocks).
 void for_each_part(int64_t m, int64_t n, int64_t k,
-                   const std::function<void(int64_t, int64_t, int64_t, int64_t)>& f) {
+                   const std::function<void(int64_t, int64_t, int64_t, int64_t)>& f, bool rows_first = false) {
   const GemmSplitPlan plan = gemm_split_plan(m, n, k, pool_threads(), current_tuning());
   if (plan.parts <= 1) {
     f(0, m, 0, n);
     return;
   }
-  const bool split_n = plan.split_n;
+  const bool split_n = rows_first ? m < 64 * plan.parts : plan.split_n;
+  const int64_t col_align = rows_first ? kOnednnPackedCols : 16;
   const int64_t len = split_n ? n : m, parts = plan.parts;
-  auto edge = [&](int64_t p) { return p == parts ? len : (len * p / parts) / 16 * 16; };
+  const int64_t align = split_n ? col_align : 16;
+  auto edge = [&](int64_t p) { return p == parts ? len : (len * p / parts) / align * align; };
   parallel_for(parts, 1, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       const int64_t x0 = edge(p), x1 = edge(p + 1);
@@ -440,6 +444,31 @@ bool gemm_bf16_linear_to_bf16(int64_t m, int64_t n, int64_t k, const uint16_t* x
       for (int64_t j = 0; j < cols; ++j) yp[r * ldy + j] = f32_to_bf16(cbuf[size_t(r * cols + j)]);
   });
   return true;
+}
+
+bool gemm_bf16_linear_packed(int64_t m, int64_t n, int64_t k, const uint16_t* x, int64_t ldx, const uint16_t* w_packed,
+                             const float* bias, uint16_t* y, int64_t ldy) {
+  if (m <= 0 || n <= 0 || k <= 0) return false;
+  std::atomic<bool> declined{false};
+  for_each_part(m, n, k, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    const int64_t rows = r1 - r0, cols = c1 - c0;
+    const uint16_t* wp = w_packed + onednn_packed_bf16_elems(c0, k);
+    const float* b = bias ? bias + c0 : nullptr;
+    // oneDNN's brgemm on packed weights writes dense rows only: a part narrower than y's rows (few rows,
+    // split along n) goes through a dense tile.
+    const bool dense = cols == ldy;
+    thread_local std::vector<uint16_t> tile;
+    if (!dense) tile.resize(size_t(rows * cols));
+    uint16_t* dst = dense ? y + r0 * ldy + c0 : tile.data();
+    if (!onednn_linear_bf16_packed_part(rows, cols, k, x + r0 * ldx, ldx, wp, b, dst, dense ? ldy : cols)) {
+      declined = true;
+      return;
+    }
+    if (!dense)
+      for (int64_t r = 0; r < rows; ++r)
+        std::memcpy(y + (r0 + r) * ldy + c0, tile.data() + r * cols, size_t(cols) * sizeof(uint16_t));
+  }, /*rows_first=*/true);
+  return !declined;
 }
 
 void gemm_bf16_rows(bool trans_a, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a, int64_t lda,

@@ -83,6 +83,13 @@ void gemm_bf16_rows(bool trans_a, int64_t m, int64_t n, int64_t k, float alpha, 
 bool gemm_bf16_linear_to_bf16(int64_t m, int64_t n, int64_t k, const uint16_t* x, int64_t ldx, const uint16_t* w,
                               int64_t ldw, const float* bias, uint16_t* y, int64_t ldy);
 
+// The same linear with the weight packed for oneDNN (onednn_gemm.h: onednn_pack_bf16_weight): the parts
+// split the rows (>= 64 a part), else the columns at multiples of kOnednnPackedCols, each part reading
+// its columns' packed blocks in place. The same values as gemm_bf16_linear_to_bf16 on the plain weight.
+// False where oneDNN declined a part's shape (y then partly written: the caller computes it otherwise).
+bool gemm_bf16_linear_packed(int64_t m, int64_t n, int64_t k, const uint16_t* x, int64_t ldx, const uint16_t* w_packed,
+                             const float* bias, uint16_t* y, int64_t ldy);
+
 // A GEMM whose C is produced part by part (the same parts sgemm / gemm_bf16 split C into, so the
 // same BLAS calls and the same bits): before part [r0, r1) x [c0, c1) of C is computed, `begin` says
 // where it goes (a pointer to its element (r0, c0) and its row stride in *ld; it may be C itself or a

@@ -206,6 +206,27 @@ void linear_parts(const Tensor& x, const Tensor& w, const Tensor& bias, const Ge
     sgemm_parts(ta, tb, M, N, K, 1.f, o.x.data<float>(), o.lx.ld, o.w.data<float>(), o.lw.ld, beta, with_bias);
 }
 
+bool linear_bf16_packed(const Tensor& x_in, const uint16_t* w_packed, int64_t N, int64_t K, const Tensor& bias,
+                        Tensor& out) {
+  if (x_in.dtype() != DType::bf16 || x_in.dim() < 1 || x_in.size(-1) != K || K <= 0 || N <= 0) return false;
+  const Tensor x = x_in.dim() == 1 ? x_in.unsqueeze(0) : x_in;
+  const int64_t M = x.numel() / K;
+  if (M <= 0 || !rows_mergeable(x)) return false;
+  const Tensor x2(x.storage(), {M, K}, {merged_row_stride(x), x.strides().back()}, x.offset(), x.dtype());
+  const Layout lx = gemm_layout(M, K, x2.strides()[0], x2.strides()[1]);
+  if (!lx.ok || lx.colmajor) return false;
+  Shape shape = x_in.shape();
+  shape.back() = N;
+  Tensor y = Tensor::empty(shape, DType::bf16);
+  std::optional<F32Input> b;
+  if (bias.defined()) b.emplace(bias);
+  if (!gemm_bf16_linear_packed(M, N, K, x2.data<uint16_t>(), lx.ld, w_packed, b ? b->data() : nullptr,
+                               y.data<uint16_t>(), N))
+    return false;
+  out = std::move(y);
+  return true;
+}
+
 void register_linear_kernels() {
   ops::register_kernel(OpKind::linear, DeviceKind::cpu, linear_kernel);
   ops::register_kernel(OpKind::matmul, DeviceKind::cpu, matmul_kernel);

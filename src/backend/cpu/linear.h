@@ -12,4 +12,9 @@ namespace diffq::backend::cpu {
 // as the kernel does); parts.end receives it in f32, before any rounding to the op's output dtype.
 void linear_parts(const Tensor& x, const Tensor& w, const Tensor& bias, const GemmParts& parts);
 
+// y [..., N] (bf16) = x [..., K] @ W^T + bias for bf16 x whose rows are GEMM rows, W [N, K] packed for
+// oneDNN (onednn_gemm.h: onednn_pack_bf16_weight): the bias and one rounding inside oneDNN, as the bf16
+// linear kernel on the plain W. False (out untouched) where x is not such rows or oneDNN declines a part.
+bool linear_bf16_packed(const Tensor& x, const uint16_t* w_packed, int64_t N, int64_t K, const Tensor& bias, Tensor& out);
+
 }  // namespace diffq::backend::cpu

@@ -26,16 +26,22 @@ struct Key {
   float alpha, beta;
   bool bf16_dst = false;  // C is bf16 (rounded once by oneDNN), not f32
   bool bias = false;      // + an f32 bias row (the linear's), before the rounding
+  bool packed_b = false;  // B in oneDNN's blocked layout (kPackedTag; ldb unused), not strided rows
   bool operator==(const Key& o) const {
-    return std::tie(kind, ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, bf16_dst, bias) ==
-           std::tie(o.kind, o.ta, o.tb, o.m, o.n, o.k, o.lda, o.ldb, o.ldc, o.alpha, o.beta, o.bf16_dst, o.bias);
+    return std::tie(kind, ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, bf16_dst, bias, packed_b) ==
+           std::tie(o.kind, o.ta, o.tb, o.m, o.n, o.k, o.lda, o.ldb, o.ldc, o.alpha, o.beta, o.bf16_dst, o.bias,
+                    o.packed_b);
   }
 };
+
+// The blocked layout of a packed bf16 B[k, n] (onednn_gemm.h): blocks of 64 columns, outermost, each
+// k (padded to 32) x 64 with pairs of k innermost: the layout oneDNN's brgemm copies B into per call.
+constexpr auto kPackedTag = dnnl::memory::format_tag::BA16a64b2a;
 struct KeyHash {
   size_t operator()(const Key& x) const {
     size_t h = size_t(x.kind) * 4 + size_t(x.ta) * 2 + size_t(x.tb);
     for (int64_t v : {x.m, x.n, x.k, x.lda, x.ldb, x.ldc}) h = h * 1000003u ^ size_t(v);
-    return h * 4 + size_t(x.bf16_dst) * 2 + size_t(x.bias);
+    return h * 8 + size_t(x.packed_b) * 4 + size_t(x.bf16_dst) * 2 + size_t(x.bias);
   }
 };
 
@@ -60,7 +66,8 @@ std::unique_ptr<Entry> make_entry(const Key& key) {
   const auto in = key.kind == Kind::s8 ? memory::data_type::s8
                   : key.kind == Kind::f32 ? memory::data_type::f32 : memory::data_type::bf16;
   e->a = memory::desc({key.m, key.k}, in, key.ta ? memory::dims{1, key.lda} : memory::dims{key.lda, 1});
-  e->b = memory::desc({key.k, key.n}, in, key.tb ? memory::dims{1, key.ldb} : memory::dims{key.ldb, 1});
+  e->b = key.packed_b ? memory::desc({key.k, key.n}, in, kPackedTag)
+                      : memory::desc({key.k, key.n}, in, key.tb ? memory::dims{1, key.ldb} : memory::dims{key.ldb, 1});
   e->c = memory::desc({key.m, key.n},
                       key.kind == Kind::s8 ? memory::data_type::s32
                       : key.bf16_dst       ? memory::data_type::bf16
@@ -201,6 +208,51 @@ bool onednn_linear_bf16_part(int64_t m, int64_t n, int64_t k, const uint16_t* x,
   key.bf16_dst = true;
   key.bias = bias != nullptr;
   return cpu_has_bf16_matrix() && run_cached(key, x, w, y, bias);
+}
+
+int64_t onednn_packed_bf16_elems(int64_t n, int64_t k) {
+  return int64_t(memory::desc({k, n}, memory::data_type::bf16, kPackedTag).get_size() / sizeof(uint16_t));
+}
+
+namespace {
+// W[n, k] rows (B = W^T) <-> the packed layout, by oneDNN's reorder (a copy: exact both ways).
+void reorder_weight(int64_t n, int64_t k, uint16_t* plain, int64_t ldw, uint16_t* packed, bool to_packed) {
+  dnnl::engine& eng = engine();
+  memory pm(memory::desc({k, n}, memory::data_type::bf16, memory::dims{1, ldw}), eng, plain);
+  memory bm(memory::desc({k, n}, memory::data_type::bf16, kPackedTag), eng, packed);
+  dnnl::stream s(eng);
+  if (to_packed) dnnl::reorder(pm, bm).execute(s, pm, bm);
+  else dnnl::reorder(bm, pm).execute(s, bm, pm);
+  s.wait();
+}
+}  // namespace
+
+void onednn_pack_bf16_weight(int64_t n, int64_t k, const uint16_t* w, int64_t ldw, uint16_t* packed) {
+  reorder_weight(n, k, const_cast<uint16_t*>(w), ldw, packed, true);
+}
+
+void onednn_unpack_bf16_weight(int64_t n, int64_t k, const uint16_t* packed, uint16_t* w) {
+  reorder_weight(n, k, w, k, const_cast<uint16_t*>(packed), false);
+}
+
+bool onednn_linear_bf16_packed_part(int64_t m, int64_t n, int64_t k, const uint16_t* x, int64_t ldx,
+                                    const uint16_t* w_packed, const float* bias, uint16_t* y, int64_t ldy) {
+  Key key{Kind::bf16, false, false, m, n, k, ldx, 0, ldy, 1.f, 0.f};
+  key.bf16_dst = true;
+  key.bias = bias != nullptr;
+  key.packed_b = true;
+  return cpu_has_bf16_matrix() && run_cached(key, x, w_packed, y, bias);
+}
+
+bool onednn_bf16_packing_usable() {
+  static const bool ok = [] {
+    if (!onednn_bf16_available()) return false;
+    Key key{Kind::bf16, false, false, 256, 256, 256, 256, 0, 256, 1.f, 0.f};
+    key.bf16_dst = key.bias = key.packed_b = true;
+    const Entry& e = entry_for(key);
+    return e.prim != nullptr && e.impl == probe(Kind::bf16).impl;  // the same kernel as the plain operands'
+  }();
+  return ok;
 }
 
 bool onednn_gemm_s8s8s32_part(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const int8_t* b,

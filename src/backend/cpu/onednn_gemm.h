@@ -40,6 +40,24 @@ bool onednn_gemm_bf16_part(bool trans_a, bool trans_b, int64_t m, int64_t n, int
 bool onednn_linear_bf16_part(int64_t m, int64_t n, int64_t k, const uint16_t* x, int64_t ldx, const uint16_t* w,
                              int64_t ldw, const float* bias, uint16_t* y, int64_t ldy);
 
+// bf16 linear weights packed once (at load) into the blocked layout oneDNN's brgemm reads its B operand
+// in, instead of oneDNN copying W into it on every call: B = W^T [k, n] as blocks of
+// kOnednnPackedCols columns (outermost; the last one zero-padded), each k (padded to 32) x 64 with pairs
+// of k innermost (oneDNN's BA16a64b2a). The columns [c0, c0 + cols) for c0 a multiple of
+// kOnednnPackedCols are the packed B of those columns alone, at element onednn_packed_bf16_elems(c0, k).
+// onednn_bf16_packing_usable(): oneDNN runs the same native kernel on packed as on plain weights here.
+inline constexpr int64_t kOnednnPackedCols = 64;
+bool onednn_bf16_packing_usable();
+int64_t onednn_packed_bf16_elems(int64_t n, int64_t k);  // the packed size of W[n, k], padding included
+// W[n, k] (row stride ldw) -> packed (onednn_packed_bf16_elems(n, k) elements), and back to dense rows
+// (row stride k): copies, exact both ways.
+void onednn_pack_bf16_weight(int64_t n, int64_t k, const uint16_t* w, int64_t ldw, uint16_t* packed);
+void onednn_unpack_bf16_weight(int64_t n, int64_t k, const uint16_t* packed, uint16_t* w);
+// onednn_linear_bf16_part with the weight's columns packed: w_packed points at the packed columns'
+// start (see above). The same values as onednn_linear_bf16_part on the plain weight.
+bool onednn_linear_bf16_packed_part(int64_t m, int64_t n, int64_t k, const uint16_t* x, int64_t ldx,
+                                    const uint16_t* w_packed, const float* bias, uint16_t* y, int64_t ldy);
+
 // int8: C[m, n] (int32) = A[m, k] @ B[n, k]^T, exact (torchao int8dq's product), single-threaded, on
 // oneDNN's VNNI / AMX-INT8 kernels. onednn_int8_available(): the CPU has AVX512-VNNI or usable AMX-INT8
 // and oneDNN a native kernel; onednn_int8_impl() its name or why none.

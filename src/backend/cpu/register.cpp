@@ -1,5 +1,6 @@
 #include "backend/cpu/compile/cpu_compile_backend.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/packed_linear_weight.h"
 #include "backend/cpu/simd_targets.h"
 
 namespace diffq::backend::cpu {
@@ -19,6 +20,7 @@ void register_kernels() {
   register_layout_kernels();
   register_reduce_kernels();
   register_linear_q_kernels();
+  register_packed_linear_weight();  // dense bf16 linear weights packed once for oneDNN
   register_compile_backend();  // compile's fused kernels and autotune (backend/cpu/compile)
 }
 

@@ -13,7 +13,8 @@ namespace diffq::backend::cpu {
 namespace {
 
 // Tuning{} with DIFFQ_GEMM_KERNEL (best, diffq, diffq-widen, openblas or onednn) and DIFFQ_CONV_KERNEL
-// (best, onednn, implicit-gemm) and DIFFQ_ATTENTION_KERNEL (best, onednn, bf16-dot, f32) applied, read once.
+// (best, onednn, implicit-gemm), DIFFQ_ATTENTION_KERNEL (best, onednn, bf16-dot, f32) and
+// DIFFQ_PACK_WEIGHTS (best, on, off) applied, read once.
 const Tuning& defaults() {
   static const Tuning t = [] {
     Tuning d;
@@ -60,6 +61,18 @@ const Tuning& defaults() {
         d.attention_kernel = AttentionKernel::f32;
       } else {
         check(v == "best", "tuning", "DIFFQ_ATTENTION_KERNEL='", v, "' is not one of best, onednn, bf16-dot, f32");
+      }
+    }
+    if (const char* env = std::getenv("DIFFQ_PACK_WEIGHTS"); env && *env) {
+      const std::string v = env;
+      if (v == "on") {
+        check(onednn_bf16_packing_usable(), "tuning", "DIFFQ_PACK_WEIGHTS=on: oneDNN packs no bf16 weights here (bf16 ",
+              onednn_bf16_impl(), ")");
+        d.weight_packing = WeightPacking::on;
+      } else if (v == "off") {
+        d.weight_packing = WeightPacking::off;
+      } else {
+        check(v == "best", "tuning", "DIFFQ_PACK_WEIGHTS='", v, "' is not one of best, on, off");
       }
     }
     return d;

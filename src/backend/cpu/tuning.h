@@ -52,11 +52,20 @@ enum class AttentionKernel : uint8_t {
   f32,       // every dtype widened to f32 (attention.cpp's Highway tiles)
 };
 
+// Whether dense bf16 linear weights are packed once, at their first bf16 linear, into the blocked layout
+// oneDNN's bf16 GEMM reads (packed_linear_weight.h) instead of oneDNN copying them into it on every call.
+// `best`: where oneDNN is the bf16 GEMM (AMX; AMD with AVX512-BF16: docs/benchmarks.md "Linear weights
+// packed once"); `on`: wherever oneDNN can read packed bf16 weights natively, even where another kernel
+// is the bf16 GEMM (Intel AVX512-BF16 without AMX: diffq's pair kernel); `off`: never.
+// DIFFQ_PACK_WEIGHTS=best|on|off overrides the default (best).
+enum class WeightPacking : uint8_t { best, on, off };
+
 struct Tuning {
   GemmSplit gemm_split = GemmSplit::longer_side;
   GemmKernel gemm_kernel = GemmKernel::best;
   ConvKernel conv_kernel = ConvKernel::best;
   AttentionKernel attention_kernel = AttentionKernel::best;
+  WeightPacking weight_packing = WeightPacking::best;
   int gemm_parts_per_thread = 1;  // parts = threads * this (more, smaller parts balance uneven cores)
   int64_t attn_bq = 48;   // attention: query rows per tile (rounded up to a multiple of 6)
   int64_t attn_bk = 256;  // attention: keys per block of the online softmax (rounded up to 2 vectors)
@@ -64,8 +73,8 @@ struct Tuning {
   bool operator==(const Tuning&) const = default;
 };
 
-// The calling thread's current tuning (the defaults, with DIFFQ_GEMM_KERNEL, DIFFQ_CONV_KERNEL and DIFFQ_ATTENTION_KERNEL, unless a ScopedTuning is
-// alive on it).
+// The calling thread's current tuning (the defaults, with DIFFQ_GEMM_KERNEL, DIFFQ_CONV_KERNEL,
+// DIFFQ_ATTENTION_KERNEL and DIFFQ_PACK_WEIGHTS, unless a ScopedTuning is alive on it).
 const Tuning& current_tuning();
 
 // Installs `t` on the calling thread for its lifetime; nests.
