@@ -24,7 +24,7 @@ Device graph_device(Module& root, const std::vector<Tensor>& examples) {
   for (const Tensor& t : examples)
     if (t.defined()) return t.device();
   for (const auto& [name, p] : root.named_parameters())
-    if (p->defined() && !p->is_quantized()) return p->dense().device();
+    if (p->defined() && !p->packed_form()) return p->dense().device();
   return Device::cpu();
 }
 
@@ -45,12 +45,17 @@ class Capturer : public CaptureHook {
           "below the hooks (compile_repeated_blocks) or use leaf-level offloading");
   }
 
-  bool wants_opaque(Module& m) override {
+  bool wants_opaque(Module& m, const Tensor& x) override {
     if (&m == &root_) return false;
     if (!m.hooks().empty()) return true;
-    if (auto* lin = dynamic_cast<Linear*>(&m); lin && lin->adapter) return true;  // LoRA: read at run time
+    if (auto* lin = dynamic_cast<Linear*>(&m)) {
+      if (lin->adapter) return true;  // LoRA: read at run time
+      // A dense weight the device packs for its GEMM (ops/weight_packing.h) is packed now and computed
+      // like a quantized one: in parts where the device's compile backend can (its epilogue fused).
+      if (device_ && x.defined() && lin->weight.pack_for_linear(x.dtype(), x.device())) return true;
+    }
     for (const auto& [n, p] : m.own_parameters())
-      if (p->is_quantized()) return true;
+      if (p->packed_form()) return true;
     return false;
   }
 
@@ -59,8 +64,8 @@ class Capturer : public CaptureHook {
     ops::Attrs a;
     a.i0 = int64_t(opaques_.size());
     auto* lin = dynamic_cast<Linear*>(&m);
-    const bool qlin = lin && m.hooks().empty() && !lin->adapter && lin->weight.is_quantized() && device_ &&
-                      device_->quantized_linear_in_parts(lin->weight.quantized());
+    const bool qlin = lin && m.hooks().empty() && !lin->adapter && lin->weight.packed_form() && device_ &&
+                      device_->quantized_linear_in_parts(*lin->weight.packed_form());
     opaques_.push_back({path(m), std::move(run), qlin});
     return trace_.record(ops::OpCall{ops::OpKind::count_, {x}, a}, output_meta(m, x));
   }
@@ -77,7 +82,7 @@ class Capturer : public CaptureHook {
   // The output of a one-input layer, without running it: a quantized Linear gives [..., out] in x's
   // dtype; a dense layer's forward is traced into a scratch trace and its result's meta kept.
   ops::OutputMeta output_meta(Module& m, const Tensor& x) {
-    if (auto* lin = dynamic_cast<Linear*>(&m); lin && (lin->weight.is_quantized() || lin->adapter)) {
+    if (auto* lin = dynamic_cast<Linear*>(&m); lin && (lin->weight.packed_form() || lin->adapter)) {
       Shape s = x.shape();
       check(!s.empty() && s.back() == lin->in_features, "compile", "'", path(m), "' expects [..., ",
             lin->in_features, "], got ", x.str());
@@ -191,7 +196,7 @@ Graph capture(Module& root, const ForwardFn& fwd, const std::vector<Tensor>& exa
   const auto named = root.named_parameters();
   for (size_t i = 0; i < named.size(); ++i) {
     const Parameter& p = *named[i].second;
-    if (!p.defined() || p.is_quantized()) continue;
+    if (!p.defined() || p.packed_form()) continue;
     c.params.emplace(p.dense().storage().get(), std::make_pair(int32_t(i), p.dense().offset()));
   }
   for (const ops::Graph::Node& on : og.nodes) {

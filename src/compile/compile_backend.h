@@ -30,6 +30,7 @@ namespace diffq::compile {
 struct QuantizedLinear {
   const ops::PackedWeight* weight = nullptr;
   Tensor bias;
+  Tensor dense;  // weight null: the Linear's dense weight (captured packed, since unpacked or not packable)
 };
 
 class CompileBackend {

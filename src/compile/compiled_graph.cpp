@@ -38,17 +38,21 @@ void copy_into_slices(const Node& n, const Resolve& resolve, Tensor& out) {
 }
 
 // The Linear of a quantized GEMM prologue: the quantized Linear at `path` under the module being run (in
-// regional compilation, the block being run), with its bias.
-QuantizedLinear quantized_linear(const CompileBackend& backend, Module* root, const std::string& path) {
+// regional compilation, the block being run), with its bias. A dense weight captured packed for the
+// device's GEMM is packed here if it is not yet (another block of the same graph), else computed dense.
+QuantizedLinear quantized_linear(const CompileBackend& backend, Module* root, const std::string& path, const Tensor& x) {
   check(root != nullptr, "compile", "the quantized GEMM of ", path, " needs the root module");
   auto* lin = dynamic_cast<Linear*>(root->find_module(path));
   check(lin != nullptr, "compile", "module '", path, "' is not a Linear under ", root->type_name());
-  check(lin->weight.is_quantized() && backend.quantized_linear_in_parts(lin->weight.quantized()) &&
+  if (!lin->weight.is_quantized() && lin->hooks().empty() && !lin->adapter &&
+      !lin->weight.pack_for_linear(x.dtype(), x.device()))
+    return {nullptr, lin->has_bias ? lin->bias.dense() : Tensor(), lin->weight.dense()};
+  check(lin->weight.packed_form() && backend.quantized_linear_in_parts(*lin->weight.packed_form()) &&
             lin->hooks().empty() && !lin->adapter,
         "compile", "'", path,
         "' was captured as a quantized Linear computed in parts with no hooks and no LoRA, but is not one now "
         "(a LoRA loaded after compile on a layer that had none needs a recompile)");
-  return {&lin->weight.quantized(), lin->has_bias ? lin->bias.dense() : Tensor()};
+  return {lin->weight.packed_form(), lin->has_bias ? lin->bias.dense() : Tensor()};
 }
 
 // The passes the device's compile backend does not offer (all of them without one) are turned off in
@@ -239,7 +243,7 @@ std::vector<Tensor> CompiledGraph::run(const std::vector<Tensor>& inputs, const 
         const std::shared_ptr<void> tuned = install_tuning(i);  // the GEMM prologue's split
         QuantizedLinear qlinear;
         if (n.program->gemm && !n.program->gemm->module.empty())
-          qlinear = quantized_linear(*backend, root, n.program->gemm->module);
+          qlinear = quantized_linear(*backend, root, n.program->gemm->module, leaves[size_t(n.program->gemm->x)]);
         backend->run_fused(*n.program, leaves, out, &qlinear);
       } else if (n.kind == Node::Kind::norm_rope) {
         backend->run_norm_rope(*n.norm_rope, resolve_all(n), out);

@@ -11,10 +11,25 @@
 
 namespace diffq::compile {
 
-std::vector<Tensor> dense_parameters(Module& m) {
+std::vector<Tensor> dense_parameters(Module& m, const CompiledGraph* g) {
+  std::vector<bool> read;
+  if (g) {
+    auto mark = [&](const Ref& r) {
+      if (r.src != Ref::Src::param) return;
+      if (size_t(r.index) >= read.size()) read.resize(size_t(r.index) + 1, false);
+      read[size_t(r.index)] = true;
+    };
+    for (const Node& n : g->graph.nodes)
+      for (const Ref& r : n.inputs) mark(r);
+    for (const Ref& r : g->graph.outputs) mark(r);
+  }
   std::vector<Tensor> out;
-  for (const auto& [name, p] : m.named_parameters())
-    out.push_back(p->defined() && !p->is_quantized() ? p->dense() : Tensor());
+  size_t i = 0;
+  for (const auto& [name, p] : m.named_parameters()) {
+    const bool wanted = !g || (i < read.size() && read[i]);
+    out.push_back(wanted && p->defined() && !p->packed_form() ? p->dense() : Tensor());
+    ++i;
+  }
   return out;
 }
 
@@ -34,6 +49,8 @@ std::string CompiledModule::signature(Module& m, const std::vector<Tensor>& inpu
     else if (p->is_quantized()) {
       const auto st = p->quantized().storage_tensors();
       s << p->quantized().scheme() << '@' << (st.empty() ? std::string("?") : st[0].device().str());
+    } else if (p->is_packed()) {  // a dense weight packed for the device's GEMM: the graph is the same
+      s << dtype_name(p->dtype()) << '@' << p->packed().storage_tensors().at(0).device().str();
     } else {
       s << dtype_name(p->dense().dtype()) << '@' << p->dense().device().str();
     }
@@ -105,7 +122,7 @@ std::vector<Tensor> CompiledModule::run_signature(Module& m, const std::string& 
       // Errors (a bad cache file) are not a fallback. Without a compile backend autotune declined (PassStats).
       if (cg && cg->backend && cg->backend->offers("autotune") && opt_.mode == CompileMode::max_autotune) {
         if (!tuner_) tuner_ = std::make_unique<Autotuner>(opt_);
-        tuned_out = tuner_->tune_and_run(*cg, inputs, dense_parameters(m), &m, stats_.autotune);
+        tuned_out = tuner_->tune_and_run(*cg, inputs, dense_parameters(m, &*cg), &m, stats_.autotune);
       }
       if (cg) e.graph = std::make_shared<const CompiledGraph>(std::move(*cg));
       ++stats_.captures;
@@ -122,7 +139,7 @@ std::vector<Tensor> CompiledModule::run_signature(Module& m, const std::string& 
   }
   if (eager) return fwd_(m, inputs);
   if (tuned_out) return std::move(*tuned_out);
-  return g->run(inputs, dense_parameters(m), &m);
+  return g->run(inputs, dense_parameters(m, g.get()), &m);
 }
 
 CompileStats total_stats(const std::vector<const CompiledModule*>& mods) {

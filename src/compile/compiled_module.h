@@ -70,7 +70,8 @@ class CompiledModule {
 // compiled last by each, last_passes.declined their union (and the first reason); empty when `mods` is.
 CompileStats total_stats(const std::vector<const CompiledModule*>& mods);
 
-// The dense parameters of `m` in named_parameters() order (quantized or unloaded ones undefined).
-std::vector<Tensor> dense_parameters(Module& m);
+// The dense parameters of `m` in named_parameters() order (quantized, packed or unloaded ones undefined;
+// with `g`, also those g never reads: a weight g computes packed is not held dense while it packs).
+std::vector<Tensor> dense_parameters(Module& m, const CompiledGraph* g = nullptr);
 
 }  // namespace diffq::compile

@@ -55,8 +55,8 @@ std::string DeviceGraphs::key(Module& m, const std::string& signature) {
   for (const auto& [name, p] : m.named_parameters()) {
     if (!p->defined()) continue;
     s << name << '@';
-    if (p->is_quantized()) {
-      for (const Tensor& t : p->quantized().storage_tensors()) s << (t.defined() ? t.data_ptr() : nullptr) << ',';
+    if (const ops::PackedWeight* pw = p->packed_form()) {
+      for (const Tensor& t : pw->storage_tensors()) s << (t.defined() ? t.data_ptr() : nullptr) << ',';
     } else {
       s << p->dense().data_ptr();
     }

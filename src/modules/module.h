@@ -20,12 +20,13 @@ class Module;
 // Compile's capture (compile/capture.cpp) installs one of these on its thread while it traces a
 // forward; eager calls only pay one thread-local read. Module calls it cannot replay (hooks on a
 // module that is not a one-input layer) make it throw; one-input layers whose forward does not trace
-// (quantized weights) or that carry hooks (offloading) become opaque nodes that call the real module.
+// (quantized weights, or dense ones packed for the device's GEMM) or that carry hooks (offloading)
+// become opaque nodes that call the real module.
 class CaptureHook {
  public:
   virtual ~CaptureHook() = default;
   virtual void on_call(Module& m) = 0;
-  virtual bool wants_opaque(Module& m) = 0;
+  virtual bool wants_opaque(Module& m, const Tensor& x) = 0;  // x: the (traced) input
   virtual Tensor record_opaque(Module& m, const Tensor& x, std::function<Tensor(Module&, const Tensor&)> run) = 0;
   static CaptureHook* current();
   static void set_current(CaptureHook* h);
@@ -86,7 +87,7 @@ class Module {
   // call may be recorded as an opaque node that runs this module (hooks included) at replay.
   template <class M>
   Tensor call1(const Tensor& x, Tensor (M::*fwd)(const Tensor&)) {
-    if (CaptureHook* c = CaptureHook::current(); c && c->wants_opaque(*this))
+    if (CaptureHook* c = CaptureHook::current(); c && c->wants_opaque(*this, x))
       return c->record_opaque(*this, x, [fwd](Module& m, const Tensor& in) {
         M& self = static_cast<M&>(m);
         return static_cast<Module&>(self).call([&] { return (self.*fwd)(in); });

@@ -50,10 +50,16 @@ void Parameter::keep_dense() const {
 
 bool Parameter::pack_for_linear(const Tensor& x) {
   if (packed_) return true;
-  if (stay_dense_ || !dense_.defined() || x.is_symbolic()) return false;  // traced graphs keep dense linears
+  if (x.is_symbolic()) return false;  // traced graphs keep dense linears (compile's capture decides itself)
+  return pack_for_linear(x.dtype(), x.device());
+}
+
+bool Parameter::pack_for_linear(DType x_dtype, Device x_device) {
+  if (packed_) return true;
+  if (stay_dense_ || !dense_.defined()) return false;
   std::lock_guard<std::mutex> lock(pack_mutex());
   if (packed_ || stay_dense_) return packed_ != nullptr;
-  std::shared_ptr<ops::PackedWeight> p = ops::pack_linear_weight(dense_, x);
+  std::shared_ptr<ops::PackedWeight> p = ops::pack_linear_weight(dense_, x_dtype, x_device);
   if (!p) {
     stay_dense_ = true;  // the device packs none like it: not asked again
     return false;

@@ -42,7 +42,13 @@ class Parameter {
   // gives it a new value. Returns is_packed().
   bool is_packed() const { return packed_ != nullptr; }
   const ops::PackedWeight& packed() const;
-  bool pack_for_linear(const Tensor& x);
+  bool pack_for_linear(const Tensor& x);  // x real (a traced call packs nothing)
+  bool pack_for_linear(DType x_dtype, Device x_device);  // compile's capture: for inputs like these
+  // The weight's packed form whichever it is (quantized, or dense packed for its device's GEMM); null
+  // when it is dense: what compile and the residency code treat as "not a plain tensor".
+  const ops::PackedWeight* packed_form() const {
+    return quantized_ ? static_cast<const ops::PackedWeight*>(quantized_.get()) : packed_.get();
+  }
   // Dense from now on (unpacked if packed): for code that keeps the dense bytes (offload groups).
   void keep_dense() const;
   const QuantizedWeight& quantized() const;

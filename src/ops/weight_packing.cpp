@@ -28,8 +28,8 @@ void register_weight_packer(DeviceKind d, WeightPacker fn) {
   else r.packers.erase(d);
 }
 
-std::shared_ptr<PackedWeight> pack_linear_weight(const Tensor& w, const Tensor& x) {
-  if (!w.defined() || !x.defined() || w.dim() != 2 || x.device() != w.device()) return nullptr;
+std::shared_ptr<PackedWeight> pack_linear_weight(const Tensor& w, DType x_dtype, Device x_device) {
+  if (!w.defined() || w.dim() != 2 || x_device != w.device() || w.is_symbolic()) return nullptr;
   find_kernel(OpKind::copy, DeviceKind::cpu);  // the backends register on first use
   WeightPacker fn;
   {
@@ -39,7 +39,7 @@ std::shared_ptr<PackedWeight> pack_linear_weight(const Tensor& w, const Tensor& 
     if (it == r.packers.end()) return nullptr;
     fn = it->second;
   }
-  return fn(w, x);
+  return fn(w, x_dtype);
 }
 
 }  // namespace diffq::ops

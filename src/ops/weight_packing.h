@@ -12,12 +12,13 @@
 
 namespace diffq::ops {
 
-// Returns w packed for its device's linear of inputs like x, or null where the device packs none of this
-// kind (its choice: dtypes, shape, CPU, tuning).
-using WeightPacker = std::function<std::shared_ptr<PackedWeight>(const Tensor& w, const Tensor& x)>;
+// Returns w packed for its device's linear of inputs of dtype x_dtype, or null where the device packs
+// none of this kind (its choice: dtypes, shape, CPU, tuning).
+using WeightPacker = std::function<std::shared_ptr<PackedWeight>(const Tensor& w, DType x_dtype)>;
 void register_weight_packer(DeviceKind d, WeightPacker fn);  // an empty fn removes it
 
-// The packed form of the dense weight w [N, K] for x [..., K] on w's device, or null (nothing packs it).
-std::shared_ptr<PackedWeight> pack_linear_weight(const Tensor& w, const Tensor& x);
+// The packed form of the dense weight w [N, K] for inputs x [..., K] of x_dtype on x_device (w's device),
+// or null (nothing packs it).
+std::shared_ptr<PackedWeight> pack_linear_weight(const Tensor& w, DType x_dtype, Device x_device);
 
 }  // namespace diffq::ops

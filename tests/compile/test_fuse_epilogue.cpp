@@ -11,6 +11,7 @@
 
 #include "backend/cpu/compile/fused_kernel.h"
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/onednn_gemm.h"
 #include "backend/cpu/threads.h"
 #include "backend/cpu/tuning.h"
 #include "compile/capture.h"
@@ -169,7 +170,15 @@ ForwardFn mlp_fn() {
 
 }  // namespace
 
+// Dense linears: the bf16 weights are kept dense (not packed for oneDNN; that case is the next test).
+cpu::Tuning packing(cpu::WeightPacking p) {
+  cpu::Tuning t = cpu::current_tuning();
+  t.weight_packing = p;
+  return t;
+}
+
 TEST(FuseEpilogue, MlpMatchedBitIdenticalToUnfusedAndEqualsEager) {
+  const cpu::ScopedTuning dense(packing(cpu::WeightPacking::off));
   for (DType dt : {DType::f32, DType::bf16}) {
     Mlp mlp;
     init_parameters_randn(mlp, dt, 3, 0.2);
@@ -195,6 +204,49 @@ TEST(FuseEpilogue, MlpMatchedBitIdenticalToUnfusedAndEqualsEager) {
     EXPECT_LT(g->plan.unplanned_bytes, g_off->plan.unplanned_bytes);  // no buffer for the linears' outputs
     (void)eager;
   }
+}
+
+// bf16 weights packed for oneDNN at capture (ops/weight_packing.h): the linears become GEMM prologues
+// computed from the packed weight part by part, bit-identical to the unfused graph and to eager (which
+// computes from the packed weight too); a second module of the same shapes running the same graph gets
+// its weights packed at its first run; a weight read densely since (unpacked for good) is computed dense
+// by the same graph.
+TEST(FuseEpilogue, PackedWeightsMlpBitIdenticalToUnfusedAndEager) {
+  if (!cpu::onednn_bf16_packing_usable()) GTEST_SKIP() << "oneDNN reads no packed bf16 weights here: " << cpu::onednn_bf16_impl();
+  const cpu::ScopedTuning packed(packing(cpu::WeightPacking::on));
+  Mlp mlp, other;
+  init_parameters_randn(mlp, DType::bf16, 3, 0.2);
+  init_parameters_randn(other, DType::bf16, 4, 0.2);
+  const Tensor x = randn({2, 70, 48}, 7, DType::bf16), gate = randn({2, 1, 48}, 8, DType::bf16);
+  CompileOptions on, off;
+  on.fullgraph = off.fullgraph = true;
+  off.fuse_epilogue = false;
+  CompiledModule con(mlp_fn(), on), coff(mlp_fn(), off);
+  for (int threads : {1, 2, 3}) {
+    cpu::set_num_threads(threads);
+    const Tensor y_on = con.run(mlp, {x, gate})[0], y_off = coff.run(mlp, {x, gate})[0];
+    EXPECT_TRUE(mlp.fc1.weight.is_packed() && mlp.fc2.weight.is_packed());
+    EXPECT_TRUE(same_bits(y_on, y_off)) << "threads " << threads;
+    EXPECT_TRUE(same_bits(y_on, mlp.forward(x, gate))) << "threads " << threads;  // eager, packed weights
+  }
+  cpu::set_num_threads(0);
+  const auto g = con.graph_for(mlp, {x, gate});
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(g->stats.fused_epilogues, 2) << g->graph.dump();
+  EXPECT_EQ(g->graph.nodes.size(), 2u) << g->graph.dump();
+
+  EXPECT_FALSE(other.fc1.weight.is_packed());
+  const Tensor y_other = con.run(other, {x, gate})[0];
+  EXPECT_TRUE(other.fc1.weight.is_packed() && other.fc2.weight.is_packed());
+  EXPECT_EQ(con.stats().captures, 1) << "the second module's packed weights must hit the same graph";
+  EXPECT_TRUE(same_bits(y_other, other.forward(x, gate)));
+
+  (void)other.fc1.weight.dense();  // unpacked for good
+  ASSERT_FALSE(other.fc1.weight.is_packed());
+  const Tensor y_dense = con.run(other, {x, gate})[0];
+  const Tensor want = other.forward(x, gate);  // eager: fc1 dense, fc2 packed
+  if (!cpu::onednn_bf16_uses_amx()) EXPECT_TRUE(same_bits(y_dense, want));  // same sums on AVX512-BF16 (AMX: jit vs brgemm order)
+  EXPECT_LE(max_rel(y_dense, want), 0.02);
 }
 
 TEST(FuseEpilogue, FluxTransformerMatchedAndBitIdenticalToUnfused) {

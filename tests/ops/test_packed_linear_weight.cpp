@@ -136,39 +136,39 @@ TEST(PackedBf16Weight, LinearGivesTheDenseLinearsBits) {
 }
 
 TEST(PackedBf16Weight, PolicyFollowsTheTuningAndTheCpu) {
-  const Tensor w = randn({64, 64}, 1, DType::bf16), x = randn({8, 64}, 2, DType::bf16);
+  const Tensor w = randn({64, 64}, 1, DType::bf16);
   {
     const cpu::ScopedTuning scope(tuning(cpu::WeightPacking::off));
-    EXPECT_FALSE(cpu::cpu_packs_linear_weight(w, x));
-    EXPECT_EQ(ops::pack_linear_weight(w, x), nullptr);
+    EXPECT_FALSE(cpu::cpu_packs_linear_weight(w, DType::bf16));
+    EXPECT_EQ(ops::pack_linear_weight(w, DType::bf16, Device::cpu()), nullptr);
   }
   {
     const cpu::ScopedTuning scope(tuning(cpu::WeightPacking::on));
-    EXPECT_EQ(cpu::cpu_packs_linear_weight(w, x), cpu::onednn_bf16_packing_usable());
-    EXPECT_FALSE(cpu::cpu_packs_linear_weight(w, x.to(DType::f32)));            // f32 input
-    EXPECT_FALSE(cpu::cpu_packs_linear_weight(w.to(DType::f32), x));            // f32 weight
-    EXPECT_FALSE(cpu::cpu_packs_linear_weight(randn({8, 64}, 3, DType::bf16), x));  // < 16 rows
+    EXPECT_EQ(cpu::cpu_packs_linear_weight(w, DType::bf16), cpu::onednn_bf16_packing_usable());
+    EXPECT_FALSE(cpu::cpu_packs_linear_weight(w, DType::f32));            // f32 input
+    EXPECT_FALSE(cpu::cpu_packs_linear_weight(w.to(DType::f32), DType::bf16));            // f32 weight
+    EXPECT_FALSE(cpu::cpu_packs_linear_weight(randn({8, 64}, 3, DType::bf16), DType::bf16));  // < 16 rows
     if (cpu::onednn_bf16_packing_usable()) {
-      const auto p = ops::pack_linear_weight(w, x);
+      const auto p = ops::pack_linear_weight(w, DType::bf16, Device::cpu());
       ASSERT_NE(p, nullptr);
       EXPECT_EQ(p->scheme(), cpu::kPackedBf16Scheme);
     }
   }
   {  // on: also where oneDNN is not the bf16 GEMM
     const cpu::ScopedTuning scope(tuning(cpu::WeightPacking::on, cpu::GemmKernel::diffq));
-    EXPECT_EQ(cpu::cpu_packs_linear_weight(w, x), cpu::onednn_bf16_packing_usable());
+    EXPECT_EQ(cpu::cpu_packs_linear_weight(w, DType::bf16), cpu::onednn_bf16_packing_usable());
   }
   {  // best: where oneDNN is the bf16 GEMM (AMX, AMD with AVX512-BF16), derived from the CPU as gemm.cpp does
     const cpu::ScopedTuning scope(tuning(cpu::WeightPacking::best, cpu::GemmKernel::best));
     const bool onednn_is_the_gemm = cpu::onednn_bf16_uses_amx() ||
                                     (cpu::cpu_features().amd && cpu::onednn_bf16_impl().find("avx512_core_bf16") != std::string::npos);
-    EXPECT_EQ(cpu::cpu_packs_linear_weight(w, x), onednn_is_the_gemm && cpu::onednn_bf16_packing_usable())
+    EXPECT_EQ(cpu::cpu_packs_linear_weight(w, DType::bf16), onednn_is_the_gemm && cpu::onednn_bf16_packing_usable())
         << "AMX: " << cpu::onednn_bf16_uses_amx() << ", AMD: " << cpu::cpu_features().amd << ", bf16 "
         << cpu::onednn_bf16_impl();
   }
   {
     const cpu::ScopedTuning scope(tuning(cpu::WeightPacking::best, cpu::GemmKernel::diffq));
-    EXPECT_FALSE(cpu::cpu_packs_linear_weight(w, x));
+    EXPECT_FALSE(cpu::cpu_packs_linear_weight(w, DType::bf16));
   }
 }
 

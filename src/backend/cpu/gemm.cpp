@@ -29,6 +29,7 @@
 #include "backend/cpu/threads.h"
 #include "backend/cpu/tuning.h"
 #include "diffq/dtype.h"
+#include "diffq/error.h"
 
 namespace diffq::backend::cpu {
 
@@ -469,6 +470,35 @@ bool gemm_bf16_linear_packed(int64_t m, int64_t n, int64_t k, const uint16_t* x,
         std::memcpy(y + (r0 + r) * ldy + c0, tile.data() + r * cols, size_t(cols) * sizeof(uint16_t));
   }, /*rows_first=*/true);
   return !declined;
+}
+
+void gemm_bf16_linear_packed_parts(int64_t m, int64_t n, int64_t k, const uint16_t* x, int64_t ldx,
+                                   const uint16_t* w_packed, const float* bias, const GemmParts& parts, bool round_bf16) {
+  if (m <= 0 || n <= 0) return;
+  for_each_part(m, n, k, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    const int64_t rows = r1 - r0, cols = c1 - c0;
+    int64_t ld = 0;
+    float* const dst = parts.begin(r0, r1, c0, c1, &ld);
+    // oneDNN's brgemm on packed weights writes dense rows only: else through a dense tile.
+    const bool dense = ld == cols;
+    thread_local std::vector<float> tile;
+    if (!dense) tile.resize(size_t(rows * cols));
+    float* const c = dense ? dst : tile.data();
+    check(k > 0 ? onednn_linear_bf16_packed_part_f32(rows, cols, k, x + r0 * ldx, ldx,
+                                                     w_packed + onednn_packed_bf16_elems(c0, k),
+                                                     bias ? bias + c0 : nullptr, c, cols)
+                : true,
+          "gemm", "oneDNN declined a packed bf16 linear part of ", rows, " x ", cols, " x ", k);
+    if (k <= 0)
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < cols; ++j) c[r * cols + j] = bias ? bias[c0 + j] : 0.f;
+    if (round_bf16)
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < cols; ++j) c[r * cols + j] = bf16_to_f32(f32_to_bf16(c[r * cols + j]));
+    if (!dense)
+      for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * ld, tile.data() + r * cols, size_t(cols) * sizeof(float));
+    parts.end(r0, r1, c0, c1, dst, ld);
+  }, /*rows_first=*/true);
 }
 
 void gemm_bf16_rows(bool trans_a, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a, int64_t lda,

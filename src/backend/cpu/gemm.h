@@ -90,6 +90,14 @@ bool gemm_bf16_linear_to_bf16(int64_t m, int64_t n, int64_t k, const uint16_t* x
 bool gemm_bf16_linear_packed(int64_t m, int64_t n, int64_t k, const uint16_t* x, int64_t ldx, const uint16_t* w_packed,
                              const float* bias, uint16_t* y, int64_t ldy);
 
+// The packed linear's f32 sums (bias added; rounded to bf16 values when round_bf16) part by part, as
+// gemm_bf16_parts delivers them (GemmParts below; same part split as gemm_bf16_linear_packed). Throws
+// where oneDNN declines a part.
+struct GemmParts;
+void gemm_bf16_linear_packed_parts(int64_t m, int64_t n, int64_t k, const uint16_t* x, int64_t ldx,
+                                   const uint16_t* w_packed, const float* bias, const GemmParts& parts,
+                                   bool round_bf16);
+
 // A GEMM whose C is produced part by part (the same parts sgemm / gemm_bf16 split C into, so the
 // same BLAS calls and the same bits): before part [r0, r1) x [c0, c1) of C is computed, `begin` says
 // where it goes (a pointer to its element (r0, c0) and its row stride in *ld; it may be C itself or a

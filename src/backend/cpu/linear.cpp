@@ -206,24 +206,47 @@ void linear_parts(const Tensor& x, const Tensor& w, const Tensor& bias, const Ge
     sgemm_parts(ta, tb, M, N, K, 1.f, o.x.data<float>(), o.lx.ld, o.w.data<float>(), o.lw.ld, beta, with_bias);
 }
 
+namespace {
+// x [..., K] as bf16 GEMM rows [M, K] (row stride *ldx), or undefined where they are not.
+Tensor bf16_gemm_rows(const Tensor& x_in, int64_t K, int64_t* M, int64_t* ldx) {
+  if (x_in.dtype() != DType::bf16 || x_in.dim() < 1 || x_in.size(-1) != K || K <= 0) return {};
+  const Tensor x = x_in.dim() == 1 ? x_in.unsqueeze(0) : x_in;
+  *M = x.numel() / K;
+  if (*M <= 0 || !rows_mergeable(x)) return {};
+  Tensor x2(x.storage(), {*M, K}, {merged_row_stride(x), x.strides().back()}, x.offset(), x.dtype());
+  const Layout lx = gemm_layout(*M, K, x2.strides()[0], x2.strides()[1]);
+  if (!lx.ok || lx.colmajor) return {};
+  *ldx = lx.ld;
+  return x2;
+}
+}  // namespace
+
 bool linear_bf16_packed(const Tensor& x_in, const uint16_t* w_packed, int64_t N, int64_t K, const Tensor& bias,
                         Tensor& out) {
-  if (x_in.dtype() != DType::bf16 || x_in.dim() < 1 || x_in.size(-1) != K || K <= 0 || N <= 0) return false;
-  const Tensor x = x_in.dim() == 1 ? x_in.unsqueeze(0) : x_in;
-  const int64_t M = x.numel() / K;
-  if (M <= 0 || !rows_mergeable(x)) return false;
-  const Tensor x2(x.storage(), {M, K}, {merged_row_stride(x), x.strides().back()}, x.offset(), x.dtype());
-  const Layout lx = gemm_layout(M, K, x2.strides()[0], x2.strides()[1]);
-  if (!lx.ok || lx.colmajor) return false;
+  int64_t M = 0, ldx = 0;
+  const Tensor x = N > 0 ? bf16_gemm_rows(x_in, K, &M, &ldx) : Tensor();
+  if (!x.defined()) return false;
   Shape shape = x_in.shape();
   shape.back() = N;
   Tensor y = Tensor::empty(shape, DType::bf16);
   std::optional<F32Input> b;
   if (bias.defined()) b.emplace(bias);
-  if (!gemm_bf16_linear_packed(M, N, K, x2.data<uint16_t>(), lx.ld, w_packed, b ? b->data() : nullptr,
+  if (!gemm_bf16_linear_packed(M, N, K, x.data<uint16_t>(), ldx, w_packed, b ? b->data() : nullptr,
                                y.data<uint16_t>(), N))
     return false;
   out = std::move(y);
+  return true;
+}
+
+bool linear_bf16_packed_parts(const Tensor& x_in, const uint16_t* w_packed, int64_t N, int64_t K, const Tensor& bias,
+                              const GemmParts& parts) {
+  int64_t M = 0, ldx = 0;
+  const Tensor x = N > 0 ? bf16_gemm_rows(x_in, K, &M, &ldx) : Tensor();
+  if (!x.defined()) return false;
+  std::optional<F32Input> b;
+  if (bias.defined()) b.emplace(bias);
+  gemm_bf16_linear_packed_parts(M, N, K, x.data<uint16_t>(), ldx, w_packed, b ? b->data() : nullptr, parts,
+                                /*round_bf16=*/true);
   return true;
 }
 

@@ -16,5 +16,10 @@ void linear_parts(const Tensor& x, const Tensor& w, const Tensor& bias, const Ge
 // oneDNN (onednn_gemm.h: onednn_pack_bf16_weight): the bias and one rounding inside oneDNN, as the bf16
 // linear kernel on the plain W. False (out untouched) where x is not such rows or oneDNN declines a part.
 bool linear_bf16_packed(const Tensor& x, const uint16_t* w_packed, int64_t N, int64_t K, const Tensor& bias, Tensor& out);
+// The same part by part for compile's GEMM epilogue: parts.end receives the f32 values already rounded
+// to bf16 (linear_q_parts' contract: what linear_bf16_packed writes). False, delivering nothing, where x
+// is not such rows.
+bool linear_bf16_packed_parts(const Tensor& x, const uint16_t* w_packed, int64_t N, int64_t K, const Tensor& bias,
+                              const GemmParts& parts);
 
 }  // namespace diffq::backend::cpu

@@ -244,6 +244,14 @@ bool onednn_linear_bf16_packed_part(int64_t m, int64_t n, int64_t k, const uint1
   return cpu_has_bf16_matrix() && run_cached(key, x, w_packed, y, bias);
 }
 
+bool onednn_linear_bf16_packed_part_f32(int64_t m, int64_t n, int64_t k, const uint16_t* x, int64_t ldx,
+                                        const uint16_t* w_packed, const float* bias, float* c, int64_t ldc) {
+  Key key{Kind::bf16, false, false, m, n, k, ldx, 0, ldc, 1.f, 0.f};
+  key.bias = bias != nullptr;
+  key.packed_b = true;
+  return cpu_has_bf16_matrix() && run_cached(key, x, w_packed, c, bias);
+}
+
 bool onednn_bf16_packing_usable() {
   static const bool ok = [] {
     if (!onednn_bf16_available()) return false;

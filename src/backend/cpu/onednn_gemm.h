@@ -57,6 +57,9 @@ void onednn_unpack_bf16_weight(int64_t n, int64_t k, const uint16_t* packed, uin
 // start (see above). The same values as onednn_linear_bf16_part on the plain weight.
 bool onednn_linear_bf16_packed_part(int64_t m, int64_t n, int64_t k, const uint16_t* x, int64_t ldx,
                                     const uint16_t* w_packed, const float* bias, uint16_t* y, int64_t ldy);
+// The same with the f32 sums (bias added, not rounded) written to c: compile's GEMM epilogue parts.
+bool onednn_linear_bf16_packed_part_f32(int64_t m, int64_t n, int64_t k, const uint16_t* x, int64_t ldx,
+                                        const uint16_t* w_packed, const float* bias, float* c, int64_t ldc);
 
 // int8: C[m, n] (int32) = A[m, k] @ B[n, k]^T, exact (torchao int8dq's product), single-threaded, on
 // oneDNN's VNNI / AMX-INT8 kernels. onednn_int8_available(): the CPU has AVX512-VNNI or usable AMX-INT8

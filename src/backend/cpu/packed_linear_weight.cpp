@@ -25,10 +25,10 @@ Tensor PackedBf16Weight::dequantize(DType dtype) const {
   return dtype == DType::bf16 ? w : w.to(dtype);
 }
 
-bool cpu_packs_linear_weight(const Tensor& w, const Tensor& x) {
+bool cpu_packs_linear_weight(const Tensor& w, DType x_dtype) {
   const Tuning& t = current_tuning();
   if (t.weight_packing == WeightPacking::off) return false;
-  if (!w.device().is_cpu() || !x.device().is_cpu() || w.dtype() != DType::bf16 || x.dtype() != DType::bf16 ||
+  if (!w.device().is_cpu() || w.dtype() != DType::bf16 || x_dtype != DType::bf16 ||
       w.dim() != 2 || w.size(0) < 16 || w.size(1) < 16 || (w.strides()[1] != 1) || w.strides()[0] < w.size(1))
     return false;
   if (!onednn_bf16_packing_usable()) return false;
@@ -62,8 +62,8 @@ void packed_bf16_linear(const ops::OpCall& c, Tensor& out) {
 
 void register_packed_linear_weight() {
   ops::register_linear_q_kernel(DeviceKind::cpu, kPackedBf16Scheme, packed_bf16_linear);
-  ops::register_weight_packer(DeviceKind::cpu, [](const Tensor& w, const Tensor& x) -> std::shared_ptr<ops::PackedWeight> {
-    if (!cpu_packs_linear_weight(w, x)) return nullptr;
+  ops::register_weight_packer(DeviceKind::cpu, [](const Tensor& w, DType x_dtype) -> std::shared_ptr<ops::PackedWeight> {
+    if (!cpu_packs_linear_weight(w, x_dtype)) return nullptr;
     return std::make_shared<PackedBf16Weight>(w);
   });
 }

@@ -29,11 +29,11 @@ class PackedBf16Weight : public ops::PackedWeight {
   Tensor packed_;  // bf16 [onednn_packed_bf16_elems(N, K)]
 };
 
-// Whether the CPU packs a dense weight w for x's linear under the current tuning (tuning.h:
+// Whether the CPU packs a dense weight w for the linear of x_dtype inputs under the current tuning (tuning.h:
 // WeightPacking): both bf16 on the CPU, W a matrix of >= 16 rows and columns with unit column stride,
 // oneDNN able to read packed weights natively, and packing `on`, or `best` where oneDNN is the bf16 GEMM
 // (gemm_bf16_uses_onednn: AMX, AMD with AVX512-BF16, or DIFFQ_GEMM_KERNEL=onednn).
-bool cpu_packs_linear_weight(const Tensor& w, const Tensor& x);
+bool cpu_packs_linear_weight(const Tensor& w, DType x_dtype);
 
 // What happens to dense bf16 linear weights here under the current tuning, in words (`diffq info`):
 // "packed once for oneDNN (BA16a64b2a) at their first bf16 linear", or why not.

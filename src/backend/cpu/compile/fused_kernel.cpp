@@ -228,9 +228,10 @@ void run_fused_gemm(const FusedProgram& p, const std::vector<Tensor>& leaves, Te
     }
   };
   if (!gp.module.empty()) {
-    check(qlinear != nullptr && qlinear->weight != nullptr, "compile", "the quantized GEMM prologue of '", gp.module,
-          "' has no weight bound");
-    linear_q_parts(*qlinear->weight, leaves[size_t(gp.x)], qlinear->bias, parts);
+    check(qlinear != nullptr && (qlinear->weight != nullptr || qlinear->dense.defined()), "compile",
+          "the quantized GEMM prologue of '", gp.module, "' has no weight bound");
+    if (qlinear->weight) linear_q_parts(*qlinear->weight, leaves[size_t(gp.x)], qlinear->bias, parts);
+    else linear_parts(leaves[size_t(gp.x)], qlinear->dense, qlinear->bias, parts);  // packed at capture, dense now
     return;
   }
   const Tensor bias = gp.b >= 0 ? leaves[size_t(gp.b)] : Tensor();
