@@ -5,9 +5,9 @@
 // traced (symbolic) calls never pack. Skips where this CPU's oneDNN reads no packed bf16 weights.
 #include <gtest/gtest.h>
 
-#include <random>
 
 #include "backend/cpu/onednn_gemm.h"
+#include "common/random_tensor.h"
 #include "backend/cpu/packed_linear_weight.h"
 #include "backend/cpu/tuning.h"
 #include "modules/layers.h"
@@ -21,18 +21,8 @@ namespace cpu = diffq::backend::cpu;
 
 namespace {
 
-Tensor randn(const Shape& s, uint32_t seed, DType dt) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> n(0.f, 1.f);
-  std::vector<float> v(size_t(shape_numel(s)));
-  for (float& x : v) x = n(g) * 0.5f;
-  return Tensor::from_vector(v, s, dt);
-}
-
-std::vector<uint16_t> bits(const Tensor& t) {
-  const Tensor c = t.contiguous();
-  return std::vector<uint16_t>(c.data<uint16_t>(), c.data<uint16_t>() + c.numel());
-}
+using diffq::testing::randn;
+const auto bits = diffq::testing::bits16;
 
 class PackedParameter : public ::testing::Test {
  protected:

@@ -6,10 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
-#include <random>
 #include <string>
 
 #include "backend/cpu/cpu_features.h"
+#include "common/random_tensor.h"
 #include "backend/cpu/linear.h"
 #include "diffq/error.h"
 #include "backend/cpu/onednn_gemm.h"
@@ -33,18 +33,8 @@ namespace {
                    << ", amx_bf16=" << cpu::cpu_features().amx_bf16 << "): " << cpu::onednn_bf16_impl(); \
   } while (0)
 
-Tensor randn(const Shape& s, uint32_t seed, DType dt) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> n(0.f, 1.f);
-  std::vector<float> v(size_t(shape_numel(s)));
-  for (float& x : v) x = n(g) * 0.5f;
-  return Tensor::from_vector(v, s, dt);
-}
-
-std::vector<uint16_t> bits(const Tensor& t) {
-  const Tensor c = t.contiguous();
-  return std::vector<uint16_t>(c.data<uint16_t>(), c.data<uint16_t>() + c.numel());
-}
+using diffq::testing::randn;
+const auto bits = diffq::testing::bits16;
 
 // got == want bit for bit; on AMX within one bf16 unit in the last place per element instead: there the
 // plain weight's parts may run on oneDNN's jit GEMM (strided outputs) and the packed ones on its AMX
