@@ -257,7 +257,8 @@ TEST(SdpaBf16Choice, DotTilesRunWhereTheCpuHasThem) {
 // vdpbf16ps tiles' softmax rows, P in bf16), forced, with the bf16 tolerance of the vdpbf16ps tiles:
 // FLUX's joint sequence (Sq = Sk, [B, S, H, D] views read in place), Wan's self (Sq = Sk) and cross
 // attention (512 text keys), head dim 128, sizes that are no multiple of the tiles, Dv != D, odd head
-// sizes (rows packed), masks of every kind, every tiling; 1 and 2 threads give the same bits.
+// sizes (rows packed), masks of every kind, every tiling (tilings with blocks of a multiple of 64 keys
+// run their full blocks on K and V packed for oneDNN); 1 and 2 threads give the same bits.
 class SdpaOnednn : public ::testing::TestWithParam<Case> {};
 
 TEST_P(SdpaOnednn, MatchesTheF64Reference) {
@@ -273,6 +274,9 @@ INSTANTIATE_TEST_SUITE_P(
     Shapes, SdpaOnednn,
     ::testing::Values(Case{"o_flux_joint", 1, 3, 96, 96, 128, 128, DType::bf16, MaskKind::none, 0, true},
                       Case{"o_flux_joint_odd", 1, 2, 77, 77, 128, 128, DType::bf16, MaskKind::none, 0, true},
+                      // full blocks of keys on K and V packed per head, then a partial one; Q's rows in place
+                      Case{"o_flux_joint_long", 1, 2, 300, 300, 128, 128, DType::bf16, MaskKind::none, 0, true},
+                      Case{"o_wan_self_long_masked", 1, 2, 70, 530, 64, 96, DType::bf16, MaskKind::key_padding},
                       Case{"o_wan_self", 1, 2, 130, 130, 128, 128, DType::bf16},
                       Case{"o_wan_self_odd", 2, 2, 61, 61, 128, 128, DType::bf16},
                       Case{"o_wan_cross", 1, 2, 50, 512, 128, 128, DType::bf16},

@@ -432,6 +432,7 @@ void sdpa_kernel(const OpCall& c, Tensor& out) {
   p.bq = (std::max<int64_t>(1, tune.attn_bq) + kAttentionRows - 1) / kAttentionRows * kAttentionRows;
   p.bk = std::max<int64_t>(1, tune.attn_bk);
   p.q_blocks = (p.Sq + p.bq - 1) / p.bq;
+  p.pack_kv = tune.weight_packing != WeightPacking::off;
   p.dst = static_cast<uint8_t*>(out.data_ptr());
   p.out_dtype = out.dtype();
   if (p.D == 0 && !std::isfinite(p.scale_log2e)) {  // empty heads, scale 1/sqrt(0): 0 * inf = NaN scores

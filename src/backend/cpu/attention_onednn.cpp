@@ -17,7 +17,7 @@ namespace {
 constexpr int64_t kKeyAlign = 32;  // the softmax rows work on 2 vectors of keys at a time
 
 struct Scratch {
-  AlignedBuffer<uint16_t> k, v, q;
+  AlignedBuffer<uint16_t> k, v, q, kp, vp, qd;
   AlignedBuffer<uint32_t> pb;
   AlignedBuffer<float> s, o, mrow, stats;
 };
@@ -88,25 +88,48 @@ void attention_tiles_onednn(const AttentionProblem& p, int64_t t0, int64_t t1) {
   float* const stats = sc.stats.get(size_t(3 * bq));
   float *const m = stats, *const l = stats + bq, *const alpha = stats + 2 * bq;
 
+  // The full blocks of kb keys (kb a multiple of oneDNN's 64 packed columns) multiply K and V packed once
+  // per head into oneDNN's blocked layout (onednn_gemm.h), not copied by oneDNN on every block call;
+  // oneDNN 2.6 takes packed operands only with dense A and C rows, so Q is copied dense per tile and
+  // the last, partial block (S's rows then narrower than kb) takes the plain operands.
+  const bool pack = p.pack_kv && onednn_bf16_packing_usable() && kb % kOnednnPackedCols == 0 && D > 0 && Dv > 0;
+  const int64_t full = pack ? Sk / kb : 0;
+  const int64_t vslab = full > 0 ? onednn_packed_bf16_elems(Dv, kb) : 0;
+
   int64_t bound = -1, ldk = 0, ldv = 0;
   const uint16_t *kh = nullptr, *vh = nullptr;
+  uint16_t *kp = nullptr, *vp = nullptr;
   for (int64_t t = t0; t < t1; ++t) {
     const int64_t bh = t / p.q_blocks, b = bh / p.H, h = bh % p.H, i0 = (t % p.q_blocks) * p.bq;
     if (bh != bound) {  // this head's K and V rows (in place, or packed once per head)
       kh = Sk > 0 ? head_rows(p.k, b, h, 0, Sk, D, sc.k, &ldk) : nullptr;
       vh = Sk > 0 ? head_rows(p.v, b, h, 0, Sk, Dv, sc.v, &ldv) : nullptr;
+      if (full > 0) {
+        kp = sc.kp.get(size_t(onednn_packed_bf16_elems(full * kb, D)));
+        onednn_pack_bf16_weight(full * kb, D, kh, ldk, kp);  // B = K^T: K's rows are a weight's
+        vp = sc.vp.get(size_t(full * vslab));
+        for (int64_t jb = 0; jb < full; ++jb) onednn_pack_bf16_b(kb, Dv, vh + jb * kb * ldv, ldv, vp + jb * vslab);
+      }
       bound = bh;
     }
     const int64_t rows = std::min(p.bq, Sq - i0);
     int64_t ldq = 0;
     const uint16_t* qt = head_rows(p.q, b, h, i0, rows, D, sc.q, &ldq);
+    const uint16_t* qd = qt;  // Q as dense rows for the packed products
+    if (full > 0 && ldq != D) {
+      uint16_t* dst = sc.qd.get(size_t(rows * D));
+      for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * D, qt + r * ldq, size_t(D) * sizeof(uint16_t));
+      qd = dst;
+    }
     for (int64_t r = 0; r < rows; ++r) m[r] = -INFINITY, l[r] = 0.f;
     std::fill(o, o + rows * ldo, 0.f);
 
     for (int64_t j0 = 0; j0 < Sk; j0 += kb) {
-      const int64_t n = std::min(kb, Sk - j0);
+      const int64_t n = std::min(kb, Sk - j0), jb = j0 / kb;
+      const bool packed = jb < full;  // n == kb
       // 1. S = Q K^T for keys [j0, j0 + n) (row stride kb).
-      gemm_bf16(true, rows, n, D, qt, ldq, kh + j0 * ldk, ldk, false, s, kb);
+      if (!packed || !onednn_gemm_bf16_packed_b_part(rows, kb, D, qd, kp + onednn_packed_bf16_elems(j0, D), false, s))
+        gemm_bf16(true, rows, n, D, qt, ldq, kh + j0 * ldk, ldk, false, s, kb);
       // 2. Online softmax in f32 (the vdpbf16ps tiles' row code); P as bf16 rows (stride kb).
       for (int64_t r = 0; r < rows; ++r) {
         float* srow = s + r * kb;
@@ -128,7 +151,9 @@ void attention_tiles_onednn(const AttentionProblem& p, int64_t t0, int64_t t1) {
         for (int64_t r = 0; r < rows; ++r)
           if (alpha[r] != 1.f)
             for (int64_t c = 0; c < Dv; ++c) o[r * ldo + c] *= alpha[r];
-      gemm_bf16(false, rows, Dv, n, reinterpret_cast<const uint16_t*>(pb), kb, vh + j0 * ldv, ldv, j0 > 0, o, ldo);
+      const auto* pa = reinterpret_cast<const uint16_t*>(pb);
+      if (!packed || !onednn_gemm_bf16_packed_b_part(rows, Dv, kb, pa, vp + jb * vslab, j0 > 0, o))
+        gemm_bf16(false, rows, Dv, n, pa, kb, vh + j0 * ldv, ldv, j0 > 0, o, ldo);
     }
     // out = O / l in the output dtype (l = 0: every key masked, 0 as torch).
     const int64_t pos0 = (b * p.H + h) * Sq + i0;

@@ -41,6 +41,7 @@ struct AttentionProblem {
   int64_t bq = kAttentionRows;  // query rows per tile (a multiple of kAttentionRows)
   int64_t bk = 1;         // keys per block of the online softmax
   int64_t q_blocks = 0;   // ceil(Sq / bq); tile t is (b, h) = t / q_blocks, query block t % q_blocks
+  bool pack_kv = true;    // the oneDNN tiles may pack K and V per head (not under WeightPacking::off)
   uint8_t* dst = nullptr;  // contiguous [B, H, Sq, Dv] output
   DType out_dtype = DType::f32;
 };

@@ -1,6 +1,7 @@
 #include "backend/cpu/onednn_gemm.h"
 
 #include <dnnl.hpp>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <tuple>
@@ -215,24 +216,56 @@ int64_t onednn_packed_bf16_elems(int64_t n, int64_t k) {
 }
 
 namespace {
-// W[n, k] rows (B = W^T) <-> the packed layout, by oneDNN's reorder (a copy: exact both ways).
-void reorder_weight(int64_t n, int64_t k, uint16_t* plain, int64_t ldw, uint16_t* packed, bool to_packed) {
-  dnnl::engine& eng = engine();
-  memory pm(memory::desc({k, n}, memory::data_type::bf16, memory::dims{1, ldw}), eng, plain);
-  memory bm(memory::desc({k, n}, memory::data_type::bf16, kPackedTag), eng, packed);
-  dnnl::stream s(eng);
-  if (to_packed) dnnl::reorder(pm, bm).execute(s, pm, bm);
-  else dnnl::reorder(bm, pm).execute(s, bm, pm);
-  s.wait();
+// B[k, n] at element strides `strides` (W[n, k] rows: {1, ldw}; B's own rows: {ldb, 1}) <-> the packed
+// layout, by oneDNN's reorder (a copy: exact both ways; the padding written as zeros).
+// Reorder primitives are created once per shape, strides and direction (attention packs its K and V
+// blocks per head) and run single-threaded on the calling thread, as the matmul parts.
+void reorder_b(int64_t k, int64_t n, uint16_t* plain, const memory::dims& strides, uint16_t* packed, bool to_packed) {
+  struct R {
+    memory::desc plain, packed;
+    dnnl::reorder prim;
+  };
+  static std::mutex mu;
+  static std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, bool>, std::unique_ptr<R>> cache;
+  const R* r;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto& slot = cache[{k, n, strides[0], strides[1], to_packed}];
+    if (!slot) {
+      auto e = std::make_unique<R>();
+      e->plain = memory::desc({k, n}, memory::data_type::bf16, strides);
+      e->packed = memory::desc({k, n}, memory::data_type::bf16, kPackedTag);
+      e->prim = to_packed ? dnnl::reorder(dnnl::reorder::primitive_desc(engine(), e->plain, engine(), e->packed))
+                          : dnnl::reorder(dnnl::reorder::primitive_desc(engine(), e->packed, engine(), e->plain));
+      slot = std::move(e);
+    }
+    r = slot.get();
+  }
+  ThreadState& t = thread_state();
+  memory pm(r->plain, engine(), plain), bm(r->packed, engine(), packed);
+  if (to_packed) r->prim.execute(t.stream, pm, bm);
+  else r->prim.execute(t.stream, bm, pm);
+  t.stream.wait();
 }
 }  // namespace
 
 void onednn_pack_bf16_weight(int64_t n, int64_t k, const uint16_t* w, int64_t ldw, uint16_t* packed) {
-  reorder_weight(n, k, const_cast<uint16_t*>(w), ldw, packed, true);
+  reorder_b(k, n, const_cast<uint16_t*>(w), {1, ldw}, packed, true);
 }
 
 void onednn_unpack_bf16_weight(int64_t n, int64_t k, const uint16_t* packed, uint16_t* w) {
-  reorder_weight(n, k, w, k, const_cast<uint16_t*>(packed), false);
+  reorder_b(k, n, w, {1, k}, const_cast<uint16_t*>(packed), false);
+}
+
+void onednn_pack_bf16_b(int64_t k, int64_t n, const uint16_t* b, int64_t ldb, uint16_t* packed) {
+  reorder_b(k, n, const_cast<uint16_t*>(b), {ldb, 1}, packed, true);
+}
+
+bool onednn_gemm_bf16_packed_b_part(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t* b_packed,
+                                    bool accumulate, float* c) {
+  Key key{Kind::bf16, false, false, m, n, k, k, 0, n, 1.f, accumulate ? 1.f : 0.f};
+  key.packed_b = true;
+  return cpu_has_bf16_matrix() && run_cached(key, a, b_packed, c);
 }
 
 bool onednn_linear_bf16_packed_part(int64_t m, int64_t n, int64_t k, const uint16_t* x, int64_t ldx,

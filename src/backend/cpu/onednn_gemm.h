@@ -53,6 +53,13 @@ int64_t onednn_packed_bf16_elems(int64_t n, int64_t k);  // the packed size of W
 // (row stride k): copies, exact both ways.
 void onednn_pack_bf16_weight(int64_t n, int64_t k, const uint16_t* w, int64_t ldw, uint16_t* packed);
 void onednn_unpack_bf16_weight(int64_t n, int64_t k, const uint16_t* packed, uint16_t* w);
+// A bf16 B[k, n] given by its own rows (row stride ldb; attention's V blocks) packed the same way.
+void onednn_pack_bf16_b(int64_t k, int64_t n, const uint16_t* b, int64_t ldb, uint16_t* packed);
+// C[m, n] (f32) = A[m, k] @ B (+ C when accumulate) with B packed, A and C dense rows (lda = k, ldc = n:
+// oneDNN 2.6's brgemm reads and writes no wider rows with packed B), single-threaded. False where oneDNN
+// declines it.
+bool onednn_gemm_bf16_packed_b_part(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t* b_packed,
+                                    bool accumulate, float* c);
 // onednn_linear_bf16_part with the weight's columns packed: w_packed points at the packed columns'
 // start (see above). The same values as onednn_linear_bf16_part on the plain weight.
 bool onednn_linear_bf16_packed_part(int64_t m, int64_t n, int64_t k, const uint16_t* x, int64_t ldx,

@@ -56,7 +56,8 @@ enum class AttentionKernel : uint8_t {
 // oneDNN's bf16 GEMM reads (packed_linear_weight.h) instead of oneDNN copying them into it on every call.
 // `best`: where oneDNN is the bf16 GEMM (AMX; AMD with AVX512-BF16: docs/benchmarks.md "Linear weights
 // packed once"); `on`: wherever oneDNN can read packed bf16 weights natively, even where another kernel
-// is the bf16 GEMM (Intel AVX512-BF16 without AMX: diffq's pair kernel); `off`: never.
+// is the bf16 GEMM (Intel AVX512-BF16 without AMX: diffq's pair kernel); `off`: never (nor the K and V
+// blocks the oneDNN attention tiles pack per head: attention_onednn.h).
 // DIFFQ_PACK_WEIGHTS=best|on|off overrides the default (best).
 enum class WeightPacking : uint8_t { best, on, off };
 
