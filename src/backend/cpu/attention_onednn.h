@@ -7,6 +7,9 @@
 // P V (one matmul of rows x Dv x keys accumulating into O). Same tiling, masks, fully masked rows (0)
 // and output rounding as the other tiles; the oracle is reference::sdpa. Q, K and V rows with a unit
 // column stride are read in place (any row stride: FLUX's [B, S, H, D] views), others packed per head.
+// Blocks of a multiple of 64 keys run on K and V packed once per head into oneDNN's blocked layout
+// (onednn_gemm.h), Q then copied dense per tile; the last, partial block on the plain rows
+// (AttentionProblem::pack_kv off: all blocks).
 #pragma once
 
 #include <cstdint>
