@@ -447,27 +447,33 @@ bool gemm_bf16_linear_to_bf16(int64_t m, int64_t n, int64_t k, const uint16_t* x
   return true;
 }
 
+namespace {
+// One part of a packed-weight linear, rows x cols of an output whose rows are `ld` apart at dst:
+// compute(c, ldc) writes it where oneDNN can (its brgemm on packed weights writes dense rows only, so
+// a part narrower than the output's rows goes through a dense per-thread tile, copied in after).
+template <class T, class F>
+bool packed_part(int64_t rows, int64_t cols, T* dst, int64_t ld, const F& compute) {
+  if (ld == cols) return compute(dst, cols);
+  thread_local std::vector<T> tile;
+  tile.resize(size_t(rows * cols));
+  if (!compute(tile.data(), cols)) return false;
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * ld, tile.data() + r * cols, size_t(cols) * sizeof(T));
+  return true;
+}
+}  // namespace
+
 bool gemm_bf16_linear_packed(int64_t m, int64_t n, int64_t k, const uint16_t* x, int64_t ldx, const uint16_t* w_packed,
                              const float* bias, uint16_t* y, int64_t ldy) {
   if (m <= 0 || n <= 0 || k <= 0) return false;
   std::atomic<bool> declined{false};
   for_each_part(m, n, k, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
     const int64_t rows = r1 - r0, cols = c1 - c0;
-    const uint16_t* wp = w_packed + onednn_packed_bf16_elems(c0, k);
-    const float* b = bias ? bias + c0 : nullptr;
-    // oneDNN's brgemm on packed weights writes dense rows only: a part narrower than y's rows (few rows,
-    // split along n) goes through a dense tile.
-    const bool dense = cols == ldy;
-    thread_local std::vector<uint16_t> tile;
-    if (!dense) tile.resize(size_t(rows * cols));
-    uint16_t* dst = dense ? y + r0 * ldy + c0 : tile.data();
-    if (!onednn_linear_bf16_packed_part(rows, cols, k, x + r0 * ldx, ldx, wp, b, dst, dense ? ldy : cols)) {
+    if (!packed_part(rows, cols, y + r0 * ldy + c0, ldy, [&](uint16_t* c, int64_t ldc) {
+          return onednn_linear_bf16_packed_part(rows, cols, k, x + r0 * ldx, ldx,
+                                                w_packed + onednn_packed_bf16_elems(c0, k), bias ? bias + c0 : nullptr,
+                                                c, ldc);
+        }))
       declined = true;
-      return;
-    }
-    if (!dense)
-      for (int64_t r = 0; r < rows; ++r)
-        std::memcpy(y + (r0 + r) * ldy + c0, tile.data() + r * cols, size_t(cols) * sizeof(uint16_t));
   }, /*rows_first=*/true);
   return !declined;
 }
@@ -475,28 +481,22 @@ bool gemm_bf16_linear_packed(int64_t m, int64_t n, int64_t k, const uint16_t* x,
 void gemm_bf16_linear_packed_parts(int64_t m, int64_t n, int64_t k, const uint16_t* x, int64_t ldx,
                                    const uint16_t* w_packed, const float* bias, const GemmParts& parts, bool round_bf16) {
   if (m <= 0 || n <= 0) return;
+  check(k > 0, "gemm", "a packed bf16 linear needs K > 0");
   for_each_part(m, n, k, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
     const int64_t rows = r1 - r0, cols = c1 - c0;
     int64_t ld = 0;
     float* const dst = parts.begin(r0, r1, c0, c1, &ld);
-    // oneDNN's brgemm on packed weights writes dense rows only: else through a dense tile.
-    const bool dense = ld == cols;
-    thread_local std::vector<float> tile;
-    if (!dense) tile.resize(size_t(rows * cols));
-    float* const c = dense ? dst : tile.data();
-    check(k > 0 ? onednn_linear_bf16_packed_part_f32(rows, cols, k, x + r0 * ldx, ldx,
-                                                     w_packed + onednn_packed_bf16_elems(c0, k),
-                                                     bias ? bias + c0 : nullptr, c, cols)
-                : true,
-          "gemm", "oneDNN declined a packed bf16 linear part of ", rows, " x ", cols, " x ", k);
-    if (k <= 0)
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t j = 0; j < cols; ++j) c[r * cols + j] = bias ? bias[c0 + j] : 0.f;
-    if (round_bf16)
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t j = 0; j < cols; ++j) c[r * cols + j] = bf16_to_f32(f32_to_bf16(c[r * cols + j]));
-    if (!dense)
-      for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * ld, tile.data() + r * cols, size_t(cols) * sizeof(float));
+    const bool ok = packed_part(rows, cols, dst, ld, [&](float* c, int64_t ldc) {
+      if (!onednn_linear_bf16_packed_part_f32(rows, cols, k, x + r0 * ldx, ldx,
+                                              w_packed + onednn_packed_bf16_elems(c0, k), bias ? bias + c0 : nullptr,
+                                              c, ldc))
+        return false;
+      if (round_bf16)
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t j = 0; j < cols; ++j) c[r * ldc + j] = bf16_to_f32(f32_to_bf16(c[r * ldc + j]));
+      return true;
+    });
+    check(ok, "gemm", "oneDNN declined a packed bf16 linear part of ", rows, " x ", cols, " x ", k);
     parts.end(r0, r1, c0, c1, dst, ld);
   }, /*rows_first=*/true);
 }

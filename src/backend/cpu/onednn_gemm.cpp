@@ -268,21 +268,26 @@ bool onednn_gemm_bf16_packed_b_part(int64_t m, int64_t n, int64_t k, const uint1
   return cpu_has_bf16_matrix() && run_cached(key, a, b_packed, c);
 }
 
-bool onednn_linear_bf16_packed_part(int64_t m, int64_t n, int64_t k, const uint16_t* x, int64_t ldx,
-                                    const uint16_t* w_packed, const float* bias, uint16_t* y, int64_t ldy) {
+namespace {
+// The packed-weight linear's part: x rows @ packed W (+ bias), written as bf16 or f32.
+bool packed_linear_part(int64_t m, int64_t n, int64_t k, const uint16_t* x, int64_t ldx, const uint16_t* w_packed,
+                        const float* bias, void* y, int64_t ldy, bool bf16_out) {
   Key key{Kind::bf16, false, false, m, n, k, ldx, 0, ldy, 1.f, 0.f};
-  key.bf16_dst = true;
+  key.bf16_dst = bf16_out;
   key.bias = bias != nullptr;
   key.packed_b = true;
   return cpu_has_bf16_matrix() && run_cached(key, x, w_packed, y, bias);
 }
+}  // namespace
+
+bool onednn_linear_bf16_packed_part(int64_t m, int64_t n, int64_t k, const uint16_t* x, int64_t ldx,
+                                    const uint16_t* w_packed, const float* bias, uint16_t* y, int64_t ldy) {
+  return packed_linear_part(m, n, k, x, ldx, w_packed, bias, y, ldy, true);
+}
 
 bool onednn_linear_bf16_packed_part_f32(int64_t m, int64_t n, int64_t k, const uint16_t* x, int64_t ldx,
                                         const uint16_t* w_packed, const float* bias, float* c, int64_t ldc) {
-  Key key{Kind::bf16, false, false, m, n, k, ldx, 0, ldc, 1.f, 0.f};
-  key.bias = bias != nullptr;
-  key.packed_b = true;
-  return cpu_has_bf16_matrix() && run_cached(key, x, w_packed, c, bias);
+  return packed_linear_part(m, n, k, x, ldx, w_packed, bias, c, ldc, false);
 }
 
 bool onednn_bf16_packing_usable() {
