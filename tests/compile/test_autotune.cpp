@@ -252,7 +252,7 @@ TEST(Autotune, CachedChoicesAreInstalledAroundTheKernels) {
     if (num_threads() > 1) {  // one thread: no GEMM is tunable
       EXPECT_GT(forced_linears, 0) << run;
     }
-    EXPECT_EQ(forced_linears + std::count(g_seen_linear.begin(), g_seen_linear.end(), Tuning{}),
+    EXPECT_EQ(forced_linears + std::count(g_seen_linear.begin(), g_seen_linear.end(), backend::cpu::current_tuning()),
               int64_t(g_seen_linear.size()));
   }
   EXPECT_EQ(total(*s.model).candidates, 0);

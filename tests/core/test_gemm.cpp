@@ -144,6 +144,7 @@ TEST(Gemm, ThreadSplitsAreRightAndDeterministic) {
 // Every split the autotuner may pick (backend/cpu/tuning.h) computes the same product: rows, columns,
 // longer side, none, and several parts per thread, checked against the f64 reference with 2 threads.
 TEST(Gemm, EveryTunedSplitIsRight) {
+  const cpu::Tuning defaults = cpu::current_tuning();
   const Case cases[] = {{false, true, 300, 47, 200}, {true, false, 47, 300, 200}, {false, false, 130, 250, 64}};
   cpu::set_num_threads(2);
   for (const auto split : {cpu::GemmSplit::longer_side, cpu::GemmSplit::rows, cpu::GemmSplit::cols,
@@ -156,6 +157,6 @@ TEST(Gemm, EveryTunedSplitIsRight) {
       EXPECT_EQ(cpu::current_tuning(), t);
       for (const auto& cs : cases) check_case(cs, false, 0.5f, 0.25f);
     }
-  EXPECT_EQ(cpu::current_tuning(), cpu::Tuning{});  // scopes restore the defaults
+  EXPECT_EQ(cpu::current_tuning(), defaults);  // scopes restore the defaults
   cpu::set_num_threads(0);
 }

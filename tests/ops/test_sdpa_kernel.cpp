@@ -9,6 +9,7 @@
 #include <hwy/targets.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <ostream>
 #include <random>
@@ -338,6 +339,11 @@ TEST(SdpaKernelChoice, ForcedAndDefault) {
   EXPECT_EQ(cpu::attention_onednn_by_default(), amx);
   EXPECT_EQ(kernel(bf16, K::best), amx ? K::onednn : fallback)
       << "default: oneDNN's tiles exactly where its bf16 matmul runs on AMX (" << cpu::onednn_bf16_impl() << ")";
+  // Their larger default tiles come with them (unless DIFFQ_ATTENTION_KERNEL chose other tiles).
+  if (std::getenv("DIFFQ_ATTENTION_KERNEL") == nullptr) {
+    EXPECT_EQ(cpu::current_tuning().attn_bq, amx ? cpu::kOnednnAttentionBq : cpu::Tuning{}.attn_bq);
+    EXPECT_EQ(cpu::current_tuning().attn_bk, amx ? cpu::kOnednnAttentionBk : cpu::Tuning{}.attn_bk);
+  }
   EXPECT_EQ(kernel(bf16, K::best, cpu::GemmKernel::diffq_widen), K::f32);
   EXPECT_NE(cpu::attention_kernel_name(cpu::Tuning{}).find(amx ? "oneDNN" : dot ? "vdpbf16ps" : "f32 tiles"),
             std::string::npos);

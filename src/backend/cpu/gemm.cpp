@@ -21,6 +21,7 @@
 #include <memory>
 #include <vector>
 
+#include "backend/cpu/aligned_buffer.h"
 #include "backend/cpu/bf16_dot_gemm.h"
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/onednn_gemm.h"
@@ -454,10 +455,29 @@ namespace {
 template <class T, class F>
 bool packed_part(int64_t rows, int64_t cols, T* dst, int64_t ld, const F& compute) {
   if (ld == cols) return compute(dst, cols);
-  thread_local std::vector<T> tile;
-  tile.resize(size_t(rows * cols));
-  if (!compute(tile.data(), cols)) return false;
-  for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * ld, tile.data() + r * cols, size_t(cols) * sizeof(T));
+  thread_local AlignedBuffer<T> buf;  // aligned: oneDNN's AMX brgemm writes unaligned rows much slower
+  T* const tile = buf.get(size_t(rows * cols));
+  if (!compute(tile, cols)) return false;
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * ld, tile + r * cols, size_t(cols) * sizeof(T));
+  return true;
+}
+
+// Columns of a packed weight per oneDNN call: slices of at most 16 MiB of packed B (k x cols bf16).
+// One call on all of a part's columns has oneDNN 2.6's AMX brgemm walk the whole packed weight once
+// per block of rows; at FLUX's 12288 x 3072 (72 MiB) that cost 10-15%, at 8960 x 1536 (26 MiB) slices
+// of L2 size cost as much (docs/benchmarks.md "Packed weights on AMX").
+int64_t packed_cols_per_call(int64_t k) {
+  constexpr int64_t kSliceBytes = int64_t(16) << 20;
+  const int64_t cols = kSliceBytes / (2 * std::max<int64_t>(k, 1)) / kOnednnPackedCols * kOnednnPackedCols;
+  return std::max(cols, kOnednnPackedCols);
+}
+
+// f(c0, c1) for [c0, c1) in slices of packed_cols_per_call(k) columns (c0 stays a multiple of 64).
+template <class F>
+bool for_each_packed_slice(int64_t c0, int64_t c1, int64_t k, const F& f) {
+  const int64_t step = packed_cols_per_call(k);
+  for (int64_t j = c0; j < c1; j += step)
+    if (!f(j, std::min(c1, j + step))) return false;
   return true;
 }
 }  // namespace
@@ -467,13 +487,15 @@ bool gemm_bf16_linear_packed(int64_t m, int64_t n, int64_t k, const uint16_t* x,
   if (m <= 0 || n <= 0 || k <= 0) return false;
   std::atomic<bool> declined{false};
   for_each_part(m, n, k, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-    const int64_t rows = r1 - r0, cols = c1 - c0;
-    if (!packed_part(rows, cols, y + r0 * ldy + c0, ldy, [&](uint16_t* c, int64_t ldc) {
-          return onednn_linear_bf16_packed_part(rows, cols, k, x + r0 * ldx, ldx,
-                                                w_packed + onednn_packed_bf16_elems(c0, k), bias ? bias + c0 : nullptr,
-                                                c, ldc);
-        }))
-      declined = true;
+    const int64_t rows = r1 - r0;
+    const bool ok = for_each_packed_slice(c0, c1, k, [&](int64_t j0, int64_t j1) {
+      return packed_part(rows, j1 - j0, y + r0 * ldy + j0, ldy, [&](uint16_t* c, int64_t ldc) {
+        return onednn_linear_bf16_packed_part(rows, j1 - j0, k, x + r0 * ldx, ldx,
+                                              w_packed + onednn_packed_bf16_elems(j0, k), bias ? bias + j0 : nullptr,
+                                              c, ldc);
+      });
+    });
+    if (!ok) declined = true;
   }, /*rows_first=*/true);
   return !declined;
 }
@@ -483,20 +505,22 @@ void gemm_bf16_linear_packed_parts(int64_t m, int64_t n, int64_t k, const uint16
   if (m <= 0 || n <= 0) return;
   check(k > 0, "gemm", "a packed bf16 linear needs K > 0");
   for_each_part(m, n, k, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-    const int64_t rows = r1 - r0, cols = c1 - c0;
+    const int64_t rows = r1 - r0;
     int64_t ld = 0;
     float* const dst = parts.begin(r0, r1, c0, c1, &ld);
-    const bool ok = packed_part(rows, cols, dst, ld, [&](float* c, int64_t ldc) {
-      if (!onednn_linear_bf16_packed_part_f32(rows, cols, k, x + r0 * ldx, ldx,
-                                              w_packed + onednn_packed_bf16_elems(c0, k), bias ? bias + c0 : nullptr,
-                                              c, ldc))
-        return false;
-      if (round_bf16)
-        for (int64_t r = 0; r < rows; ++r)
-          for (int64_t j = 0; j < cols; ++j) c[r * ldc + j] = bf16_to_f32(f32_to_bf16(c[r * ldc + j]));
-      return true;
+    const bool ok = for_each_packed_slice(c0, c1, k, [&](int64_t j0, int64_t j1) {
+      return packed_part(rows, j1 - j0, dst + (j0 - c0), ld, [&](float* c, int64_t ldc) {
+        if (!onednn_linear_bf16_packed_part_f32(rows, j1 - j0, k, x + r0 * ldx, ldx,
+                                                w_packed + onednn_packed_bf16_elems(j0, k),
+                                                bias ? bias + j0 : nullptr, c, ldc))
+          return false;
+        if (round_bf16)
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t j = 0; j < j1 - j0; ++j) c[r * ldc + j] = bf16_to_f32(f32_to_bf16(c[r * ldc + j]));
+        return true;
+      });
     });
-    check(ok, "gemm", "oneDNN declined a packed bf16 linear part of ", rows, " x ", cols, " x ", k);
+    check(ok, "gemm", "oneDNN declined a packed bf16 linear part of ", rows, " x ", c1 - c0, " x ", k);
     parts.end(r0, r1, c0, c1, dst, ld);
   }, /*rows_first=*/true);
 }

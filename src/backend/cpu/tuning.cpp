@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "backend/cpu/attention_tiles.h"
 #include "backend/cpu/bf16_dot_gemm.h"
 #include "backend/cpu/onednn_conv.h"
 #include "backend/cpu/onednn_gemm.h"
@@ -75,6 +76,12 @@ const Tuning& defaults() {
         check(v == "best", "tuning", "DIFFQ_PACK_WEIGHTS='", v, "' is not one of best, on, off");
       }
     }
+    // The oneDNN attention tiles (AMX) take larger tiles than the vector ones: each key block is two
+    // oneDNN calls whose fixed cost 48 x 256 tiles do not amortise (Wan self attention 465 -> ~720
+    // GFLOP/s at 192 x 512 on 2 AMX cores; docs/benchmarks.md "Attention on AMX").
+    if (d.attention_kernel == AttentionKernel::onednn ||
+        (d.attention_kernel == AttentionKernel::best && attention_onednn_by_default()))
+      d.attn_bq = kOnednnAttentionBq, d.attn_bk = kOnednnAttentionBk;
     return d;
   }();
   return t;

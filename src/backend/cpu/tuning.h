@@ -61,6 +61,8 @@ enum class AttentionKernel : uint8_t {
 // DIFFQ_PACK_WEIGHTS=best|on|off overrides the default (best).
 enum class WeightPacking : uint8_t { best, on, off };
 
+inline constexpr int64_t kOnednnAttentionBq = 192, kOnednnAttentionBk = 512;
+
 struct Tuning {
   GemmSplit gemm_split = GemmSplit::longer_side;
   GemmKernel gemm_kernel = GemmKernel::best;
@@ -68,8 +70,11 @@ struct Tuning {
   AttentionKernel attention_kernel = AttentionKernel::best;
   WeightPacking weight_packing = WeightPacking::best;
   int gemm_parts_per_thread = 1;  // parts = threads * this (more, smaller parts balance uneven cores)
-  int64_t attn_bq = 48;   // attention: query rows per tile (rounded up to a multiple of 6)
-  int64_t attn_bk = 256;  // attention: keys per block of the online softmax (rounded up to 2 vectors)
+  // attention: query rows per tile (rounded up to a multiple of 6) and keys per block of the online
+  // softmax (rounded up to 2 vectors); the process defaults are kOnednnAttentionBq x Bk where the oneDNN
+  // tiles run (current_tuning()).
+  int64_t attn_bq = 48;
+  int64_t attn_bk = 256;
 
   bool operator==(const Tuning&) const = default;
 };
