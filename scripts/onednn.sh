@@ -2,11 +2,11 @@
 # Installs oneDNN 3.2.0 (the pinned PyPI wheels of scripts/onednn-requirements.txt: onednn-cpu-gomp and
 # onednn-devel-cpu-gomp 2023.2.0, GNU OpenMP runtime) into the project-local prefix .deps/onednn-3.2.0
 # (include/, lib/libdnnl.so.3, lib/cmake/dnnl), which CMakeLists.txt then prefers to Debian's libdnnl-dev
-# 2.6. Opt-in: `DIFFQ_ONEDNN=3.2 ./scripts/setup.sh` runs it (or run it alone, then re-run setup.sh).
-# Not the default: on AVX512-BF16 (AMD Zen 4) 3.2 was no faster than 2.6 (docs/benchmarks.md "oneDNN 3.2
-# vs 2.6"); on AMX it is unmeasured. Its library needs only glibc, libstdc++ and libgomp; diffq's
+# 2.6. scripts/setup.sh runs it on CPUs with AMX (3.2's AMX kernels are faster there) and wherever
+# DIFFQ_ONEDNN=3.2 asks; on AVX512-BF16 (AMD Zen 4) 3.2 was no faster than 2.6 (docs/benchmarks.md "oneDNN 3.2
+# vs 2.6"). Its library needs only glibc, libstdc++ and libgomp; diffq's
 # binaries find it through their build RPATH. Idempotent: nothing is done when the prefix is complete.
-# Without pip or unzip, or offline, it fails naming what is missing (the user asked for 3.2).
+# Without pip or unzip, or offline, it fails naming what is missing (setup.sh then says what it builds on).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
