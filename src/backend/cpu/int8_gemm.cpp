@@ -18,6 +18,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/aligned_buffer.h"
 #include "backend/cpu/int8_gemm.h"
 #include "backend/cpu/onednn_gemm.h"
 #include "backend/cpu/simd_targets.h"
@@ -376,18 +377,19 @@ bool run_part_onednn(int64_t m, int64_t n, int64_t k, const Int8A& a, const int8
   const auto epilogue = HWY_DYNAMIC_DISPATCH(Int8TileEpilogue);
   const int16_t* const ap = a.strips;
   thread_local std::vector<int8_t> abuf;
-  thread_local std::vector<int32_t> cbuf;
+  thread_local AlignedBuffer<int32_t> cbufs;  // aligned: oneDNN's AMX tiles store unaligned C rows slowly
   const int64_t se = int8_packed_strip_elems(k), c0 = q0 * kNR, c1 = std::min(n, q1 * kNR), cols = c1 - c0;
-  for (int64_t sb = s0; sb < s1; sb += kOnednnRows / kMR) {
-    const int64_t se_end = std::min(s1, sb + kOnednnRows / kMR);
+  const int64_t step = kOnednnRows / kMR;
+  for (int64_t sb = s0; sb < s1; sb += step) {
+    const int64_t se_end = std::min(s1, sb + step);
     const int64_t r0 = sb * kMR, r1 = std::min(m, se_end * kMR), rows = r1 - r0;
     if (rows <= 0) break;
-    cbuf.resize(size_t(rows * cols));
+    int32_t* const cbuf = cbufs.get(size_t(rows * cols));
     if (a.rows) {
-      if (!onednn_gemm_s8s8s32_part(rows, cols, k, a.rows + r0 * a.lda, a.lda, b + c0 * ldb, ldb, cbuf.data(), cols))
+      if (!onednn_gemm_s8s8s32_part(rows, cols, k, a.rows + r0 * a.lda, a.lda, b + c0 * ldb, ldb, cbuf, cols))
         return false;
       for (int64_t j = c0; j < c1; j += kNR)
-        epilogue(cbuf.data() + (j - c0), cols, r0, rows, j, std::min(kNR, c1 - j), ep, c, ldc);
+        epilogue(cbuf + (j - c0), cols, r0, rows, j, std::min(kNR, c1 - j), ep, c, ldc);
       continue;
     }
     abuf.resize(size_t(rows * k));
@@ -408,9 +410,9 @@ bool run_part_onednn(int64_t m, int64_t n, int64_t k, const Int8A& a, const int8
       if (k % 2)
         for (int64_t r = 0; r < rs; ++r) dst[r][k - 1] = int8_t(strip[2 * r]);
     }
-    if (!onednn_gemm_s8s8s32_part(rows, cols, k, abuf.data(), k, b + c0 * ldb, ldb, cbuf.data(), cols)) return false;
+    if (!onednn_gemm_s8s8s32_part(rows, cols, k, abuf.data(), k, b + c0 * ldb, ldb, cbuf, cols)) return false;
     for (int64_t j = c0; j < c1; j += kNR)
-      epilogue(cbuf.data() + (j - c0), cols, r0, rows, j, std::min(kNR, c1 - j), ep, c, ldc);
+      epilogue(cbuf + (j - c0), cols, r0, rows, j, std::min(kNR, c1 - j), ep, c, ldc);
   }
   return true;
 }
