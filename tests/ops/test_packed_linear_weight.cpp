@@ -5,8 +5,10 @@
 // no native bf16 matmul that reads packed weights.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "backend/cpu/cpu_features.h"
 #include "common/random_tensor.h"
@@ -110,6 +112,45 @@ TEST(PackedBf16Weight, LinearGivesTheDenseLinearsBits) {
     ASSERT_EQ(got.shape(), want.shape());
     ASSERT_EQ(got.dtype(), want.dtype());
     expect_dense_bits(got, want, x.str());
+  }
+  cpu::set_num_threads(0);
+}
+
+// A weight over 16 MiB packed runs in several oneDNN calls of at most 16 MiB of packed columns each
+// (gemm.cpp: packed_cols_per_call; 2048 columns at K 4096): [2200, 4096] is one full slice and one of
+// 152 columns, with the rows split (M 150) and the columns split (M 33) between 2 threads. Checked
+// against the exact f64 value (half a bf16 ulp plus the f32 summation bound): at K 4096 oneDNN blocks
+// K differently for the plain weight and for a slice's width, so the dense linear's bits may differ
+// by an ulp (measured on AMX), while a slice at the wrong columns would be off by whole values.
+TEST(PackedBf16Weight, WeightsOverASliceRunInSlices) {
+  DIFFQ_REQUIRE_PACKING();
+  const cpu::ScopedTuning scope(tuning(cpu::WeightPacking::on));
+  const int64_t n = 2200, k = 4096;
+  const Tensor w = randn({n, k}, 500, DType::bf16), b = randn({n}, 501, DType::f32);
+  const std::vector<float> wf = w.to_f32_vector(), bf = b.to_f32_vector();
+  const cpu::PackedBf16Weight p(w);
+  for (const int threads : {1, 2}) {
+    cpu::set_num_threads(threads);
+    for (const int64_t m : {33, 150}) {
+      const Tensor x = randn({m, k}, 502 + uint32_t(m), DType::bf16);
+      const std::vector<float> xf = x.to_f32_vector();
+      const std::string what = "threads " + std::to_string(threads) + " M " + std::to_string(m);
+      Tensor direct;
+      ASSERT_TRUE(cpu::linear_bf16_packed(x, p.data(), n, k, b, direct)) << what;
+      const std::vector<float> y = direct.to_f32_vector();
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; j += j >= 2040 ? 1 : 7) {  // every column near the slices' seam, 1 in 7 else
+          double exact = bf[size_t(j)], mag = std::abs(exact);
+          for (int64_t e = 0; e < k; ++e) {
+            const double t = double(xf[size_t(i * k + e)]) * double(wf[size_t(j * k + e)]);
+            exact += t;
+            mag += std::abs(t);
+          }
+          const double half_ulp = std::ldexp(1.0, std::ilogb(exact == 0 ? 1e-30 : exact) - 8);
+          ASSERT_LE(std::abs(double(y[size_t(i * n + j)]) - exact), half_ulp + double(k + 1) * std::ldexp(mag, -24))
+              << what << " (" << i << ", " << j << ")";
+        }
+    }
   }
   cpu::set_num_threads(0);
 }
