@@ -4,8 +4,16 @@
 // primitive is created once outside the timing loop (as an engine would cache it). The `_prepacked`
 // variants (issue 36: what packing weights once at load would gain) let oneDNN choose the weights'
 // layout (format_tag::any) and reorder them into it once before the loop, so the timed calls skip the
-// per-call copy of B into oneDNN's blocked layout; s8: s8 x s8 -> s32 (int8dq's product).
+// per-call copy of B into oneDNN's blocked layout; s8: s8 x s8 -> s32 (int8dq's product). The bf16
+// `_prepacked_at0` / `_prepacked_at16` variants put A, the packed B and C at a 64-byte boundary or 16
+// bytes past one (where a std::vector's data may start): oneDNN's AMX kernels read and write such rows
+// at about half speed (docs/benchmarks.md "Packed weights on AMX").
 #include <omp.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
 
 #include <dnnl.hpp>
 
@@ -25,8 +33,20 @@ void onednn_sgemm(benchmark::State& state, const Shape& s, int threads) {
   }
 }
 
+// A buffer of `bytes` whose data starts `offset` bytes past a 64-byte boundary.
+struct OffsetBuffer {
+  std::vector<uint8_t> raw;
+  void* at(size_t bytes, size_t offset) {
+    raw.assign(bytes + 128, 0);
+    const auto base = (reinterpret_cast<uintptr_t>(raw.data()) + 63) / 64 * 64;
+    return reinterpret_cast<void*>(base + offset);
+  }
+};
+
+// prepacked: B reordered once into oneDNN's layout; offset >= 0: A, packed B and C copied to buffers at
+// that offset from a 64-byte boundary (-1: where the vectors and oneDNN's allocation put them).
 void onednn_matmul(benchmark::State& state, const Shape& s, int threads, dnnl::memory::data_type dt,
-                   bool prepacked = false) {
+                   bool prepacked = false, int offset = -1) {
   using dnnl::memory;
   omp_set_num_threads(threads);
   dnnl::engine eng(dnnl::engine::kind::cpu, 0);
@@ -68,10 +88,19 @@ void onednn_matmul(benchmark::State& state, const Shape& s, int threads, dnnl::m
   std::vector<int32_t> c(size_t(s.m * s.n));  // f32 or s32, 4 bytes each
   memory am(a_md, eng, ap), bm(b_md, eng, bp), cm(c_md, eng, c.data());
   memory wm = bm;
+  OffsetBuffer ab, wb, cb;
   if (prepacked && pd.weights_desc() != b_md) {  // once, outside the loop: the packing at load
-    wm = memory(pd.weights_desc(), eng);
+    const size_t wbytes = pd.weights_desc().get_size();
+    wm = offset < 0 ? memory(pd.weights_desc(), eng) : memory(pd.weights_desc(), eng, wb.at(wbytes, size_t(offset)));
     dnnl::reorder(bm, wm).execute(strm, bm, wm);
     strm.wait();
+  }
+  if (offset >= 0) {
+    const size_t abytes = a_md.get_size();
+    void* a2 = ab.at(abytes, size_t(offset));
+    std::memcpy(a2, ap, abytes);
+    am = memory(a_md, eng, a2);
+    cm = memory(c_md, eng, cb.at(c_md.get_size(), size_t(offset)));
   }
   for (auto _ : state) {
     prim.execute(strm, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, cm}});
@@ -93,6 +122,11 @@ int main(int argc, char** argv) {
   register_gemm("onednn_matmul_bf16_prepacked", [](benchmark::State& st, const Shape& s, int t) {
     onednn_matmul(st, s, t, dnnl::memory::data_type::bf16, true);
   });
+  for (const int offset : {0, 16})
+    register_gemm("onednn_matmul_bf16_prepacked_at" + std::to_string(offset),
+                  [offset](benchmark::State& st, const Shape& s, int t) {
+                    onednn_matmul(st, s, t, dnnl::memory::data_type::bf16, true, offset);
+                  });
   register_gemm("onednn_matmul_s8", [](benchmark::State& st, const Shape& s, int t) {
     onednn_matmul(st, s, t, dnnl::memory::data_type::s8);
   });

@@ -6,7 +6,6 @@
 // blocked-kernel path is tested everywhere by test_sgemm_kernel.cpp (DIFFQ_GEMM_KERNEL=diffq forces it).
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -16,6 +15,7 @@
 #include "backend/cpu/onednn_gemm.h"
 #include "backend/cpu/threads.h"
 #include "backend/cpu/tuning.h"
+#include "common/linear_exact_bound.h"
 #include "diffq/dtype.h"
 #include "gemm_test_problem.h"
 
@@ -165,18 +165,15 @@ TEST(OnednnGemmChoice, NativeForTheModelLayoutsAndTheDefaultForBf16) {
 void expect_bf16_linear_near_exact(const gemm_test::Problem& p, const std::vector<float>& bias,
                                    const std::vector<uint16_t>& got, int64_t ldy, const std::string& what) {
   const int64_t m = p.d.m, n = p.d.n, k = p.d.k;
+  std::vector<float> x(static_cast<size_t>(k)), w(static_cast<size_t>(k));
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
-      double exact = bias.empty() ? 0.0 : bias[size_t(j)], mag = std::abs(exact);
       for (int64_t e = 0; e < k; ++e) {
-        const double t = double(diffq::bf16_to_f32(p.a16[size_t(i * p.lda + e)])) *
-                         double(diffq::bf16_to_f32(p.b16[size_t(j * p.ldb + e)]));
-        exact += t;
-        mag += std::abs(t);
+        x[size_t(e)] = diffq::bf16_to_f32(p.a16[size_t(i * p.lda + e)]);
+        w[size_t(e)] = diffq::bf16_to_f32(p.b16[size_t(j * p.ldb + e)]);
       }
-      const double y = diffq::bf16_to_f32(got[size_t(i * ldy + j)]);
-      const double half_ulp = std::ldexp(1.0, std::ilogb(exact == 0 ? 1e-30 : exact) - 8);
-      ASSERT_LE(std::abs(y - exact), half_ulp + double(k + 1) * std::ldexp(mag, -24))
+      ASSERT_TRUE(diffq::testing::bf16_linear_output_near_exact(diffq::bf16_to_f32(got[size_t(i * ldy + j)]), x.data(),
+                                                                w.data(), k, bias.empty() ? 0.0 : bias[size_t(j)]))
           << what << " (" << i << ", " << j << ")";
     }
 }

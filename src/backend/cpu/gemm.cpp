@@ -464,8 +464,8 @@ bool packed_part(int64_t rows, int64_t cols, T* dst, int64_t ld, const F& comput
 
 // Columns of a packed weight per oneDNN call: slices of at most 16 MiB of packed B (k x cols bf16).
 // One call on all of a part's columns has oneDNN 2.6's AMX brgemm walk the whole packed weight once
-// per block of rows; at FLUX's 12288 x 3072 (72 MiB) that cost 10-15%, at 8960 x 1536 (26 MiB) slices
-// of L2 size cost as much (docs/benchmarks.md "Packed weights on AMX").
+// per block of rows (FLUX's MLP weight is 72 MiB); much smaller slices (L2 size) re-read the rows too
+// often (docs/benchmarks.md "Packed weights on AMX").
 int64_t packed_cols_per_call(int64_t k) {
   constexpr int64_t kSliceBytes = int64_t(16) << 20;
   const int64_t cols = kSliceBytes / (2 * std::max<int64_t>(k, 1)) / kOnednnPackedCols * kOnednnPackedCols;
