@@ -122,6 +122,11 @@ int main(int argc, char** argv) {
       {"flux_joint_L4096", 1, 24, 4096, 4096, 128, false},
       {"wan13_self_L4680", 1, 12, 4680, 4680, 128, false},
       {"wan13_cross_L4680x512", 1, 12, 4680, 512, 128, false},
+      // the bench/compare.sh runs': wan-small 17 x 256 x 256 (1280 tokens), flux-dev-width 256 x 256
+      // (256 image + 512 text tokens)
+      {"wan_small_self_L1280", 1, 12, 1280, 1280, 128, false},
+      {"wan_small_cross_L1280x512", 1, 12, 1280, 512, 128, false},
+      {"flux_joint_L768", 1, 24, 768, 768, 128, false},
   };
   std::vector<std::pair<std::string, cpu::AttentionKernel>> kernels = {{"best", cpu::AttentionKernel::best},
                                                                        {"f32", cpu::AttentionKernel::f32}};

@@ -109,9 +109,14 @@ TEST(Int8Kernels, RowsGemmMatchesReferenceOnBothKernels) {
     }
     for (int threads : {1, 2}) {
       ThreadsGuard tg(threads);
+      // Edges of every tile, and (last) a GEMM oneDNN runs in several column slices of several row
+      // chunks per thread (int8_gemm.cpp: kOnednnSliceCols, kOnednnSliceRows): a wrong slice offset fails.
+      std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes;
       for (int64_t m : {1, 7, 37, 300})
         for (int64_t n : {1, 17, 40, 300})
-          for (int64_t k : {1, 15, 33, 513}) {
+          for (int64_t k : {1, 15, 33, 513}) shapes.emplace_back(m, n, k);
+      shapes.emplace_back(2100, 600, 40);
+      for (const auto& [m, n, k] : shapes) {
             const int64_t lda = k + 3;
             const auto a = random_s8(size_t(m * lda), uint32_t(m * 7 + n * 3 + k));
             const auto b = random_s8(size_t(n * k), uint32_t(m + n * 5 + k * 11));

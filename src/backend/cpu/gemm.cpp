@@ -444,7 +444,7 @@ bool gemm_bf16_linear_to_bf16(int64_t m, int64_t n, int64_t k, const uint16_t* x
               cbuf.data(), cols);
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t j = 0; j < cols; ++j) yp[r * ldy + j] = f32_to_bf16(cbuf[size_t(r * cols + j)]);
-  });
+  }, /*rows_first=*/true);
   return true;
 }
 

@@ -356,10 +356,16 @@ void for_each_int8_part(int64_t m, int64_t n, int64_t k, const F& f) {
   });
 }
 
-// Rows of A per oneDNN call (a multiple of the strip height): oneDNN copies its B slice into its own
-// blocked layout at every call, so calls cover many rows; the int32 result of a call (rows x the share's
-// columns) stays around L2 size.
+// Rows of A per oneDNN call on unpacked strips (a multiple of the strip height): oneDNN copies its B slice
+// into its own blocked layout at every call, so calls cover many rows; the int32 result of a call (rows x
+// the share's columns) stays around L2 size.
 constexpr int64_t kOnednnRows = 43 * kMR;
+// On int8 rows, calls go by slices of the share's columns, each over up to kOnednnSliceRows rows: each
+// B slice is copied into oneDNN's layout once per kOnednnSliceRows rows (not once per 258), and the int32
+// block (rows x 256 columns) stays about L2 size. On an AMX Xeon the row chunks above ran the int8 GEMM
+// at a third of oneDNN's own rate on the whole matmul (docs/benchmarks.md "int8 GEMM calls on AMX").
+constexpr int64_t kOnednnSliceCols = 256;
+constexpr int64_t kOnednnSliceRows = 1024;
 
 // A as a GEMM call holds it: the tile's packed strips, or row-major int8 rows (what oneDNN reads; the
 // activation quantizer writes this form where oneDNN runs the product, so no unpacking is needed).
@@ -371,7 +377,8 @@ struct Int8A {
 
 // One thread's share on oneDNN's VNNI / AMX-INT8 kernel: the share's A rows (read in place, or unpacked
 // from the strips to int8), C's int32 block by oneDNN, then the same epilogue as the tile path. False
-// where oneDNN has no native kernel for the shape (then nothing was written).
+// where oneDNN has no native kernel for a call's shape: the caller then computes the whole share on the
+// tile (the epilogue stores, so what earlier calls wrote is simply written again).
 bool run_part_onednn(int64_t m, int64_t n, int64_t k, const Int8A& a, const int8_t* b, int64_t ldb, int32_t* c,
                      int64_t ldc, const Int8Epilogue* ep, int64_t s0, int64_t s1, int64_t q0, int64_t q1) {
   const auto epilogue = HWY_DYNAMIC_DISPATCH(Int8TileEpilogue);
@@ -379,19 +386,27 @@ bool run_part_onednn(int64_t m, int64_t n, int64_t k, const Int8A& a, const int8
   thread_local std::vector<int8_t> abuf;
   thread_local AlignedBuffer<int32_t> cbufs;  // aligned: oneDNN's AMX tiles store unaligned C rows slowly
   const int64_t se = int8_packed_strip_elems(k), c0 = q0 * kNR, c1 = std::min(n, q1 * kNR), cols = c1 - c0;
+  if (a.rows) {
+    const int64_t r_begin = s0 * kMR, r_end = std::min(m, s1 * kMR);
+    for (int64_t j0 = c0; j0 < c1; j0 += kOnednnSliceCols) {
+      const int64_t j1 = std::min(c1, j0 + kOnednnSliceCols), w = j1 - j0;
+      for (int64_t r0 = r_begin; r0 < r_end; r0 += kOnednnSliceRows) {
+        const int64_t rows = std::min(kOnednnSliceRows, r_end - r0);
+        int32_t* const cbuf = cbufs.get(size_t(rows * w));
+        if (!onednn_gemm_s8s8s32_part(rows, w, k, a.rows + r0 * a.lda, a.lda, b + j0 * ldb, ldb, cbuf, w))
+          return false;
+        for (int64_t j = j0; j < j1; j += kNR)
+          epilogue(cbuf + (j - j0), w, r0, rows, j, std::min(kNR, j1 - j), ep, c, ldc);
+      }
+    }
+    return true;
+  }
   const int64_t step = kOnednnRows / kMR;
   for (int64_t sb = s0; sb < s1; sb += step) {
     const int64_t se_end = std::min(s1, sb + step);
     const int64_t r0 = sb * kMR, r1 = std::min(m, se_end * kMR), rows = r1 - r0;
     if (rows <= 0) break;
     int32_t* const cbuf = cbufs.get(size_t(rows * cols));
-    if (a.rows) {
-      if (!onednn_gemm_s8s8s32_part(rows, cols, k, a.rows + r0 * a.lda, a.lda, b + c0 * ldb, ldb, cbuf, cols))
-        return false;
-      for (int64_t j = c0; j < c1; j += kNR)
-        epilogue(cbuf + (j - c0), cols, r0, rows, j, std::min(kNR, c1 - j), ep, c, ldc);
-      continue;
-    }
     abuf.resize(size_t(rows * k));
     // Strip s, pair p: words 2r, 2r + 1 = a[6s + r, 2p], a[6s + r, 2p + 1]. Each strip read front to back
     // once, its rows written side by side (a row at a time, the strip would be read six times with a
