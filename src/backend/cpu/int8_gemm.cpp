@@ -365,7 +365,7 @@ constexpr int64_t kOnednnRows = 43 * kMR;
 // block (rows x 256 columns) stays about L2 size. On an AMX Xeon the row chunks above ran the int8 GEMM
 // at a third of oneDNN's own rate on the whole matmul (docs/benchmarks.md "int8 GEMM calls on AMX").
 constexpr int64_t kOnednnSliceCols = 256;
-constexpr int64_t kOnednnSliceRows = 1024;
+constexpr int64_t kOnednnSliceRows = 512;
 
 // A as a GEMM call holds it: the tile's packed strips, or row-major int8 rows (what oneDNN reads; the
 // activation quantizer writes this form where oneDNN runs the product, so no unpacking is needed).
@@ -395,8 +395,12 @@ bool run_part_onednn(int64_t m, int64_t n, int64_t k, const Int8A& a, const int8
         int32_t* const cbuf = cbufs.get(size_t(rows * w));
         if (!onednn_gemm_s8s8s32_part(rows, w, k, a.rows + r0 * a.lda, a.lda, b + j0 * ldb, ldb, cbuf, w))
           return false;
-        for (int64_t j = j0; j < j1; j += kNR)
-          epilogue(cbuf + (j - j0), w, r0, rows, j, std::min(kNR, j1 - j), ep, c, ldc);
+        // A few rows at a time across the slice's panels: each output row's part is written while in L1
+        // (panel by panel over all the rows, every row's line was fetched again for each panel).
+        for (int64_t rb = 0; rb < rows; rb += kMR)
+          for (int64_t j = j0; j < j1; j += kNR)
+            epilogue(cbuf + rb * w + (j - j0), w, r0 + rb, std::min(kMR, rows - rb), j, std::min(kNR, j1 - j), ep,
+                     c, ldc);
       }
     }
     return true;
