@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -12,6 +13,7 @@
 
 #include "common/max_rel.h"
 #include "compile/compiled_module.h"
+#include "core/random.h"
 #include "diffq/error.h"
 #include "io/diffusers_folder.h"
 #include "io/safetensors.h"
@@ -20,6 +22,7 @@
 #include "quant/quant_method.h"
 #include "models/wan/wan_rope.h"
 #include "models/wan/wan_transformer.h"
+#include "ops/ops.h"
 
 using namespace diffq;
 using namespace diffq::models::wan;
@@ -174,6 +177,39 @@ TEST(WanTransformer, ForwardBf16MatchesDiffusersBf16) {
     EXPECT_LE(e32, 1.25 * torch_e32) << c;
     std::printf("[wan] %-7s bf16 forward: max rel err %.3g vs Diffusers bf16, %.3g vs fp32 (Diffusers bf16: %.3g)\n",
                 c.c_str(), e, e32, torch_e32);
+  }
+}
+
+// The block (wan_blocks.cpp) runs Diffusers' float32 modulation, (LayerNorm(h.float()) * (1 + scale) +
+// shift).to(h's dtype), as layer_norm's affine epilogue on h where one timestep row modulates the pass,
+// and its gated residuals (h.float() + o.float() * gate).to(h's dtype) as (gate * o + h).to(h's dtype):
+// the same float32 operations in the same order, so the bits equal the chain's (int8dq's activation
+// codes flip on a 1-ulp difference). With float32 h (fp32 runs) every float32 rounding shows: a
+// multiply-add contracted in the norm's epilogue fails it; bf16 is the bf16 runs' case.
+TEST(WanTransformer, FusedModulationAndGatedResidualEqualTheFloat32ChainBitwise) {
+  const DType f32 = DType::f32;
+  for (const DType dt : {DType::f32, DType::bf16}) {
+    Generator g(11);
+    const int64_t N = 37, D = 160;
+    const Tensor h = ops::mul_scalar(randn_tensor({1, N, D}, g, f32), 3.0).to(dt);
+    const Tensor o = randn_tensor({1, N, D}, g, f32).to(dt);
+    const Tensor scale = ops::mul_scalar(randn_tensor({1, 1, D}, g, f32), 0.3);
+    const Tensor shift = randn_tensor({1, 1, D}, g, f32), gate = randn_tensor({1, 1, D}, g, f32);
+    const Tensor one_plus = ops::add_scalar(scale, 1.0);
+    auto bits_equal = [dt](const Tensor& a, const Tensor& b, const char* what) {
+      ASSERT_EQ(a.dtype(), dt) << what;
+      ASSERT_EQ(b.dtype(), dt) << what;
+      ASSERT_EQ(a.shape(), b.shape()) << what;
+      const Tensor ac = a.contiguous(), bc = b.contiguous();
+      ASSERT_EQ(std::memcmp(ac.data_ptr(), bc.data_ptr(), size_t(ac.numel()) * dtype_size(dt)), 0)
+          << what << " in " << dtype_name(dt);
+    };
+    const Tensor fused = ops::layer_norm(h, one_plus.reshape({D}), shift.reshape({D}), 1e-6);
+    const Tensor chain = ops::add(ops::mul(ops::layer_norm(h.to(f32), {}, {}, 1e-6), one_plus), shift).to(dt);
+    bits_equal(fused, chain, "modulation");
+    const Tensor res_fused = ops::add(ops::mul(gate, o), h).to(dt);
+    const Tensor res_chain = ops::add(h.to(f32), ops::mul(o.to(f32), gate)).to(dt);
+    bits_equal(res_fused, res_chain, "gated residual");
   }
 }
 

@@ -218,6 +218,7 @@ inline void norm_cases(Table& t) {
   t.add("layer_norm", {I({6, 33}, f32, T), I({33}, f32, S), I({33}, f32, O)}, ln);
   t.add("layer_norm", {I({3, 4, 20}, f32, E), I({20}), absent()}, ln);
   t.add("layer_norm", {I({5, 24}, f16), I({24}, f32), I({24}, f32)}, ln, 2e-3);
+  t.add("layer_norm", {I({3, 160}, bf16), I({160}, f32), I({160}, f32)}, ln, 1e-2);  // Wan's modulation
   // Parameters with extra leading size-1 dims (a weight kept as [1, 1, n]).
   t.add("layer_norm", {I({3, 17}), I({1, 1, 17}), I({1, 17}, f32, S)}, ln);
 

@@ -130,17 +130,28 @@ Tensor WanTransformerBlock::forward(const Tensor& x, const Tensor& text, const T
   const Tensor table = scale_shift_table.dense().to(f32).view({1, 1, 6, D});    // [1, 1, 6, D]
   const Tensor mod = ops::add(table, timestep_proj.to(f32));                    // [B, L, 6, D] f32
   const auto m = [&](int64_t i) { return mod.select(2, i); };                   // [B, L, D]
-  // FP32LayerNorm(x) * (1 + scale) + shift, in float32, then back to the compute dtype.
-  const auto modulated = [&](const Tensor& x32, int64_t shift, int64_t scale) {
-    const Tensor n = ops::layer_norm(x32, {}, {}, eps);                                  // [B, N, D] f32
-    return ops::add(ops::mul(n, ops::add_scalar(m(scale), 1.0)), m(shift)).to(dt);       // [B, N, D]
+  // FP32LayerNorm(h.float()) * (1 + scale) + shift, in float32, then back to the compute dtype. With one
+  // modulation row (B = L = 1: one timestep per pass) that is layer_norm's own affine epilogue on h: its
+  // values widened exactly, (x - mean) * rstd, * w, + b, each rounded to float32, then one rounding to h's
+  // dtype: the same operations in the same order (bit for bit: tests/models/test_wan_transformer.cpp), in
+  // one pass over h instead of five.
+  const auto modulated = [&](const Tensor& h, int64_t shift, int64_t scale) {
+    const Tensor one_plus_scale = ops::add_scalar(m(scale), 1.0);                        // [B, L, D] f32
+    if (mod.size(0) * mod.size(1) == 1)
+      return ops::layer_norm(h, one_plus_scale.reshape({D}), m(shift).reshape({D}), eps).to(dt);  // [B, N, D]
+    const Tensor n = ops::layer_norm(h.to(f32), {}, {}, eps);                            // [B, N, D] f32
+    return ops::add(ops::mul(n, one_plus_scale), m(shift)).to(dt);                       // [B, N, D]
+  };
+  // (h.float() + o.float() * gate) back to the compute dtype, as gate * o + h: float32 products and sums
+  // of the exactly widened values are commutative, and the f32 gate first makes both results f32.
+  const auto gated_residual = [&](const Tensor& h, const Tensor& o, int64_t gate) {
+    return ops::add(ops::mul(m(gate), o), h).to(dt);                                     // [B, N, D]
   };
 
   // 1. self-attention with RoPE; gated residual in float32
-  const Tensor x32 = x.to(f32);                                                          // [B, N, D] f32
-  const Tensor h1 = modulated(x32, 0, 1);                                                // [B, N, D]
+  const Tensor h1 = modulated(x, 0, 1);                                                  // [B, N, D]
   const Tensor a1 = attn1(h1, h1, cos, sin);                                             // [B, N, D]
-  Tensor y = ops::add(x32, ops::mul(a1.to(f32), m(2))).to(dt);                           // [B, N, D]
+  Tensor y = gated_residual(x, a1, 2);                                                   // [B, N, D]
 
   // 2. cross-attention to the text (no RoPE, no gate); norm2 = FP32LayerNorm with affine or Identity
   Tensor h2 = y;
@@ -148,9 +159,8 @@ Tensor WanTransformerBlock::forward(const Tensor& x, const Tensor& text, const T
   y = ops::add(y, attn2(h2, text, Tensor(), Tensor()));                                  // [B, N, D]
 
   // 3. feed-forward; gated residual in float32
-  const Tensor y32 = y.to(f32);                                                          // [B, N, D] f32
-  const Tensor f = ffn(modulated(y32, 3, 4));                                            // [B, N, D]
-  return ops::add(y32, ops::mul(f.to(f32), m(5))).to(dt);                                // [B, N, D]
+  const Tensor f = ffn(modulated(y, 3, 4));                                              // [B, N, D]
+  return gated_residual(y, f, 5);                                                        // [B, N, D]
 }
 
 Tensor WanTransformerBlock::run_compiled(const Tensor& x, const Tensor& text, const Tensor& timestep_proj,
