@@ -226,17 +226,23 @@ namespace {
 // it (one part on the calling thread when the GEMM is small, single-threaded or nested in a pool
 // task). One part of C per thread (times tune.gemm_parts_per_thread), split along its longer side by
 // default, at multiples of 16. The split is static, so a given thread count and tuning always give
-// the same bits. Packed weights' GEMMs (rows_first) split along m wherever every part gets >= 64 rows
-// (their parts then write whole rows), else along n at multiples of kOnednnPackedCols (their blocks).
+// the same bits. oneDNN's bf16 linears (rows_first > 0) split along m wherever every part gets >=
+// rows_first rows (their parts then write whole rows: oneDNN's AMX kernels write strided rows of a part
+// several times slower), else along n at multiples of kOnednnPackedCols (packed weights' blocks).
+// Packed weights take kPackedRowsPerPart: fewer rows than that per part read the whole weight twice for
+// little work each (docs/benchmarks.md "Linears on AMX: rows or columns per thread"); plain weights 64,
+// their column parts being strided.
+constexpr int64_t kPackedRowsPerPart = 256;
+constexpr int64_t kPlainRowsPerPart = 64;
 void for_each_part(int64_t m, int64_t n, int64_t k,
-                   const std::function<void(int64_t, int64_t, int64_t, int64_t)>& f, bool rows_first = false) {
+                   const std::function<void(int64_t, int64_t, int64_t, int64_t)>& f, int64_t rows_first = 0) {
   const GemmSplitPlan plan = gemm_split_plan(m, n, k, pool_threads(), current_tuning());
   if (plan.parts <= 1) {
     f(0, m, 0, n);
     return;
   }
-  const bool split_n = rows_first ? m < 64 * plan.parts : plan.split_n;
-  const int64_t col_align = rows_first ? kOnednnPackedCols : 16;
+  const bool split_n = rows_first > 0 ? m < rows_first * plan.parts : plan.split_n;
+  const int64_t col_align = rows_first > 0 ? kOnednnPackedCols : 16;
   const int64_t len = split_n ? n : m, parts = plan.parts;
   const int64_t align = split_n ? col_align : 16;
   auto edge = [&](int64_t p) { return p == parts ? len : (len * p / parts) / align * align; };
@@ -444,7 +450,7 @@ bool gemm_bf16_linear_to_bf16(int64_t m, int64_t n, int64_t k, const uint16_t* x
               cbuf.data(), cols);
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t j = 0; j < cols; ++j) yp[r * ldy + j] = f32_to_bf16(cbuf[size_t(r * cols + j)]);
-  }, /*rows_first=*/true);
+  }, kPlainRowsPerPart);
   return true;
 }
 
@@ -496,7 +502,7 @@ bool gemm_bf16_linear_packed(int64_t m, int64_t n, int64_t k, const uint16_t* x,
       });
     });
     if (!ok) declined = true;
-  }, /*rows_first=*/true);
+  }, kPackedRowsPerPart);
   return !declined;
 }
 
@@ -522,7 +528,7 @@ void gemm_bf16_linear_packed_parts(int64_t m, int64_t n, int64_t k, const uint16
     });
     check(ok, "gemm", "oneDNN declined a packed bf16 linear part of ", rows, " x ", c1 - c0, " x ", k);
     parts.end(r0, r1, c0, c1, dst, ld);
-  }, /*rows_first=*/true);
+  }, kPackedRowsPerPart);
 }
 
 void gemm_bf16_rows(bool trans_a, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a, int64_t lda,
