@@ -282,6 +282,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"o_wan_self", 1, 2, 130, 130, 128, 128, DType::bf16},
                       Case{"o_wan_self_odd", 2, 2, 61, 61, 128, 128, DType::bf16},
                       Case{"o_wan_cross", 1, 2, 50, 512, 128, 128, DType::bf16},
+                      // keys a multiple of 64: blocks that divide them (2 x 640 at the default tiles)
+                      Case{"o_wan_small_self", 1, 1, 40, 1280, 128, 128, DType::bf16},
                       Case{"o_wan_cross_padded", 1, 2, 37, 512, 128, 128, DType::bf16, MaskKind::key_padding},
                       Case{"o_d1", 1, 2, 5, 7, 1, 1, DType::bf16}, Case{"o_d0", 1, 2, 3, 4, 0, 5, DType::bf16},
                       Case{"o_d23_dv40", 1, 2, 19, 45, 23, 40, DType::bf16},
@@ -294,6 +296,20 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"o_mask_per_query", 1, 2, 13, 40, 16, 16, DType::bf16, MaskKind::per_query},
                       Case{"o_scale", 1, 2, 17, 33, 32, 32, DType::bf16, MaskKind::none, 0.3}),
     [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
+
+// The key blocks split the keys evenly where a multiple of 64 near the tuning's block divides them, else
+// keep the tuning's block.
+TEST(SdpaOnednn, KeyBlocksDivideTheKeys) {
+  EXPECT_EQ(cpu::attention_onednn_key_block(1280, 512), 640);  // Wan-small self attention
+  EXPECT_EQ(cpu::attention_onednn_key_block(768, 512), 768);   // FLUX, 256 x 256: one block
+  EXPECT_EQ(cpu::attention_onednn_key_block(1536, 512), 768);
+  EXPECT_EQ(cpu::attention_onednn_key_block(512, 512), 512);   // Wan's text
+  EXPECT_EQ(cpu::attention_onednn_key_block(4096, 512), 512);
+  EXPECT_EQ(cpu::attention_onednn_key_block(4680, 512), 512);  // no multiple of 64: the tuning's
+  EXPECT_EQ(cpu::attention_onednn_key_block(1280, 32), 32);    // too small a block to move
+  EXPECT_EQ(cpu::attention_onednn_key_block(320, 320), 320);
+  EXPECT_EQ(cpu::attention_onednn_key_block(192, 128), 192);
+}
 
 // Q, K, V with strided head columns (a transposed view): packed per head instead of read in place.
 TEST(SdpaOnednn, StridedColumnsArePacked) {

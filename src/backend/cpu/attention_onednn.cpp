@@ -69,6 +69,14 @@ const uint16_t* head_rows(const AttentionOperand& t, int64_t b, int64_t h, int64
 
 }  // namespace
 
+int64_t attention_onednn_key_block(int64_t sk, int64_t bk) {
+  if (sk % kOnednnPackedCols != 0) return bk;
+  for (int64_t c = bk * 3 / 2 / kOnednnPackedCols * kOnednnPackedCols; c >= std::max(kOnednnPackedCols, bk / 2);
+       c -= kOnednnPackedCols)
+    if (sk % c == 0) return c;
+  return bk;
+}
+
 bool attention_onednn_usable() {
   static const bool usable = onednn_bf16_available() && bf16_dot_gemm_usable();
   return usable;
@@ -77,7 +85,7 @@ bool attention_onednn_usable() {
 void attention_tiles_onednn(const AttentionProblem& p, int64_t t0, int64_t t1) {
   const int64_t D = p.D, Dv = p.Dv, Sk = p.Sk, Sq = p.Sq;
   const int64_t sk_pad = std::max<int64_t>((Sk + kKeyAlign - 1) / kKeyAlign, 1) * kKeyAlign;
-  const int64_t kb = std::min((std::max<int64_t>(p.bk, 1) + kKeyAlign - 1) / kKeyAlign * kKeyAlign, sk_pad);
+  const int64_t kb = attention_onednn_key_block(Sk, std::min((std::max<int64_t>(p.bk, 1) + kKeyAlign - 1) / kKeyAlign * kKeyAlign, sk_pad));
   const int64_t bq = std::min(p.bq, Sq), ldo = std::max<int64_t>(Dv, 1);
 
   thread_local Scratch sc;

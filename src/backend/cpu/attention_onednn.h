@@ -22,6 +22,13 @@ namespace diffq::backend::cpu {
 // CPU the AVX512-BF16 the softmax rows use (bf16_dot_gemm_usable()).
 bool attention_onednn_usable();
 
+// The block of keys the tiles take for sk keys and the tuning's bk (a multiple of 32, at most sk rounded up
+// to 32): bk, or where sk is a multiple of 64 the largest divisor of sk that is a multiple of 64 between
+// bk / 2 and 3 bk / 2 (Wan-small's 1280 keys as 2 x 640, FLUX's 768 at 256 x 256 as one block), so that
+// every block is a full one on the packed K and V: a last, partial block runs on the plain operands at
+// about half the rate (docs/benchmarks.md "Attention on AMX: key blocks that divide the keys").
+int64_t attention_onednn_key_block(int64_t sk, int64_t bk);
+
 // Tiles [t0, t1) of p (bf16 q, k and v; as AttentionTiles). Requires attention_onednn_usable().
 void attention_tiles_onednn(const AttentionProblem& p, int64_t t0, int64_t t1);
 
