@@ -148,10 +148,11 @@ void diffq_gemm_s8_packed_bf16out(benchmark::State& state, const Shape& s, int t
 // rounding inside oneDNN): W plain (oneDNN copies it into its blocked layout every call) or packed once
 // (onednn_gemm.h: onednn_pack_bf16_weight). Shapes: wan-small's (M 1280: attention 1536^2, FFN
 // 8960 x 1536 and 1536 x 8960; the patch embedding 1536 x 64) and FLUX-dev width's (M 1152 / 4608 x 3072 /
-// 12288 x 3072; x_embedder 3072 x 64).
+// 12288 x 3072; x_embedder 3072 x 64; M 256: the image tokens of a 256 x 256 image).
 std::vector<Shape> linear_shapes() {
   return {{1280, 1536, 1536}, {1280, 8960, 1536}, {1280, 1536, 8960}, {1280, 1536, 64}, {1152, 3072, 3072},
-          {1152, 12288, 3072}, {1152, 3072, 12288}, {1024, 3072, 64}, {64, 3072, 3072}};
+          {1152, 12288, 3072}, {1152, 3072, 12288}, {1024, 3072, 64}, {256, 3072, 3072}, {256, 12288, 3072},
+          {256, 3072, 12288}, {64, 3072, 3072}};
 }
 
 template <bool kPacked>
