@@ -39,8 +39,10 @@ LayerNorm::LayerNorm(int64_t dim, double e, bool elementwise_affine, bool b)
 
 Tensor LayerNorm::forward(const Tensor& x) {
   if (fp32) {
+    // layer_norm widens x exactly, computes in float32 and rounds once to x's dtype: FP32LayerNorm's
+    // x.float() ... .to(x.dtype) without the float32 copies of x and of the result.
     auto wide = [](const Tensor& t) { return t.defined() ? t.to(DType::f32) : t; };
-    return ops::layer_norm(x.to(DType::f32), wide(opt(weight, affine)), wide(opt(bias, has_bias)), eps).to(x.dtype());
+    return ops::layer_norm(x, wide(opt(weight, affine)), wide(opt(bias, has_bias)), eps);
   }
   return ops::layer_norm(x, opt(weight, affine), opt(bias, has_bias), eps);
 }

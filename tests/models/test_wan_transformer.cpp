@@ -184,8 +184,9 @@ TEST(WanTransformer, ForwardBf16MatchesDiffusersBf16) {
 // shift).to(h's dtype), as layer_norm's affine epilogue on h where one timestep row modulates the pass,
 // and its gated residuals (h.float() + o.float() * gate).to(h's dtype) as (gate * o + h).to(h's dtype):
 // the same float32 operations in the same order, so the bits equal the chain's (int8dq's activation
-// codes flip on a 1-ulp difference). With float32 h (fp32 runs) every float32 rounding shows: a
-// multiply-add contracted in the norm's epilogue fails it; bf16 is the bf16 runs' case.
+// codes flip on a 1-ulp difference); so does FP32LayerNorm run as layer_norm on h itself. With float32 h
+// (fp32 runs) every float32 rounding shows: a multiply-add contracted in the norm's epilogue fails it;
+// bf16 is the bf16 runs' case.
 TEST(WanTransformer, FusedModulationAndGatedResidualEqualTheFloat32ChainBitwise) {
   const DType f32 = DType::f32;
   for (const DType dt : {DType::f32, DType::bf16}) {
@@ -210,6 +211,9 @@ TEST(WanTransformer, FusedModulationAndGatedResidualEqualTheFloat32ChainBitwise)
     const Tensor res_fused = ops::add(ops::mul(gate, o), h).to(dt);
     const Tensor res_chain = ops::add(h.to(f32), ops::mul(o.to(f32), gate)).to(dt);
     bits_equal(res_fused, res_chain, "gated residual");
+    // norm2, FP32LayerNorm with affine (modules/layers.cpp: layer_norm on h itself)
+    const Tensor w = ops::add_scalar(randn_tensor({D}, g, f32), 1.0), b = randn_tensor({D}, g, f32);
+    bits_equal(ops::layer_norm(h, w, b, 1e-6), ops::layer_norm(h.to(f32), w, b, 1e-6).to(dt), "FP32LayerNorm");
   }
 }
 

@@ -108,6 +108,16 @@ Tensor WanFeedForward::forward(const Tensor& x) {
 
 // ---------------------------------------------------------------- block
 
+Tensor modulated_layer_norm(const Tensor& h, const Tensor& shift, const Tensor& scale, double eps, DType dt) {
+  const Tensor one_plus_scale = ops::add_scalar(scale, 1.0);                           // [B, L, D] f32
+  if (shift.size(0) * shift.size(1) == 1) {
+    const int64_t D = shift.size(2);
+    return ops::layer_norm(h, one_plus_scale.reshape({D}), shift.reshape({D}), eps).to(dt);  // [B, N, D]
+  }
+  const Tensor n = ops::layer_norm(h.to(DType::f32), {}, {}, eps);                     // [B, N, D] f32
+  return ops::add(ops::mul(n, one_plus_scale), shift).to(dt);                          // [B, N, D]
+}
+
 WanTransformerBlock::WanTransformerBlock(int64_t dim, int64_t ffn_dim, int64_t heads, bool can, double e)
     : Module("WanTransformerBlock"), eps(e), cross_attn_norm(can), attn1(dim, heads, dim / heads, e),
       attn2(dim, heads, dim / heads, e), ffn(dim, ffn_dim), scale_shift_table({1, 6, dim}) {
@@ -130,17 +140,8 @@ Tensor WanTransformerBlock::forward(const Tensor& x, const Tensor& text, const T
   const Tensor table = scale_shift_table.dense().to(f32).view({1, 1, 6, D});    // [1, 1, 6, D]
   const Tensor mod = ops::add(table, timestep_proj.to(f32));                    // [B, L, 6, D] f32
   const auto m = [&](int64_t i) { return mod.select(2, i); };                   // [B, L, D]
-  // FP32LayerNorm(h.float()) * (1 + scale) + shift, in float32, then back to the compute dtype. With one
-  // modulation row (B = L = 1: one timestep per pass) that is layer_norm's own affine epilogue on h: its
-  // values widened exactly, (x - mean) * rstd, * w, + b, each rounded to float32, then one rounding to h's
-  // dtype: the same operations in the same order (bit for bit: tests/models/test_wan_transformer.cpp), in
-  // one pass over h instead of five.
   const auto modulated = [&](const Tensor& h, int64_t shift, int64_t scale) {
-    const Tensor one_plus_scale = ops::add_scalar(m(scale), 1.0);                        // [B, L, D] f32
-    if (mod.size(0) * mod.size(1) == 1)
-      return ops::layer_norm(h, one_plus_scale.reshape({D}), m(shift).reshape({D}), eps).to(dt);  // [B, N, D]
-    const Tensor n = ops::layer_norm(h.to(f32), {}, {}, eps);                            // [B, N, D] f32
-    return ops::add(ops::mul(n, one_plus_scale), m(shift)).to(dt);                       // [B, N, D]
+    return modulated_layer_norm(h, m(shift), m(scale), eps, dt);                        // [B, N, D]
   };
   // (h.float() + o.float() * gate) back to the compute dtype, as gate * o + h: float32 products and sums
   // of the exactly widened values are commutative, and the f32 gate first makes both results f32.

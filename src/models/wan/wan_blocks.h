@@ -105,6 +105,13 @@ class WanFeedForward : public Module {
   } net;
 };
 
+// Diffusers' Wan modulation: (FP32LayerNorm(h.float()) * (1 + scale) + shift).to(dt), shift and scale
+// [B, L, D] float32 (one row per batch, or per token). With one row (B = L = 1: one timestep per pass)
+// it is layer_norm's own affine epilogue on h: h's values widened exactly, (x - mean) * rstd, * w, + b,
+// each rounded to float32, then one rounding to dt: the same operations in the same order (bit for bit:
+// tests/models/test_wan_transformer.cpp), in one pass over h instead of five.
+Tensor modulated_layer_norm(const Tensor& h, const Tensor& shift, const Tensor& scale, double eps, DType dt);
+
 class WanTransformerBlock : public Module {
  public:
   WanTransformerBlock(int64_t dim, int64_t ffn_dim, int64_t heads, bool cross_attn_norm, double eps);

@@ -208,8 +208,7 @@ Tensor WanTransformer3DModel::forward_body(const Tensor& hidden, const Tensor& t
   const Tensor table = scale_shift_table.dense().to(f32).view({1, 1, 2, D});  // [1, 1, 2, D]
   const Tensor mod = ops::add(table, cond.temb.to(f32).unsqueeze(2));         // [B, L, 2, D]
   const Tensor shift = mod.select(2, 0), scale = mod.select(2, 1);            // [B, L, D]
-  const Tensor n = ops::layer_norm(x.to(f32), {}, {}, c.eps);                 // [B, N, D] f32
-  const Tensor y = ops::add(ops::mul(n, ops::add_scalar(scale, 1.0)), shift).to(dt);  // [B, N, D]
+  const Tensor y = modulated_layer_norm(x, shift, scale, c.eps, dt);          // [B, N, D]
   record("norm_out", y);
   const Tensor out = proj_out(y);  // [B, N, pt*ph*pw*Co], per token (pt, ph, pw, c) with c fastest
   // unpatchify: [B, f, h, w, pt, ph, pw, Co] -> [B, Co, f, pt, h, ph, w, pw] -> [B, Co, F, H, W]
