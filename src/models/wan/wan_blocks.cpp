@@ -110,7 +110,8 @@ Tensor WanFeedForward::forward(const Tensor& x) {
 
 Tensor modulated_layer_norm(const Tensor& h, const Tensor& shift, const Tensor& scale, double eps, DType dt) {
   const Tensor one_plus_scale = ops::add_scalar(scale, 1.0);                           // [B, L, D] f32
-  if (shift.size(0) * shift.size(1) == 1) {
+  // (h in dt or float32: the norm's result is not rounded to h's dtype before dt's)
+  if (shift.size(0) * shift.size(1) == 1 && (h.dtype() == dt || h.dtype() == DType::f32)) {
     const int64_t D = shift.size(2);
     return ops::layer_norm(h, one_plus_scale.reshape({D}), shift.reshape({D}), eps).to(dt);  // [B, N, D]
   }
