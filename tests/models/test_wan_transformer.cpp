@@ -180,13 +180,13 @@ TEST(WanTransformer, ForwardBf16MatchesDiffusersBf16) {
   }
 }
 
-// The block (wan_blocks.cpp) runs Diffusers' float32 modulation, (LayerNorm(h.float()) * (1 + scale) +
-// shift).to(h's dtype), as layer_norm's affine epilogue on h where one timestep row modulates the pass,
-// and its gated residuals (h.float() + o.float() * gate).to(h's dtype) as (gate * o + h).to(h's dtype):
-// the same float32 operations in the same order, so the bits equal the chain's (int8dq's activation
-// codes flip on a 1-ulp difference); so does FP32LayerNorm run as layer_norm on h itself. With float32 h
-// (fp32 runs) every float32 rounding shows: a multiply-add contracted in the norm's epilogue fails it;
-// bf16 is the bf16 runs' case.
+// Diffusers' Wan runs its modulation as (LayerNorm(h.float()) * (1 + scale) + shift).to(dt), its gated
+// residuals as (h.float() + o.float() * gate).to(dt) and norm2 as FP32LayerNorm: diffq's one-pass forms
+// (modulated_layer_norm, the block's (gate * o + h).to(dt), LayerNorm with fp32 on h itself) do the same
+// float32 operations in the same order, so the bits equal the chain's (int8dq's activation codes flip on
+// a 1-ulp difference). With float32 h (fp32 runs) every float32 rounding shows: a multiply-add contracted
+// in the norm's epilogue fails it; bf16 is the bf16 runs' case. Per-token modulation rows (B L > 1) take
+// the chain itself.
 TEST(WanTransformer, FusedModulationAndGatedResidualEqualTheFloat32ChainBitwise) {
   const DType f32 = DType::f32;
   for (const DType dt : {DType::f32, DType::bf16}) {
@@ -196,7 +196,6 @@ TEST(WanTransformer, FusedModulationAndGatedResidualEqualTheFloat32ChainBitwise)
     const Tensor o = randn_tensor({1, N, D}, g, f32).to(dt);
     const Tensor scale = ops::mul_scalar(randn_tensor({1, 1, D}, g, f32), 0.3);
     const Tensor shift = randn_tensor({1, 1, D}, g, f32), gate = randn_tensor({1, 1, D}, g, f32);
-    const Tensor one_plus = ops::add_scalar(scale, 1.0);
     auto bits_equal = [dt](const Tensor& a, const Tensor& b, const char* what) {
       ASSERT_EQ(a.dtype(), dt) << what;
       ASSERT_EQ(b.dtype(), dt) << what;
@@ -205,15 +204,18 @@ TEST(WanTransformer, FusedModulationAndGatedResidualEqualTheFloat32ChainBitwise)
       ASSERT_EQ(std::memcmp(ac.data_ptr(), bc.data_ptr(), size_t(ac.numel()) * dtype_size(dt)), 0)
           << what << " in " << dtype_name(dt);
     };
-    const Tensor fused = ops::layer_norm(h, one_plus.reshape({D}), shift.reshape({D}), 1e-6);
-    const Tensor chain = ops::add(ops::mul(ops::layer_norm(h.to(f32), {}, {}, 1e-6), one_plus), shift).to(dt);
-    bits_equal(fused, chain, "modulation");
+    const Tensor chain =
+        ops::add(ops::mul(ops::layer_norm(h.to(f32), {}, {}, 1e-6), ops::add_scalar(scale, 1.0)), shift).to(dt);
+    bits_equal(modulated_layer_norm(h, shift, scale, 1e-6, dt), chain, "modulation");
     const Tensor res_fused = ops::add(ops::mul(gate, o), h).to(dt);
     const Tensor res_chain = ops::add(h.to(f32), ops::mul(o.to(f32), gate)).to(dt);
     bits_equal(res_fused, res_chain, "gated residual");
-    // norm2, FP32LayerNorm with affine (modules/layers.cpp: layer_norm on h itself)
+    LayerNorm norm2(D, 1e-6);
+    norm2.fp32 = true;
     const Tensor w = ops::add_scalar(randn_tensor({D}, g, f32), 1.0), b = randn_tensor({D}, g, f32);
-    bits_equal(ops::layer_norm(h, w, b, 1e-6), ops::layer_norm(h.to(f32), w, b, 1e-6).to(dt), "FP32LayerNorm");
+    norm2.weight.set(w.to(dt), Residency::host);
+    norm2.bias.set(b.to(dt), Residency::host);
+    bits_equal(norm2(h), ops::layer_norm(h.to(f32), w.to(dt).to(f32), b.to(dt).to(f32), 1e-6).to(dt), "FP32LayerNorm");
   }
 }
 

@@ -117,52 +117,52 @@ TEST(Int8Kernels, RowsGemmMatchesReferenceOnBothKernels) {
           for (int64_t k : {1, 15, 33, 513}) shapes.emplace_back(m, n, k);
       shapes.emplace_back(2100, 600, 40);
       for (const auto& [m, n, k] : shapes) {
-            const int64_t lda = k + 3;
-            const auto a = random_s8(size_t(m * lda), uint32_t(m * 7 + n * 3 + k));
-            const auto b = random_s8(size_t(n * k), uint32_t(m + n * 5 + k * 11));
-            std::vector<int32_t> c(size_t(m * n), -7), ref(size_t(m * n), -7);
-            cpu::gemm_s8s8_rows(m, n, k, a.data(), lda, b.data(), k, c.data(), n, nullptr);
-            cpu::gemm_s8s8s32_reference(m, n, k, a.data(), lda, b.data(), k, ref.data(), n);
-            ASSERT_EQ(c, ref) << "kernel=" << int(kernel) << " threads=" << threads << " m=" << m << " n=" << n
-                              << " k=" << k;
-            // The linear's epilogue fused (bf16 out, per-row scales, bias), whole and by parts.
-            std::vector<float> rs(static_cast<size_t>(m)), cs(static_cast<size_t>(n)), bias(static_cast<size_t>(n));
-            for (int64_t i = 0; i < m; ++i) rs[size_t(i)] = std::ldexp(1.0f + float(i % 5), -10);
-            for (int64_t j = 0; j < n; ++j) cs[size_t(j)] = std::ldexp(1.0f + float(j % 3), -6), bias[size_t(j)] = float(j % 4) - 1.5f;
-            cpu::Int8Epilogue ep;
-            ep.row_scale = rs.data();
-            ep.col_scale = cs.data();
-            ep.bias = bias.data();
-            ep.out = DType::bf16;
-            ep.ldy = n;
-            std::vector<uint16_t> want(size_t(m * n)), got(size_t(m * n));
-            ep.y = want.data();
-            cpu::int8_epilogue_reference(m, n, ref.data(), n, ep);
-            ep.y = got.data();
-            cpu::gemm_s8s8_rows(m, n, k, a.data(), lda, b.data(), k, nullptr, 0, &ep);
-            ASSERT_EQ(got, want) << "fused epilogue, m=" << m << " n=" << n << " k=" << k;
-            std::vector<float> parts_y(size_t(m * n), -7.0f);
-            std::vector<int> seen(size_t(m * n), 0);
-            cpu::GemmParts parts;
-            parts.begin = [&](int64_t, int64_t, int64_t, int64_t, int64_t* ld) {
-              *ld = n;
-              thread_local std::vector<float> scratch;
-              scratch.assign(size_t(m * n), 0.0f);
-              return scratch.data();
-            };
-            parts.end = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1, const float* part, int64_t ld) {
-              for (int64_t i = r0; i < r1; ++i)
-                for (int64_t j = c0; j < c1; ++j) {
-                  parts_y[size_t(i * n + j)] = part[(i - r0) * ld + (j - c0)];
-                  ++seen[size_t(i * n + j)];
-                }
-            };
-            cpu::gemm_s8s8_rows_parts(m, n, k, a.data(), lda, b.data(), k, ep, parts);
-            for (int64_t e = 0; e < m * n; ++e) {
-              ASSERT_EQ(seen[size_t(e)], 1) << e;
-              ASSERT_EQ(parts_y[size_t(e)], bf16_to_f32(want[size_t(e)])) << "parts, element " << e;
+        const int64_t lda = k + 3;
+        const auto a = random_s8(size_t(m * lda), uint32_t(m * 7 + n * 3 + k));
+        const auto b = random_s8(size_t(n * k), uint32_t(m + n * 5 + k * 11));
+        std::vector<int32_t> c(size_t(m * n), -7), ref(size_t(m * n), -7);
+        cpu::gemm_s8s8_rows(m, n, k, a.data(), lda, b.data(), k, c.data(), n, nullptr);
+        cpu::gemm_s8s8s32_reference(m, n, k, a.data(), lda, b.data(), k, ref.data(), n);
+        ASSERT_EQ(c, ref) << "kernel=" << int(kernel) << " threads=" << threads << " m=" << m << " n=" << n
+                          << " k=" << k;
+        // The linear's epilogue fused (bf16 out, per-row scales, bias), whole and by parts.
+        std::vector<float> rs(static_cast<size_t>(m)), cs(static_cast<size_t>(n)), bias(static_cast<size_t>(n));
+        for (int64_t i = 0; i < m; ++i) rs[size_t(i)] = std::ldexp(1.0f + float(i % 5), -10);
+        for (int64_t j = 0; j < n; ++j) cs[size_t(j)] = std::ldexp(1.0f + float(j % 3), -6), bias[size_t(j)] = float(j % 4) - 1.5f;
+        cpu::Int8Epilogue ep;
+        ep.row_scale = rs.data();
+        ep.col_scale = cs.data();
+        ep.bias = bias.data();
+        ep.out = DType::bf16;
+        ep.ldy = n;
+        std::vector<uint16_t> want(size_t(m * n)), got(size_t(m * n));
+        ep.y = want.data();
+        cpu::int8_epilogue_reference(m, n, ref.data(), n, ep);
+        ep.y = got.data();
+        cpu::gemm_s8s8_rows(m, n, k, a.data(), lda, b.data(), k, nullptr, 0, &ep);
+        ASSERT_EQ(got, want) << "fused epilogue, m=" << m << " n=" << n << " k=" << k;
+        std::vector<float> parts_y(size_t(m * n), -7.0f);
+        std::vector<int> seen(size_t(m * n), 0);
+        cpu::GemmParts parts;
+        parts.begin = [&](int64_t, int64_t, int64_t, int64_t, int64_t* ld) {
+          *ld = n;
+          thread_local std::vector<float> scratch;
+          scratch.assign(size_t(m * n), 0.0f);
+          return scratch.data();
+        };
+        parts.end = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1, const float* part, int64_t ld) {
+          for (int64_t i = r0; i < r1; ++i)
+            for (int64_t j = c0; j < c1; ++j) {
+              parts_y[size_t(i * n + j)] = part[(i - r0) * ld + (j - c0)];
+              ++seen[size_t(i * n + j)];
             }
-          }
+        };
+        cpu::gemm_s8s8_rows_parts(m, n, k, a.data(), lda, b.data(), k, ep, parts);
+        for (int64_t e = 0; e < m * n; ++e) {
+          ASSERT_EQ(seen[size_t(e)], 1) << e;
+          ASSERT_EQ(parts_y[size_t(e)], bf16_to_f32(want[size_t(e)])) << "parts, element " << e;
+        }
+      }
     }
   }
 }

@@ -85,7 +85,8 @@ bool attention_onednn_usable() {
 void attention_tiles_onednn(const AttentionProblem& p, int64_t t0, int64_t t1) {
   const int64_t D = p.D, Dv = p.Dv, Sk = p.Sk, Sq = p.Sq;
   const int64_t sk_pad = std::max<int64_t>((Sk + kKeyAlign - 1) / kKeyAlign, 1) * kKeyAlign;
-  const int64_t kb = attention_onednn_key_block(Sk, std::min((std::max<int64_t>(p.bk, 1) + kKeyAlign - 1) / kKeyAlign * kKeyAlign, sk_pad));
+  const int64_t bk = std::min((std::max<int64_t>(p.bk, 1) + kKeyAlign - 1) / kKeyAlign * kKeyAlign, sk_pad);
+  const int64_t kb = attention_onednn_key_block(Sk, bk);
   const int64_t bq = std::min(p.bq, Sq), ldo = std::max<int64_t>(Dv, 1);
 
   thread_local Scratch sc;

@@ -226,8 +226,8 @@ namespace {
 // it (one part on the calling thread when the GEMM is small, single-threaded or nested in a pool
 // task). One part of C per thread (times tune.gemm_parts_per_thread), split along its longer side by
 // default, at multiples of 16. The split is static, so a given thread count and tuning always give
-// the same bits. oneDNN's bf16 linears (rows_first > 0) split along m wherever every part gets >=
-// rows_first rows (their parts then write whole rows: oneDNN's AMX kernels write strided rows of a part
+// the same bits. oneDNN's bf16 linears (min_rows > 0) split along m wherever every part gets >=
+// min_rows rows (their parts then write whole rows: oneDNN's AMX kernels write strided rows of a part
 // several times slower), else along n at multiples of kOnednnPackedCols (packed weights' blocks).
 // Packed weights take kPackedRowsPerPart: fewer rows than that per part read the whole weight twice for
 // little work each (docs/benchmarks.md "Linears on AMX: rows or columns per thread"); plain weights 64,
@@ -235,14 +235,14 @@ namespace {
 constexpr int64_t kPackedRowsPerPart = 256;
 constexpr int64_t kPlainRowsPerPart = 64;
 void for_each_part(int64_t m, int64_t n, int64_t k,
-                   const std::function<void(int64_t, int64_t, int64_t, int64_t)>& f, int64_t rows_first = 0) {
+                   const std::function<void(int64_t, int64_t, int64_t, int64_t)>& f, int64_t min_rows = 0) {
   const GemmSplitPlan plan = gemm_split_plan(m, n, k, pool_threads(), current_tuning());
   if (plan.parts <= 1) {
     f(0, m, 0, n);
     return;
   }
-  const bool split_n = rows_first > 0 ? m < rows_first * plan.parts : plan.split_n;
-  const int64_t col_align = rows_first > 0 ? kOnednnPackedCols : 16;
+  const bool split_n = min_rows > 0 ? m < min_rows * plan.parts : plan.split_n;
+  const int64_t col_align = min_rows > 0 ? kOnednnPackedCols : 16;
   const int64_t len = split_n ? n : m, parts = plan.parts;
   const int64_t align = split_n ? col_align : 16;
   auto edge = [&](int64_t p) { return p == parts ? len : (len * p / parts) / align * align; };
