@@ -116,7 +116,9 @@ TEST(Int8Kernels, RowsGemmMatchesReferenceOnBothKernels) {
         for (int64_t n : {1, 17, 40, 300})
           for (int64_t k : {1, 15, 33, 513}) shapes.emplace_back(m, n, k);
       shapes.emplace_back(2100, 600, 40);
-      for (const auto& [m, n, k] : shapes) {
+      for (const auto& shape : shapes) {
+        // Plain locals, not a structured binding: the lambdas below capture them (clang 14 refuses bindings).
+        const int64_t m = std::get<0>(shape), n = std::get<1>(shape), k = std::get<2>(shape);
         const int64_t lda = k + 3;
         const auto a = random_s8(size_t(m * lda), uint32_t(m * 7 + n * 3 + k));
         const auto b = random_s8(size_t(n * k), uint32_t(m + n * 5 + k * 11));
