@@ -87,6 +87,7 @@ std::string cuda_kernel_refuses(const ops::OpCall& c, DType out) {
     case OpKind::channel_norm:
     case OpKind::rope:
     case OpKind::conv2d:
+    case OpKind::mul_add:
       return first_not(c, out, is_float, kFloats);
     case OpKind::count_:
       break;

@@ -39,7 +39,8 @@ constexpr std::array<std::string_view, kNumOps> kNames = {
     "copy",      "cast",       "to_device",  "linear",  "matmul",    "binary",
     "scalar",    "clamp",      "unary",      "softmax", "layer_norm", "rms_norm",
     "group_norm", "rope",      "sdpa",       "conv2d",  "upsample_nearest2x", "concat",
-    "embedding", "reduce",     "absmax_blocks", "channel_norm", "linear_q"};
+    "embedding", "reduce",     "absmax_blocks", "channel_norm", "linear_q",
+    "mul_add"};
 }  // namespace
 
 std::string_view op_name(OpKind k) {

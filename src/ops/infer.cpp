@@ -233,6 +233,15 @@ OutputMeta infer(const OpCall& c) {
       s.back() = w[0];
       return like(x, s);
     }
+    case OpKind::mul_add: {
+      need_inputs(c, 3);
+      same_device(c);
+      for (const auto& [t, what] : {std::pair{&c.inputs[0], "a"}, {&c.inputs[1], "b"}, {&c.inputs[2], "c"}})
+        need_float(c, *t, what);
+      check(is_floating(c.attrs.dtype), "mul_add", "the output dtype must be floating, got ", dtype_name(c.attrs.dtype));
+      const Shape ab = broadcast_shapes(c.inputs[0].shape(), c.inputs[1].shape(), "mul_add");
+      return {broadcast_shapes(ab, c.inputs[2].shape(), "mul_add"), c.attrs.dtype, c.inputs[0].device()};
+    }
     case OpKind::count_: break;
   }
   fail("dispatch", "unknown op kind ", int(c.kind));

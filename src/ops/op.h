@@ -37,6 +37,9 @@ enum class OpKind : uint16_t {
   absmax_blocks,  // x[..., K]: absmax per block of attrs.i0 along the last dim -> [..., K/block] (f32)
   channel_norm,   // x[N, C, ...], w[C]?; attrs.f0 = eps, attrs.f1 = scale: x / max(||x[n, :, ...]||_2, eps) * scale * w
   linear_q,       // x[..., K], bias[N]?, W's packed tensors...; attrs.packed = W [N, K] (ops/linear_q.h)
+  mul_add,        // a, b, c (floats, numpy broadcasting): a * b + c in f32 from the exactly widened inputs,
+                  // rounded once to attrs.dtype (attrs.flag: a * b rounded to attrs.dtype first, as torch's
+                  // two ops in that dtype); no fused multiply-add (the chains it replaces round the product)
   count_
 };
 

@@ -72,6 +72,12 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
 Tensor matmul(const Tensor& a, const Tensor& b) { return call1(OpKind::matmul, {a, b}); }
 
 Tensor add(const Tensor& a, const Tensor& b) { return binary(a, b, BinaryFn::add); }
+Tensor mul_add(const Tensor& a, const Tensor& b, const Tensor& c, DType out, bool round_product) {
+  Attrs at;
+  at.dtype = out;
+  at.flag = round_product;
+  return call1(OpKind::mul_add, {a, b, c}, at);
+}
 Tensor sub(const Tensor& a, const Tensor& b) { return binary(a, b, BinaryFn::sub); }
 Tensor mul(const Tensor& a, const Tensor& b) { return binary(a, b, BinaryFn::mul); }
 Tensor div(const Tensor& a, const Tensor& b) { return binary(a, b, BinaryFn::div); }

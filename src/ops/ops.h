@@ -31,6 +31,10 @@ Tensor mul(const Tensor& a, const Tensor& b);
 Tensor div(const Tensor& a, const Tensor& b);
 Tensor maximum(const Tensor& a, const Tensor& b);
 Tensor minimum(const Tensor& a, const Tensor& b);
+// a * b + c (broadcasting) computed in float32 and rounded once to `out`, as torch's
+// (c.float() + a.float() * b.float()).to(out); round_product: a * b rounded to `out` first, as torch's
+// c + a * b with every tensor in `out` (two ops, two roundings). One pass, no float32 intermediates.
+Tensor mul_add(const Tensor& a, const Tensor& b, const Tensor& c, DType out, bool round_product = false);
 Tensor add_scalar(const Tensor& x, double s);
 Tensor mul_scalar(const Tensor& x, double s);
 Tensor rsub_scalar(const Tensor& x, double s);  // s - x

@@ -182,7 +182,7 @@ TEST(WanTransformer, ForwardBf16MatchesDiffusersBf16) {
 
 // Diffusers' Wan runs its modulation as (LayerNorm(h.float()) * (1 + scale) + shift).to(dt), its gated
 // residuals as (h.float() + o.float() * gate).to(dt) and norm2 as FP32LayerNorm: diffq's one-pass forms
-// (modulated_layer_norm, the block's (gate * o + h).to(dt), LayerNorm with fp32 on h itself) do the same
+// (modulated_layer_norm, the block's mul_add(gate, o, h, dt), LayerNorm with fp32 on h itself) do the same
 // float32 operations in the same order, so the bits equal the chain's (int8dq's activation codes flip on
 // a 1-ulp difference). With float32 h (fp32 runs) every float32 rounding shows: a multiply-add contracted
 // in the norm's epilogue fails it; bf16 is the bf16 runs' case. Per-token modulation rows (B L > 1) take
@@ -207,7 +207,7 @@ TEST(WanTransformer, FusedModulationAndGatedResidualEqualTheFloat32ChainBitwise)
     const Tensor chain =
         ops::add(ops::mul(ops::layer_norm(h.to(f32), {}, {}, 1e-6), ops::add_scalar(scale, 1.0)), shift).to(dt);
     bits_equal(modulated_layer_norm(h, shift, scale, 1e-6, dt), chain, "modulation");
-    const Tensor res_fused = ops::add(ops::mul(gate, o), h).to(dt);
+    const Tensor res_fused = ops::mul_add(gate, o, h, dt);  // the block's gated residual
     const Tensor res_chain = ops::add(h.to(f32), ops::mul(o.to(f32), gate)).to(dt);
     bits_equal(res_fused, res_chain, "gated residual");
     LayerNorm norm2(D, 1e-6);

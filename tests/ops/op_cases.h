@@ -176,6 +176,23 @@ inline void elementwise_cases(Table& t) {
         [](const std::vector<Tensor>& x) { return ops::clamp(x[0], -3, 7); }, 0.0);
 }
 
+// mul_add: a * b + c into a chosen dtype (the product rounded to it first on request), broadcasting.
+inline void mul_add_cases(Table& t) {
+  auto f = [](DType out, bool round_product) {
+    return [out, round_product](const std::vector<Tensor>& x) { return ops::mul_add(x[0], x[1], x[2], out, round_product); };
+  };
+  t.add("mul_add", {I({67}), I({67}), I({67})}, f(f32, false));
+  t.add("mul_add", {I({1, 1, 37}), I({2, 5, 37}, bf16), I({2, 5, 37}, bf16)}, f(bf16, false), 1e-2);  // a gated residual
+  t.add("mul_add", {I({1, 1, 37}, bf16), I({2, 5, 37}, bf16), I({2, 5, 37}, bf16)}, f(bf16, true), 1e-2);
+  t.add("mul_add", {I({3, 1, 5}), I({4, 1}), I({5})}, f(f32, false));
+  t.add("mul_add", {I({5, 17}, f32, T), I({5, 17}, bf16, S), I({5, 17}, f32, O)}, f(f32, false), 1e-2);
+  t.add("mul_add", {I({3, 4, 6}, f32, P), I({3, 4, 6}, f32, E), I({1}, f32)}, f(f32, true));
+  t.add("mul_add", {I({9}, f16), I({9}, f16), I({9}, f16)}, f(f16, true), 2e-3);
+  t.add("mul_add", {I({9}, f16), I({9}, f32), I({9}, bf16)}, f(f16, false), 2e-3);
+  t.add("mul_add", {I({1, 2500}), I({3, 2500}, bf16), I({3, 2500}, bf16, T)}, f(bf16, false), 1e-2);  // chunks
+  t.add("mul_add", {I({64, 1031}), I({1031}), I({64, 1})}, f(f32, false));  // many rows, in parallel
+}
+
 inline void unary_cases(Table& t) {
   using ops::UnaryFn;
   for (int u = 0; u <= int(UnaryFn::square); ++u) {
@@ -433,6 +450,7 @@ inline std::vector<OpCase> all_op_cases() {
   cases_detail::Table t;
   cases_detail::linear_cases(t);
   cases_detail::elementwise_cases(t);
+  cases_detail::mul_add_cases(t);
   cases_detail::unary_cases(t);
   cases_detail::norm_cases(t);
   cases_detail::rope_attention_cases(t);

@@ -75,7 +75,7 @@ void Int8RowMinMax(const void* x, DType src, int64_t k, float* mn_out, float* mx
 // row-major A that oneDNN's int8 matmul reads).
 template <class T>
 void QuantizeRowAs(const void* x, DType src, int64_t k, float recip, T* q) {
-  const hn::CappedTag<float, 8> df;
+  const hn::ScalableTag<float> df;
   const hn::RebindToSigned<decltype(df)> di;
   const hn::Rebind<T, decltype(df)> dq;
   const int64_t L = int64_t(hn::Lanes(df));

@@ -14,6 +14,8 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include "backend/cpu/simd-inl.h"
+
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -249,14 +251,8 @@ void Int8TileEpilogue(const int32_t* tile, int64_t ldt, int64_t i0, int64_t mr, 
   constexpr int64_t kL = int64_t(hn::MaxLanes(df));
   if (nr == kNR && (ep->out == DType::f32 || ep->out == DType::bf16)) {
     const bool bf = ep->out == DType::bf16;
-    const auto bias = hn::Set(du, 0x7fffu), one = hn::Set(du, 1u), qnan = hn::Set(du, 0x7fc00000u);
-    const auto hi_mask = hn::Set(du, 0xffff0000u);
-    // f32_to_bf16's bits as a u32 (the bf16 in the upper half), NaN -> the canonical quiet NaN
-    auto bf_bits = [&](hn::Vec<decltype(df)> v) {
-      const auto u = hn::BitCast(du, v);
-      const auto r = hn::And(hn::Add(hn::Add(u, bias), hn::And(hn::ShiftRight<16>(u), one)), hi_mask);
-      return hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), qnan, r);
-    };
+    // f32_to_bf16's bits as a u32 (the bf16 in the upper half)
+    auto bf_bits = [&](hn::Vec<decltype(df)> v) { return hn::BitCast(du, RoundToBf16(df, v)); };
     for (int64_t r = 0; r < mr; ++r) {
       const int64_t i = i0 + r;
       const auto sx = hn::Set(df, ep->row_scale[ep->per_tensor ? 0 : i]);
@@ -280,6 +276,52 @@ void Int8TileEpilogue(const int32_t* tile, int64_t ldt, int64_t i0, int64_t mr, 
   epilogue_scalar(i0, mr, j0, nr, tile, ldt, *ep);
 }
 
+// The epilogue of a finished block of any width (row stride ldt) at rows [i0, i0 + rows), columns
+// [j0, j0 + cols): what Int8TileEpilogue does per tile, row by row across the block at the CPU's full
+// vector width (oneDNN's int32 slices: one call per slice, not one per 6 x 16 tile); the same float
+// operations per element, so the same bits. Columns past the last full vector, and f16, go element
+// by element.
+void Int8RowsEpilogue(const int32_t* t, int64_t ldt, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
+                      const Int8Epilogue* ep, int32_t* c, int64_t ldc) {
+  if (!ep) {
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(c + (i0 + r) * ldc + j0, t + r * ldt, size_t(cols) * 4);
+    return;
+  }
+  int64_t done = 0;
+#if HWY_TARGET != HWY_SCALAR
+  const hn::ScalableTag<float> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const hn::Rebind<uint16_t, decltype(df)> du16;
+  const int64_t L = int64_t(hn::Lanes(df));
+  if (ep->out == DType::f32 || ep->out == DType::bf16) {
+    const bool bf = ep->out == DType::bf16;
+    auto bf_bits = [&](hn::Vec<decltype(df)> v) { return hn::BitCast(du, RoundToBf16(df, v)); };
+    done = cols / L * L;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t i = i0 + r;
+      const auto sx = hn::Set(df, ep->row_scale[ep->per_tensor ? 0 : i]);
+      const int32_t* trow = t + r * ldt;
+      const size_t at0 = size_t((i - ep->y_row0) * ep->ldy + j0 - ep->y_col0);
+      for (int64_t v0 = 0; v0 < done; v0 += L) {
+        auto f = hn::Mul(hn::ConvertTo(df, hn::LoadU(di, trow + v0)), sx);
+        if (bf) f = hn::BitCast(df, bf_bits(f));
+        f = hn::Mul(f, hn::LoadU(df, ep->col_scale + j0 + v0));
+        if (ep->bias) f = hn::Add(f, hn::LoadU(df, ep->bias + j0 + v0));
+        const size_t at = at0 + size_t(v0);
+        if (bf && ep->store_f32)
+          hn::StoreU(hn::BitCast(df, bf_bits(f)), df, static_cast<float*>(ep->y) + at);
+        else if (bf)
+          hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, hn::ShiftRight<16>(bf_bits(f)))), du16, static_cast<uint16_t*>(ep->y) + at);
+        else
+          hn::StoreU(f, df, static_cast<float*>(ep->y) + at);
+      }
+    }
+  }
+#endif
+  if (done < cols) epilogue_scalar(i0, rows, j0 + done, cols - done, t + done, ldt, *ep);
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace diffq::backend::cpu
 HWY_AFTER_NAMESPACE();
@@ -290,6 +332,7 @@ namespace diffq::backend::cpu {
 HWY_EXPORT(Int8Tile);
 HWY_EXPORT(Int8PackB);
 HWY_EXPORT(Int8TileEpilogue);
+HWY_EXPORT(Int8RowsEpilogue);
 
 using namespace int8_gemm_detail;
 
@@ -381,7 +424,7 @@ struct Int8A {
 // tile (the epilogue stores, so what earlier calls wrote is simply written again).
 bool run_part_onednn(int64_t m, int64_t n, int64_t k, const Int8A& a, const int8_t* b, int64_t ldb, int32_t* c,
                      int64_t ldc, const Int8Epilogue* ep, int64_t s0, int64_t s1, int64_t q0, int64_t q1) {
-  const auto epilogue = HWY_DYNAMIC_DISPATCH(Int8TileEpilogue);
+  const auto rows_epilogue = HWY_DYNAMIC_DISPATCH(Int8RowsEpilogue);
   const int16_t* const ap = a.strips;
   thread_local std::vector<int8_t> abuf;
   thread_local AlignedBuffer<int32_t> cbufs;  // aligned: oneDNN's AMX tiles store unaligned C rows slowly
@@ -395,12 +438,9 @@ bool run_part_onednn(int64_t m, int64_t n, int64_t k, const Int8A& a, const int8
         int32_t* const cbuf = cbufs.get(size_t(rows * w));
         if (!onednn_gemm_s8s8s32_part(rows, w, k, a.rows + r0 * a.lda, a.lda, b + j0 * ldb, ldb, cbuf, w))
           return false;
-        // A few rows at a time across the slice's panels: each output row's part is written while in L1
-        // (panel by panel over all the rows, every row's line was fetched again for each panel).
-        for (int64_t rb = 0; rb < rows; rb += kMR)
-          for (int64_t j = j0; j < j1; j += kNR)
-            epilogue(cbuf + rb * w + (j - j0), w, r0 + rb, std::min(kMR, rows - rb), j, std::min(kNR, j1 - j), ep,
-                     c, ldc);
+        // Row by row across the slice: each output row's part is written whole while in L1 (panel by
+        // panel over all the rows, every row's line was fetched again for each panel).
+        rows_epilogue(cbuf, w, r0, rows, j0, w, ep, c, ldc);
       }
     }
     return true;
@@ -430,8 +470,7 @@ bool run_part_onednn(int64_t m, int64_t n, int64_t k, const Int8A& a, const int8
         for (int64_t r = 0; r < rs; ++r) dst[r][k - 1] = int8_t(strip[2 * r]);
     }
     if (!onednn_gemm_s8s8s32_part(rows, cols, k, abuf.data(), k, b + c0 * ldb, ldb, cbuf, cols)) return false;
-    for (int64_t j = c0; j < c1; j += kNR)
-      epilogue(cbuf + (j - c0), cols, r0, rows, j, std::min(kNR, c1 - j), ep, c, ldc);
+    rows_epilogue(cbuf, cols, r0, rows, c0, cols, ep, c, ldc);
   }
   return true;
 }

@@ -20,6 +20,7 @@ void register_attention_kernels();    // attention.cpp: sdpa
 void register_conv_kernels();         // conv.cpp: conv2d
 void register_layout_kernels();       // layout.cpp: upsample_nearest2x, concat, embedding
 void register_channel_norm_kernels();  // channel_norm.cpp: channel_norm
+void register_mul_add_kernel();        // mul_add.cpp: mul_add
 void register_reduce_kernels();       // reduce.cpp: reduce, absmax_blocks
 void register_linear_q_kernels();  // quant/linear_q.cpp: per scheme, and "*"
 

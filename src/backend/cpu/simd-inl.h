@@ -33,6 +33,17 @@ HWY_INLINE void StoreTail(hn::Vec<D> v, D d, float* p, size_t n) {
   std::memcpy(p, buf, n * sizeof(float));
 }
 
+// Each lane rounded to the nearest bf16 (ties to even), as a float: f32_to_bf16 then widened, NaN -> the
+// canonical quiet NaN (0x7fc0).
+template <class D>
+HWY_INLINE hn::Vec<D> RoundToBf16(D d, hn::Vec<D> v) {
+  const hn::RebindToUnsigned<D> du;
+  const auto u = hn::BitCast(du, v);
+  const auto r = hn::And(hn::Add(hn::Add(u, hn::Set(du, 0x7fffu)), hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u))),
+                         hn::Set(du, 0xffff0000u));
+  return hn::BitCast(d, hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), hn::Set(du, 0x7fc00000u), r));
+}
+
 // y[i] = f(x[i]) for a vector functor f(d, v); x may equal y.
 template <class F>
 HWY_INLINE void MapF32(const float* x, float* y, int64_t n, F f) {

@@ -1,4 +1,4 @@
-// binary (add, sub, mul, div, maximum, minimum) on CUDA: numpy broadcasting over any strided views,
+// binary (add, sub, mul, div, maximum, minimum) and mul_add on CUDA: numpy broadcasting over any strided views,
 // inputs float32/float16/bfloat16 (mixed allowed), computed in f32 and rounded once to the output
 // dtype (a's), as torch's CPU kernels do. The scalar reference the tests hold it to is the CPU backend
 // (tests/cuda/test_cuda.cpp). maximum/minimum propagate NaN like torch.maximum/minimum.
@@ -121,8 +121,39 @@ void binary(const OpCall& c, Tensor& out) {
   check_cuda(cudaGetLastError(), "binary: kernel launch", idx);
 }
 
+// mul_add (ops/op.h): y = a * b + c over float operands, the product rounded to f32 (and to y's dtype when
+// round_product), the sum rounded to y's dtype; __fmul_rn / __fadd_rn keep nvcc from contracting the two
+// into an FMA, as the CPU kernel is built without contraction.
+__global__ void mul_add_kernel(Operand a, Operand b, Operand c, void* out, DType ot, bool round_product, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    float p = __fmul_rn(load_f32(a.data, a.dtype, a.view.offset_of(i)), load_f32(b.data, b.dtype, b.view.offset_of(i)));
+    if (round_product && ot == DType::bf16) p = bf16_bits_to_f32(f32_to_bf16_bits(p));
+    if (round_product && ot == DType::f16) p = f16_bits_to_f32(f32_to_f16_bits(p));
+    store_f32(out, ot, i, __fadd_rn(p, load_f32(c.data, c.dtype, c.view.offset_of(i))));
+  }
+}
+
+void mul_add(const OpCall& call, Tensor& out) {
+  const Tensor &a = call.inputs[0], &b = call.inputs[1], &c = call.inputs[2];
+  for (const Tensor* t : {&a, &b, &c, static_cast<const Tensor*>(&out)})
+    check(is_kernel_float(t->dtype()), "mul_add", "cuda: ", t->str(), " is not supported (float32, float16, bfloat16 are)");
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  const std::vector<StridedView> v = make_views(out.shape(), {&a, &b, &c}, "mul_add");
+  const int idx = out.device().index;
+  DeviceGuard guard(idx);
+  const Operand oa{a.data_ptr(), v[0], a.dtype()}, ob{b.data_ptr(), v[1], b.dtype()}, oc{c.data_ptr(), v[2], c.dtype()};
+  mul_add_kernel<<<grid_for(n, kThreads), kThreads, 0, current_stream()>>>(oa, ob, oc, out.data_ptr(), out.dtype(),
+                                                                           call.attrs.flag, n);
+  check_cuda(cudaGetLastError(), "mul_add: kernel launch", idx);
+}
+
 }  // namespace
 
-void register_binary_kernels() { ops::register_kernel(OpKind::binary, DeviceKind::cuda, binary); }
+void register_binary_kernels() {
+  ops::register_kernel(OpKind::binary, DeviceKind::cuda, binary);
+  ops::register_kernel(OpKind::mul_add, DeviceKind::cuda, mul_add);
+}
 
 }  // namespace diffq::backend::cuda

@@ -33,7 +33,7 @@ void sdpa_by_gemm(const OpCall& c, Tensor& out);
 
 void register_kernels();         // register.cpp: everything below plus the allocator
 void register_copy_kernels();    // copy.cu: copy, cast, to_device
-void register_binary_kernels();  // binary.cu: binary (add, sub, mul, div, maximum, minimum)
+void register_binary_kernels();  // binary.cu: binary (add, sub, mul, div, maximum, minimum), mul_add
 void register_elementwise_kernels();  // elementwise.cu: scalar, clamp, unary
 void register_norm_kernels();    // norm.cu: softmax, layer_norm, rms_norm, rope, reduce
 void register_layout_kernels();  // layout.cu: concat

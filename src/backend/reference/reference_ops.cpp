@@ -447,6 +447,11 @@ Array run(const ops::OpCall& c) {
     case OpKind::absmax_blocks: return absmax_blocks(in[0], a.i0);
     case OpKind::linear_q:  // the scheme's reference dequantization, then the f64 linear
       return linear(in[0], from_tensor(a.packed->dequantize(DType::f32).to(Device::cpu())), opt(1));
+    case OpKind::mul_add: {  // the product in f64 (exact for f32 inputs), rounded to the output dtype on request
+      Array p = binary(BinaryFn::mul, in[0], in[1], false);
+      if (a.flag) round_to(p, a.dtype);
+      return binary(BinaryFn::add, p, in[2], false);
+    }
     case OpKind::count_: break;
   }
   fail("reference", "unknown op kind ", int(c.kind));

@@ -144,10 +144,10 @@ Tensor WanTransformerBlock::forward(const Tensor& x, const Tensor& text, const T
   const auto modulated = [&](const Tensor& h, int64_t shift, int64_t scale) {
     return modulated_layer_norm(h, m(shift), m(scale), eps, dt);                        // [B, N, D]
   };
-  // (h.float() + o.float() * gate) back to the compute dtype, as gate * o + h: float32 products and sums
-  // of the exactly widened values are commutative, and the f32 gate first makes both results f32.
+  // (h.float() + o.float() * gate) back to the compute dtype in one op: the float32 product and sum of the
+  // exactly widened values, rounded once.
   const auto gated_residual = [&](const Tensor& h, const Tensor& o, int64_t gate) {
-    return ops::add(ops::mul(m(gate), o), h).to(dt);                                     // [B, N, D]
+    return ops::mul_add(m(gate), o, h, dt);                                              // [B, N, D]
   };
 
   // 1. self-attention with RoPE; gated residual in float32

@@ -1,0 +1,122 @@
+// mul_add (ops/op.h): y = a * b + c with numpy broadcasting over float inputs of any dtype, in f32 from
+// the exactly widened inputs, the product rounded to y's dtype first where asked (round_product), the
+// sum rounded once to y's dtype. One pass over the three operands instead of the two binary ops and the
+// cast of the chains it replaces (a gated residual: two f32 tensors written and read back). Built with
+// -ffp-contract=off (CMakeLists.txt): a fused multiply-add would skip the product's rounding those
+// chains make.
+#include "backend/cpu/row_kernels.h"
+#include "backend/cpu/hwy_config.h"
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "backend/cpu/mul_add.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include "backend/cpu/simd-inl.h"
+
+#include "backend/cpu/common.h"
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/strided.h"
+#include "backend/cpu/threads.h"
+#include "diffq/error.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace diffq::backend::cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// y[i] = a[i] * b[i] + c[i] over f32 rows (a broadcast operand: its element 0 everywhere); the product
+// rounded to bf16 first when round_bf16.
+void MulAddF32(const float* a, bool a_bcast, const float* b, bool b_bcast, const float* c, bool c_bcast,
+               bool round_bf16, float* y, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = int64_t(hn::Lanes(d));
+  const auto va0 = hn::Set(d, a[0]), vb0 = hn::Set(d, b[0]), vc0 = hn::Set(d, c[0]);
+  auto one = [&](hn::Vec<decltype(d)> va, hn::Vec<decltype(d)> vb, hn::Vec<decltype(d)> vc) {
+    auto p = hn::Mul(va, vb);
+    if (round_bf16) p = RoundToBf16(d, p);
+    return hn::Add(p, vc);
+  };
+  int64_t i = 0;
+  for (; i + N <= n; i += N)
+    hn::StoreU(one(a_bcast ? va0 : hn::LoadU(d, a + i), b_bcast ? vb0 : hn::LoadU(d, b + i),
+                   c_bcast ? vc0 : hn::LoadU(d, c + i)),
+               d, y + i);
+  if (i < n) {
+    const size_t rem = size_t(n - i);
+    StoreTail(one(a_bcast ? va0 : LoadTail(d, a + i, rem), b_bcast ? vb0 : LoadTail(d, b + i, rem),
+                  c_bcast ? vc0 : LoadTail(d, c + i, rem)),
+              d, y + i, rem);
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace diffq::backend::cpu
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace diffq::backend::cpu {
+
+HWY_EXPORT(MulAddF32);
+
+void mul_add_row_reference(const float* a, bool a_bcast, const float* b, bool b_bcast, const float* c, bool c_bcast,
+                           DType round_product_to, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    float p = a[a_bcast ? 0 : i] * b[b_bcast ? 0 : i];
+    if (round_product_to != DType::f32) p = round_through(round_product_to, p);
+    y[i] = p + c[c_bcast ? 0 : i];
+  }
+}
+
+namespace {
+
+// Elements per row chunk: the three f32 operand chunks and the result stay in L1.
+constexpr int64_t kChunk = 1024;
+
+void mul_add_kernel(const OpCall& call, Tensor& out) {
+  const Tensor &a = call.inputs[0], &b = call.inputs[1], &c = call.inputs[2];
+  const DType ot = out.dtype();
+  check(is_floating(a.dtype()) && is_floating(b.dtype()) && is_floating(c.dtype()) && is_floating(ot), "mul_add",
+        "cpu: takes floating tensors, got ", a.str(), ", ", b.str(), ", ", c.str(), " -> ", dtype_name(ot));
+  // The product's rounding: none (f32 out, or not asked), bf16 on vectors, any other dtype per element.
+  const DType round_to = call.attrs.flag ? ot : DType::f32;
+  const bool vector_round = round_to == DType::f32 || round_to == DType::bf16;
+  Shape shape = out.shape();
+  std::vector<Shape> st = {broadcast_strides(a, shape), broadcast_strides(b, shape), broadcast_strides(c, shape),
+                           contiguous_strides(shape)};
+  coalesce_dims(shape, st);
+  const RowIterator ra(shape, st[0]), rb(shape, st[1]), rc(shape, st[2]);
+  const int64_t len = ra.row_len(), per_row = (len + kChunk - 1) / kChunk;
+  const int64_t sa = ra.row_stride(), sb = rb.row_stride(), sc = rc.row_stride();
+  auto* dst = static_cast<uint8_t*>(out.data_ptr());
+  const int64_t oes = int64_t(dtype_size(ot));
+  const auto row_fn = HWY_DYNAMIC_DISPATCH(MulAddF32);
+  parallel_for(ra.num_rows() * per_row, 2, [&](int64_t beg, int64_t end) {
+    alignas(64) float abuf[kChunk], bbuf[kChunk], cbuf[kChunk], ybuf[kChunk];
+    for (int64_t it = beg; it < end; ++it) {
+      const int64_t r = it / per_row, c0 = (it % per_row) * kChunk, n = std::min(kChunk, len - c0);
+      auto operand = [&](const Tensor& t, const RowIterator& ri, int64_t s, float* buf) {
+        const uint8_t* p = elem_ptr(t, t.offset() + ri.row_offset(r) + c0 * s);
+        if (t.dtype() == DType::f32 && s <= 1) return reinterpret_cast<const float*>(p);
+        load_f32(p, t.dtype(), s, buf, s == 0 ? 1 : n);
+        return static_cast<const float*>(buf);
+      };
+      const float* pa = operand(a, ra, sa, abuf);
+      const float* pb = operand(b, rb, sb, bbuf);
+      const float* pc = operand(c, rc, sc, cbuf);
+      const int64_t o = r * len + c0;
+      float* y = ot == DType::f32 ? reinterpret_cast<float*>(dst) + o : ybuf;
+      if (vector_round)
+        row_fn(pa, sa == 0, pb, sb == 0, pc, sc == 0, round_to == DType::bf16, y, n);
+      else
+        mul_add_row_reference(pa, sa == 0, pb, sb == 0, pc, sc == 0, round_to, y, n);
+      if (ot != DType::f32) store_f32(ybuf, dst + o * oes, ot, n);
+    }
+  });
+}
+
+}  // namespace
+
+void register_mul_add_kernel() { ops::register_kernel(OpKind::mul_add, DeviceKind::cpu, mul_add_kernel); }
+
+}  // namespace diffq::backend::cpu
+#endif  // HWY_ONCE
