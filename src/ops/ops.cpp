@@ -2,6 +2,7 @@
 #include "ops/ops.h"
 
 #include "diffq/error.h"
+#include "ops/trace.h"
 
 namespace diffq::ops {
 
@@ -76,7 +77,16 @@ Tensor mul_add(const Tensor& a, const Tensor& b, const Tensor& c, DType out, boo
   Attrs at;
   at.dtype = out;
   at.flag = round_product;
-  return call1(OpKind::mul_add, {a, b, c}, at);
+  OpCall call{OpKind::mul_add, {a, b, c}, at};
+  if (Trace::current()) {
+    infer(call);  // its checks first (integer operands, shapes), as eager
+    // Recorded as the chain it stands for (the same bits): compile fuses those pieces with their
+    // neighbours (a norm and its modulation, compile/fuse_norm.cpp), which one opaque node would stop.
+    Tensor p = mul(a.to(DType::f32), b);  // f32 product of the exactly widened values
+    if (round_product) p = p.to(out);
+    return add(p, c).to(out);
+  }
+  return dispatch(std::move(call));
 }
 Tensor sub(const Tensor& a, const Tensor& b) { return binary(a, b, BinaryFn::sub); }
 Tensor mul(const Tensor& a, const Tensor& b) { return binary(a, b, BinaryFn::mul); }

@@ -82,6 +82,30 @@ TEST(CompileGraph, EachPassChangesTheGraphAsDocumented) {
   EXPECT_EQ(eliminate_dead_code(g), 0);
 }
 
+// mul_add is recorded as the chain it stands for (mul, add, casts), so a norm and its modulation still fuse
+// (FLUX's LayerNorm(x) * (1 + scale) + shift, a gated residual after it): the compiled graph holds no
+// mul_add node, folds the norm into a fused program, and gives eager's bits (which the one-pass kernel
+// computes) under every pass setting.
+TEST(CompileGraph, MulAddIsTracedAsItsChainAndFusesWithTheNorm) {
+  const ForwardFn fn = [](Module&, const std::vector<Tensor>& in) {
+    const Tensor n = ops::layer_norm(in[0], {}, {}, 1e-6);                                    // [2, 3, 16] bf16
+    const Tensor mod = ops::mul_add(n, in[1], in[2], DType::bf16, /*round_product=*/true);     // FLUX's modulate
+    return std::vector<Tensor>{ops::mul_add(in[3], mod, in[0], DType::bf16)};                // Wan's gated residual
+  };
+  Module none("None");
+  const std::vector<Tensor> in = {randn({2, 3, 16}, 1, DType::bf16), randn({1, 1, 16}, 2, DType::bf16),
+                                  randn({1, 1, 16}, 3, DType::bf16), randn({1, 1, 16}, 4)};
+  const Tensor want = fn(none, in)[0];
+  Graph g = capture(none, fn, in);
+  for (const Node& n : g.nodes) EXPECT_FALSE(n.kind == Node::Kind::op && n.op == ops::OpKind::mul_add) << g.dump();
+  fuse_elementwise(g);
+  EXPECT_GE(fuse_norm_prologue(g), 1) << g.dump();
+  for (const auto& [name, o] : compile_test::pass_settings()) {
+    CompiledModule cm(fn, o);
+    EXPECT_TRUE(compile_test::same_bits(cm.run(none, in)[0], want)) << name;
+  }
+}
+
 TEST(CompileGraph, CompiledEqualsEagerWithEveryPassSetting) {
   auto toy = make_toy(2);
   const Tensor x = randn({2, 3, 16}, 9);

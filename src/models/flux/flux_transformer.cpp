@@ -16,9 +16,18 @@ namespace {
 
 constexpr double kNormEps = 1e-6;  // every LayerNorm / RMSNorm of the model
 
-// x_hat * (1 + scale) + shift, with scale/shift [B, D] broadcast over the sequence.
+// x_hat * (1 + scale) + shift, with scale/shift [B, D] broadcast over the sequence: Diffusers' two ops in
+// x_hat's dtype (the product rounded, then the sum), in one pass.
 Tensor modulate(const Tensor& x_hat, const Tensor& shift, const Tensor& scale) {
-  return ops::add(ops::mul(x_hat, ops::add_scalar(scale, 1.0).unsqueeze(1)), shift.unsqueeze(1));  // [B, S, D]
+  return ops::mul_add(x_hat, ops::add_scalar(scale, 1.0).unsqueeze(1), shift.unsqueeze(1), x_hat.dtype(),
+                      /*round_product=*/true);  // [B, S, D]
+}
+
+// x + gate * y with gate [B, D] broadcast over the sequence: torch's gate * y (in gate's dtype) then x + that
+// (in x's dtype); one pass where the two dtypes agree (always, in a run of one compute dtype).
+Tensor gated_add(const Tensor& x, const Tensor& gate, const Tensor& y) {
+  if (gate.dtype() != x.dtype()) return ops::add(x, ops::mul(gate.unsqueeze(1), y));
+  return ops::mul_add(gate.unsqueeze(1), y, x, x.dtype(), /*round_product=*/true);  // [B, S, D]
 }
 
 // Diffusers clips the residual streams of fp16 runs to the fp16 range.
@@ -210,10 +219,10 @@ std::pair<Tensor, Tensor> FluxTransformerBlock::forward(const Tensor& img, const
     std::tie(attn_img, attn_txt) = attn.joint_attention(x_hat, c_hat, cos, sin);
   }
 
-  Tensor x = ops::add(img, ops::mul(m[2].unsqueeze(1), attn_img));                                     // [B, N, D]
-  x = ops::add(x, ops::mul(m[5].unsqueeze(1), ff(modulate(norm1.norm(x), m[3], m[4]))));               // [B, N, D]
-  Tensor e = ops::add(txt, ops::mul(c[2].unsqueeze(1), attn_txt));                                     // [B, T, D]
-  e = ops::add(e, ops::mul(c[5].unsqueeze(1), ff_context(modulate(norm1_context.norm(e), c[3], c[4]))));  // [B, T, D]
+  Tensor x = gated_add(img, m[2], attn_img);                                             // [B, N, D]
+  x = gated_add(x, m[5], ff(modulate(norm1.norm(x), m[3], m[4])));                         // [B, N, D]
+  Tensor e = gated_add(txt, c[2], attn_txt);                                             // [B, T, D]
+  e = gated_add(e, c[5], ff_context(modulate(norm1_context.norm(e), c[3], c[4])));         // [B, T, D]
   return {clip_if_f16(e), x};
 }
 
@@ -246,7 +255,7 @@ std::pair<Tensor, Tensor> FluxSingleTransformerBlock::forward(const Tensor& img,
     return std::vector<Tensor>{attn.self_attention(h_hat, cos, sin)};
   })[0] : attn.self_attention(h_hat, cos, sin);                                   // [B, S, D]
   const Tensor out = proj_out(ops::concat({a, mlp}, 2));                         // [B, S, D]
-  const Tensor y = clip_if_f16(ops::add(h, ops::mul(m[2].unsqueeze(1), out)));   // [B, S, D]
+  const Tensor y = clip_if_f16(gated_add(h, m[2], out));                         // [B, S, D]
   return {y.slice(1, 0, T), y.slice(1, T, S)};
 }
 
