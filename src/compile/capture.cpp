@@ -160,7 +160,7 @@ Graph capture(Module& root, const ForwardFn& fwd, const std::vector<Tensor>& exa
   std::vector<Opaque> opaques;
   std::vector<int64_t> input_ids(examples.size(), -1);
   {
-    ops::Trace trace;
+    ops::Trace trace(/*record_pieces=*/true);  // mul_add as its chain: the pieces fuse (docs/compile.md)
     std::vector<Tensor> outs;
     try {
       Capturer cap(root, trace, find_compile_backend(device.kind));

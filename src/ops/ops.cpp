@@ -78,7 +78,7 @@ Tensor mul_add(const Tensor& a, const Tensor& b, const Tensor& c, DType out, boo
   at.dtype = out;
   at.flag = round_product;
   OpCall call{OpKind::mul_add, {a, b, c}, at};
-  if (Trace::current()) {
+  if (Trace* t = Trace::current(); t && t->records_pieces()) {
     infer(call);  // its checks first (integer operands, shapes), as eager
     // Recorded as the chain it stands for (the same bits): compile fuses those pieces with their
     // neighbours (a norm and its modulation, compile/fuse_norm.cpp), which one opaque node would stop.

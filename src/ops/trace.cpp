@@ -18,7 +18,7 @@ Tensor resolve(const Tensor& t, const std::vector<std::shared_ptr<Storage>>& val
 }
 }  // namespace
 
-Trace::Trace() : previous_(g_current) { g_current = this; }
+Trace::Trace(bool record_pieces) : previous_(g_current), record_pieces_(record_pieces) { g_current = this; }
 
 Trace::~Trace() {
   if (active_) g_current = previous_;

@@ -26,7 +26,10 @@ struct Graph {
 
 class Trace {
  public:
-  Trace();
+  // record_pieces: an op that stands for a chain of others (mul_add) records that chain instead (the same
+  // bits), so a compiler sees the pieces it fuses with their neighbours (compile's capture asks for it);
+  // otherwise every op call is recorded as made.
+  explicit Trace(bool record_pieces = false);
   ~Trace();
   Trace(const Trace&) = delete;
   Trace& operator=(const Trace&) = delete;
@@ -37,6 +40,7 @@ class Trace {
   Graph finish(std::vector<Tensor> outputs);
 
   static Trace* current();  // the active trace on this thread, or nullptr
+  bool records_pieces() const { return record_pieces_; }
   Tensor record(OpCall call, const OutputMeta& meta);
 
  private:
@@ -44,6 +48,7 @@ class Trace {
   int64_t next_id_ = 0;
   Trace* previous_ = nullptr;
   bool active_ = true;
+  bool record_pieces_ = false;
 };
 
 }  // namespace diffq::ops
