@@ -21,6 +21,16 @@ inline const uint8_t* elem_ptr(const Tensor& t, int64_t elem_offset) {
   return static_cast<const uint8_t*>(t.storage()->data()) + elem_offset * int64_t(dtype_size(t.dtype()));
 }
 
+// Elements [c0, c0 + n) of row `row_offset` (elements from t's storage start) at element stride s, as f32: a
+// pointer into t where that already is f32 with s <= 1, else converted into buf (s == 0, a broadcast
+// operand: its one element). The elementwise kernels' operand rows.
+inline const float* f32_chunk(const Tensor& t, int64_t row_offset, int64_t c0, int64_t s, int64_t n, float* buf) {
+  const uint8_t* p = elem_ptr(t, t.offset() + row_offset + c0 * s);
+  if (t.dtype() == DType::f32 && s <= 1) return reinterpret_cast<const float*>(p);
+  load_f32(p, t.dtype(), s, buf, s == 0 ? 1 : n);
+  return buf;
+}
+
 // Uninitialised float array (kernels overwrite every element).
 inline std::unique_ptr<float[]> alloc_f32(int64_t n) {
   return std::unique_ptr<float[]>(new float[size_t(n > 0 ? n : 1)]);

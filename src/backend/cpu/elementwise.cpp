@@ -149,14 +149,8 @@ void binary_kernel(const OpCall& c, Tensor& out) {
     float abuf[kMapChunk], bbuf[kMapChunk], ybuf[kMapChunk];
     for (int64_t it = beg; it < end; ++it) {
       const int64_t r = it / per_row, c0 = (it % per_row) * kMapChunk, n = std::min(kMapChunk, len - c0);
-      auto operand = [&](const Tensor& t, const RowIterator& ri, int64_t s, float* buf) {
-        const uint8_t* p = elem_ptr(t, t.offset() + ri.row_offset(r) + c0 * s);
-        if (t.dtype() == DType::f32 && s <= 1) return reinterpret_cast<const float*>(p);
-        load_f32(p, t.dtype(), s, buf, s == 0 ? 1 : n);
-        return static_cast<const float*>(buf);
-      };
-      const float* pa = operand(a, ra, sa, abuf);
-      const float* pb = operand(b, rb, sb, bbuf);
+      const float* pa = f32_chunk(a, ra.row_offset(r), c0, sa, n, abuf);
+      const float* pb = f32_chunk(b, rb.row_offset(r), c0, sb, n, bbuf);
       const int64_t o = r * len + c0;
       float* y = ot == DType::f32 ? reinterpret_cast<float*>(dst) + o : ybuf;
       HWY_DYNAMIC_DISPATCH(BinaryF32)(int64_t(fn), pa, sa == 0, pb, sb == 0, y, n);

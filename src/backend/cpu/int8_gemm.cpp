@@ -235,6 +235,27 @@ void Int8PackB(const int8_t* b, int64_t ldb, int64_t cols, int64_t kc, int16_t* 
   pack_b_scalar(b, ldb, cols, kc, done_pairs, dst);
 }
 
+// One vector of the epilogue: the int32 products at t (output columns j, j + 1, ...) times the row's scale
+// sx, rounded to bf16 for bf16 outputs, times the column scales, plus the bias, stored at element `at` of
+// ep's output (bf16, or f32: rounded through bf16 where the output is bf16 but stored as f32).
+template <class D>
+HWY_INLINE void EpilogueVector(D df, const int32_t* t, hn::Vec<D> sx, const Int8Epilogue& ep, int64_t j, size_t at) {
+  const hn::RebindToSigned<D> di;
+  const hn::RebindToUnsigned<D> du;
+  const hn::Rebind<uint16_t, D> du16;
+  const bool bf = ep.out == DType::bf16;
+  auto f = hn::Mul(hn::ConvertTo(df, hn::LoadU(di, t)), sx);
+  if (bf) f = RoundToBf16(df, f);
+  f = hn::Mul(f, hn::LoadU(df, ep.col_scale + j));
+  if (ep.bias) f = hn::Add(f, hn::LoadU(df, ep.bias + j));
+  if (bf) f = RoundToBf16(df, f);
+  if (bf && !ep.store_f32)
+    hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, hn::ShiftRight<16>(hn::BitCast(du, f)))), du16,
+               static_cast<uint16_t*>(ep.y) + at);
+  else
+    hn::StoreU(f, df, static_cast<float*>(ep.y) + at);
+}
+
 // The epilogue of one finished tile (row stride ldt) at rows [i0, i0 + mr), columns [j0, j0 + nr <= kNR):
 // int32 copy to c without ep, else ep's scale / bias / cast (f32 and bf16 by vectors on full tiles).
 void Int8TileEpilogue(const int32_t* tile, int64_t ldt, int64_t i0, int64_t mr, int64_t j0, int64_t nr,
@@ -245,30 +266,14 @@ void Int8TileEpilogue(const int32_t* tile, int64_t ldt, int64_t i0, int64_t mr, 
   }
 #if HWY_TARGET != HWY_SCALAR
   const hn::CappedTag<float, 8> df;
-  const hn::RebindToSigned<decltype(df)> di;
-  const hn::RebindToUnsigned<decltype(df)> du;
-  const hn::Rebind<uint16_t, decltype(df)> du16;
   constexpr int64_t kL = int64_t(hn::MaxLanes(df));
   if (nr == kNR && (ep->out == DType::f32 || ep->out == DType::bf16)) {
-    const bool bf = ep->out == DType::bf16;
-    // f32_to_bf16's bits as a u32 (the bf16 in the upper half)
-    auto bf_bits = [&](hn::Vec<decltype(df)> v) { return hn::BitCast(du, RoundToBf16(df, v)); };
     for (int64_t r = 0; r < mr; ++r) {
       const int64_t i = i0 + r;
       const auto sx = hn::Set(df, ep->row_scale[ep->per_tensor ? 0 : i]);
-      for (int64_t v0 = 0; v0 < kNR; v0 += kL) {
-        auto f = hn::Mul(hn::ConvertTo(df, hn::LoadU(di, tile + r * ldt + v0)), sx);
-        if (bf) f = hn::BitCast(df, bf_bits(f));
-        f = hn::Mul(f, hn::LoadU(df, ep->col_scale + j0 + v0));
-        if (ep->bias) f = hn::Add(f, hn::LoadU(df, ep->bias + j0 + v0));
-        const size_t at = size_t((i - ep->y_row0) * ep->ldy + j0 + v0 - ep->y_col0);
-        if (bf && ep->store_f32)
-          hn::StoreU(hn::BitCast(df, bf_bits(f)), df, static_cast<float*>(ep->y) + at);
-        else if (bf)
-          hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, hn::ShiftRight<16>(bf_bits(f)))), du16, static_cast<uint16_t*>(ep->y) + at);
-        else
-          hn::StoreU(f, df, static_cast<float*>(ep->y) + at);
-      }
+      for (int64_t v0 = 0; v0 < kNR; v0 += kL)
+        EpilogueVector(df, tile + r * ldt + v0, sx, *ep, j0 + v0,
+                       size_t((i - ep->y_row0) * ep->ldy + j0 + v0 - ep->y_col0));
     }
     return;
   }
@@ -290,32 +295,14 @@ void Int8RowsEpilogue(const int32_t* t, int64_t ldt, int64_t i0, int64_t rows, i
   int64_t done = 0;
 #if HWY_TARGET != HWY_SCALAR
   const hn::ScalableTag<float> df;
-  const hn::RebindToSigned<decltype(df)> di;
-  const hn::RebindToUnsigned<decltype(df)> du;
-  const hn::Rebind<uint16_t, decltype(df)> du16;
   const int64_t L = int64_t(hn::Lanes(df));
   if (ep->out == DType::f32 || ep->out == DType::bf16) {
-    const bool bf = ep->out == DType::bf16;
-    auto bf_bits = [&](hn::Vec<decltype(df)> v) { return hn::BitCast(du, RoundToBf16(df, v)); };
     done = cols / L * L;
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t i = i0 + r;
       const auto sx = hn::Set(df, ep->row_scale[ep->per_tensor ? 0 : i]);
-      const int32_t* trow = t + r * ldt;
       const size_t at0 = size_t((i - ep->y_row0) * ep->ldy + j0 - ep->y_col0);
-      for (int64_t v0 = 0; v0 < done; v0 += L) {
-        auto f = hn::Mul(hn::ConvertTo(df, hn::LoadU(di, trow + v0)), sx);
-        if (bf) f = hn::BitCast(df, bf_bits(f));
-        f = hn::Mul(f, hn::LoadU(df, ep->col_scale + j0 + v0));
-        if (ep->bias) f = hn::Add(f, hn::LoadU(df, ep->bias + j0 + v0));
-        const size_t at = at0 + size_t(v0);
-        if (bf && ep->store_f32)
-          hn::StoreU(hn::BitCast(df, bf_bits(f)), df, static_cast<float*>(ep->y) + at);
-        else if (bf)
-          hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, hn::ShiftRight<16>(bf_bits(f)))), du16, static_cast<uint16_t*>(ep->y) + at);
-        else
-          hn::StoreU(f, df, static_cast<float*>(ep->y) + at);
-      }
+      for (int64_t v0 = 0; v0 < done; v0 += L) EpilogueVector(df, t + r * ldt + v0, sx, *ep, j0 + v0, at0 + size_t(v0));
     }
   }
 #endif

@@ -94,15 +94,9 @@ void mul_add_kernel(const OpCall& call, Tensor& out) {
     alignas(64) float abuf[kChunk], bbuf[kChunk], cbuf[kChunk], ybuf[kChunk];
     for (int64_t it = beg; it < end; ++it) {
       const int64_t r = it / per_row, c0 = (it % per_row) * kChunk, n = std::min(kChunk, len - c0);
-      auto operand = [&](const Tensor& t, const RowIterator& ri, int64_t s, float* buf) {
-        const uint8_t* p = elem_ptr(t, t.offset() + ri.row_offset(r) + c0 * s);
-        if (t.dtype() == DType::f32 && s <= 1) return reinterpret_cast<const float*>(p);
-        load_f32(p, t.dtype(), s, buf, s == 0 ? 1 : n);
-        return static_cast<const float*>(buf);
-      };
-      const float* pa = operand(a, ra, sa, abuf);
-      const float* pb = operand(b, rb, sb, bbuf);
-      const float* pc = operand(c, rc, sc, cbuf);
+      const float* pa = f32_chunk(a, ra.row_offset(r), c0, sa, n, abuf);
+      const float* pb = f32_chunk(b, rb.row_offset(r), c0, sb, n, bbuf);
+      const float* pc = f32_chunk(c, rc.row_offset(r), c0, sc, n, cbuf);
       const int64_t o = r * len + c0;
       float* y = ot == DType::f32 ? reinterpret_cast<float*>(dst) + o : ybuf;
       if (vector_round)
