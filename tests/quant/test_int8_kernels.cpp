@@ -143,6 +143,15 @@ TEST(Int8Kernels, RowsGemmMatchesReferenceOnBothKernels) {
         ep.y = got.data();
         cpu::gemm_s8s8_rows(m, n, k, a.data(), lda, b.data(), k, nullptr, 0, &ep);
         ASSERT_EQ(got, want) << "fused epilogue, m=" << m << " n=" << n << " k=" << k;
+        // float32 out (int8dq on float32 activations): no bf16 roundings in the epilogue.
+        ep.out = DType::f32;
+        std::vector<float> want32(size_t(m * n)), got32(size_t(m * n));
+        ep.y = want32.data();
+        cpu::int8_epilogue_reference(m, n, ref.data(), n, ep);
+        ep.y = got32.data();
+        cpu::gemm_s8s8_rows(m, n, k, a.data(), lda, b.data(), k, nullptr, 0, &ep);
+        ASSERT_EQ(got32, want32) << "fused f32 epilogue, m=" << m << " n=" << n << " k=" << k;
+        ep.out = DType::bf16;
         std::vector<float> parts_y(size_t(m * n), -7.0f);
         std::vector<int> seen(size_t(m * n), 0);
         cpu::GemmParts parts;

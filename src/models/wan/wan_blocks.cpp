@@ -116,7 +116,7 @@ Tensor modulated_layer_norm(const Tensor& h, const Tensor& shift, const Tensor& 
     return ops::layer_norm(h, one_plus_scale.reshape({D}), shift.reshape({D}), eps).to(dt);  // [B, N, D]
   }
   const Tensor n = ops::layer_norm(h.to(DType::f32), {}, {}, eps);                     // [B, N, D] f32
-  return ops::add(ops::mul(n, one_plus_scale), shift).to(dt);                          // [B, N, D]
+  return ops::mul_add(n, one_plus_scale, shift, dt);  // (n * (1 + scale) + shift) in f32, one rounding: [B, N, D]
 }
 
 WanTransformerBlock::WanTransformerBlock(int64_t dim, int64_t ffn_dim, int64_t heads, bool can, double e)
