@@ -137,21 +137,22 @@ TEST(Int8Kernels, RowsGemmMatchesReferenceOnBothKernels) {
         ep.bias = bias.data();
         ep.out = DType::bf16;
         ep.ldy = n;
-        std::vector<uint16_t> want(size_t(m * n)), got(size_t(m * n));
-        ep.y = want.data();
-        cpu::int8_epilogue_reference(m, n, ref.data(), n, ep);
-        ep.y = got.data();
-        cpu::gemm_s8s8_rows(m, n, k, a.data(), lda, b.data(), k, nullptr, 0, &ep);
-        ASSERT_EQ(got, want) << "fused epilogue, m=" << m << " n=" << n << " k=" << k;
-        // float32 out (int8dq on float32 activations): no bf16 roundings in the epilogue.
-        ep.out = DType::f32;
-        std::vector<float> want32(size_t(m * n)), got32(size_t(m * n));
-        ep.y = want32.data();
-        cpu::int8_epilogue_reference(m, n, ref.data(), n, ep);
-        ep.y = got32.data();
-        cpu::gemm_s8s8_rows(m, n, k, a.data(), lda, b.data(), k, nullptr, 0, &ep);
-        ASSERT_EQ(got32, want32) << "fused f32 epilogue, m=" << m << " n=" << n << " k=" << k;
-        ep.out = DType::bf16;
+        // The fused epilogue's output against the reference's, element type T for ep.out (bf16 bits, or float32:
+        // int8dq on float32 activations, no bf16 roundings).
+        auto fused_equals_reference = [&](auto element, DType out) {
+          using T = decltype(element);
+          std::vector<T> want(size_t(m * n)), got(size_t(m * n));
+          ep.out = out;
+          ep.y = want.data();
+          cpu::int8_epilogue_reference(m, n, ref.data(), n, ep);
+          ep.y = got.data();
+          cpu::gemm_s8s8_rows(m, n, k, a.data(), lda, b.data(), k, nullptr, 0, &ep);
+          EXPECT_EQ(got, want) << "fused epilogue into " << dtype_name(out) << ", m=" << m << " n=" << n << " k=" << k;
+          return want;
+        };
+        fused_equals_reference(float(), DType::f32);
+        const std::vector<uint16_t> want = fused_equals_reference(uint16_t(), DType::bf16);
+        if (::testing::Test::HasFailure()) return;
         std::vector<float> parts_y(size_t(m * n), -7.0f);
         std::vector<int> seen(size_t(m * n), 0);
         cpu::GemmParts parts;
