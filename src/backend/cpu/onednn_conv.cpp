@@ -14,6 +14,7 @@
 #include "backend/cpu/aligned_buffer.h"
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/threads.h"
+#include "backend/cpu/transpose.h"
 #include "diffq/error.h"
 
 namespace diffq::backend::cpu {
@@ -39,14 +40,17 @@ struct Key {
   bool operator<(const Key& o) const { return tie() < o.tie(); }
 };
 
-// A cached convolution: the primitive with its layouts, the reorders from diffq's NCHW src and to its
-// NCHW dst where oneDNN prefers other layouts (null where they agree), and its scratchpad size. prim is
-// null where oneDNN offers only a reference implementation (slower than diffq's implicit GEMM).
+// A cached convolution: the primitive with its layouts, the conversions from diffq's NCHW src and to its
+// NCHW dst where oneDNN prefers other layouts, and its scratchpad size. Channels-last (NHWC, what
+// brgconv takes) is reached by diffq's transposes (transpose.h: 2-3x oneDNN's reorder here), any other
+// layout by oneDNN's reorder (null where the layouts agree). prim is null where oneDNN offers only a
+// reference implementation (slower than diffq's implicit GEMM).
 struct Entry {
   std::unique_ptr<dnnl::convolution_forward> prim;
   std::string impl;
   memory::desc src_user, src, wei_user, wei, bias, dst, dst_user;
   std::unique_ptr<dnnl::reorder> src_reorder, dst_reorder;
+  bool src_nhwc = false, dst_nhwc = false;  // src / dst converted by transposes
   size_t scratch_bytes = 0;
 };
 
@@ -97,10 +101,12 @@ std::unique_ptr<Entry> make_entry(const Key& key) {
     e->wei = pd.weights_desc();
     e->dst = pd.dst_desc();
     e->scratch_bytes = pd.scratchpad_desc().get_size();
-    if (e->src != e->src_user)
+    e->src_nhwc = e->src != e->src_user && e->src == memory::desc({s.n, s.c, s.h, s.w}, in, tag::nhwc);
+    e->dst_nhwc = e->dst != e->dst_user && e->dst == memory::desc({s.n, s.o, s.ho, s.wo}, out, tag::nhwc);
+    if (e->src != e->src_user && !e->src_nhwc)
       e->src_reorder = std::make_unique<dnnl::reorder>(
           dnnl::reorder::primitive_desc(engine(), e->src_user, engine(), e->src));
-    if (e->dst != e->dst_user)
+    if (e->dst != e->dst_user && !e->dst_nhwc)
       e->dst_reorder = std::make_unique<dnnl::reorder>(
           dnnl::reorder::primitive_desc(engine(), e->dst, engine(), e->dst_user));
     e->prim = std::make_unique<dnnl::convolution_forward>(pd);
@@ -237,6 +243,19 @@ std::string onednn_conv_impl(ConvElem in) {
 
 namespace {
 
+// Runs e (for shape s) on src / dst already in e's layouts, with the weights w in e's layout.
+void execute(const Entry& e, ThreadState& t, const memory& src, const memory& dst, const void* wei,
+             const float* bias) {
+  dnnl::engine& eng = engine();
+  std::unordered_map<int, memory> args = {
+      {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, memory(e.wei, eng, const_cast<void*>(wei))}, {DNNL_ARG_DST, dst}};
+  if (bias) args.emplace(DNNL_ARG_BIAS, memory(e.bias, eng, const_cast<float*>(bias)));
+  if (e.scratch_bytes > 0)
+    args.emplace(DNNL_ARG_SCRATCHPAD, memory(memory::desc({int64_t(e.scratch_bytes)}, Dt::u8, memory::dims{1}), eng,
+                                             t.scratch.get(e.scratch_bytes)));
+  e.prim->execute(t.stream, args);
+}
+
 // One primitive call over all s.n images (their src descriptor takes any image stride that does not
 // make images overlap).
 bool run_conv(ConvElem in, ConvElem out, const OnednnConvShape& s, const void* x, const void* w, const float* bias,
@@ -247,18 +266,93 @@ bool run_conv(ConvElem in, ConvElem out, const OnednnConvShape& s, const void* x
   dnnl::engine& eng = engine();
   const std::shared_ptr<uint8_t[]> wbytes = weights_for(e, in, s, w, t.stream);
   memory src_user(e.src_user, eng, const_cast<void*>(x)), dst_user(e.dst_user, eng, y);
-  memory src = e.src_reorder ? memory(e.src, eng, t.src.get(e.src.get_size())) : src_user;
-  memory dst = e.dst_reorder ? memory(e.dst, eng, t.dst.get(e.dst.get_size())) : dst_user;
+  memory src = e.src_reorder || e.src_nhwc ? memory(e.src, eng, t.src.get(e.src.get_size())) : src_user;
+  memory dst = e.dst_reorder || e.dst_nhwc ? memory(e.dst, eng, t.dst.get(e.dst.get_size())) : dst_user;
   if (e.src_reorder) e.src_reorder->execute(t.stream, src_user, src);
-  std::unordered_map<int, memory> args = {
-      {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, memory(e.wei, eng, wbytes.get())}, {DNNL_ARG_DST, dst}};
-  if (bias) args.emplace(DNNL_ARG_BIAS, memory(e.bias, eng, const_cast<float*>(bias)));
-  if (e.scratch_bytes > 0)
-    args.emplace(DNNL_ARG_SCRATCHPAD, memory(memory::desc({int64_t(e.scratch_bytes)}, Dt::u8, memory::dims{1}), eng,
-                                             t.scratch.get(e.scratch_bytes)));
-  e.prim->execute(t.stream, args);
+  const size_t ib = elem_bytes(in), ob = elem_bytes(out);
+  if (e.src_nhwc) {  // image i: [C, H W] (image_stride apart) -> [H W, C]
+    const auto* xs = static_cast<const uint8_t*>(x);
+    auto* xd = static_cast<uint8_t*>(src.get_data_handle());
+    const int64_t hw = s.h * s.w;
+    for (int64_t i = 0; i < s.n; ++i)
+      transpose_2d(ib, s.c, hw, xs + size_t(i * s.image_stride) * ib, hw, xd + size_t(i * hw * s.c) * ib, s.c);
+  }
+  execute(e, t, src, dst, wbytes.get(), bias);
   if (e.dst_reorder) e.dst_reorder->execute(t.stream, dst, dst_user);
   t.stream.wait();
+  if (e.dst_nhwc) {  // image i: [Ho Wo, O] -> [O, Ho Wo]
+    const auto* ys = static_cast<const uint8_t*>(dst.get_data_handle());
+    auto* yd = static_cast<uint8_t*>(y);
+    const int64_t hw = s.ho * s.wo, image = hw * s.o;
+    for (int64_t i = 0; i < s.n; ++i)
+      transpose_2d(ob, hw, s.o, ys + size_t(i * image) * ob, s.o, yd + size_t(i * image) * ob, hw);
+  }
+  return true;
+}
+
+// A band of output rows [r0, r1) of one image: the conv of the input rows it reads (the image's own
+// padding kept only where the band touches the image's edge), as its own primitive.
+struct Band {
+  int64_t image, r0, r1, in0;  // in0: the first input row read
+  OnednnConvShape s;           // the band's conv: one image of rows [in0, in0 + s.h)
+};
+
+Band make_band(const OnednnConvShape& s, int64_t image, int64_t r0, int64_t r1) {
+  const int64_t lo = r0 * s.stride - s.pad_t, hi = (r1 - 1) * s.stride - s.pad_t + s.kh;  // input rows [lo, hi)
+  Band b{image, r0, r1, std::max<int64_t>(lo, 0), s};
+  b.s.n = 1;
+  b.s.h = std::min(hi, s.h) - b.in0;
+  b.s.pad_t = b.in0 - lo;
+  b.s.pad_b = hi - std::min(hi, s.h);
+  b.s.ho = r1 - r0;
+  b.s.image_stride = s.c * b.s.h * s.w;
+  return b;
+}
+
+// The conv split into bands of output rows over diffq's threads, each band one single-threaded oneDNN
+// call between its own transposes (NCHW rows -> NHWC -> NCHW rows), so no OpenMP team runs: an idle
+// OpenMP team spins for milliseconds after each parallel call, taking the cores from the diffq threads
+// that run the ops between convs (docs/benchmarks.md "VAE decode: convolutions on diffq's threads").
+// False (nothing computed) where some band's primitive does not run channels-last or oneDNN declines it.
+bool run_banded(ConvElem in, ConvElem out, const OnednnConvShape& s, const void* x, const void* w, const float* bias,
+                void* y, int threads) {
+  // Bands of at least 4 output rows, two per thread (balance), in image order.
+  const int64_t per_image = std::max<int64_t>(1, std::min<int64_t>(2 * threads / std::max<int64_t>(s.n, 1) + 1,
+                                                                    s.ho / 4));
+  std::vector<Band> bands;
+  for (int64_t i = 0; i < s.n; ++i)
+    for (int64_t k = 0; k < per_image; ++k)
+      bands.push_back(make_band(s, i, s.ho * k / per_image, s.ho * (k + 1) / per_image));
+  std::vector<const Entry*> entries;
+  std::vector<std::shared_ptr<uint8_t[]>> weights;
+  ThreadState& t = thread_state();
+  for (const Band& b : bands) {
+    const Entry& e = entry_for({in, out, bias != nullptr, b.s});
+    if (!e.prim || !e.src_nhwc || !e.dst_nhwc) return false;
+    entries.push_back(&e);
+  }
+  // The weights once per layout (the bands share one as a rule), read and fingerprinted once per call.
+  for (size_t i = 0; i < bands.size(); ++i)
+    weights.push_back(i > 0 && entries[i]->wei == entries[i - 1]->wei ? weights[i - 1]
+                                                                      : weights_for(*entries[i], in, bands[i].s, w, t.stream));
+  const size_t ib = elem_bytes(in), ob = elem_bytes(out);
+  const int64_t plane = s.h * s.w, out_plane = s.ho * s.wo;
+  parallel_for(int64_t(bands.size()), 1, [&](int64_t b0, int64_t b1) {
+    OmpTeam one(1);
+    ThreadState& ts = thread_state();
+    dnnl::engine& eng = engine();
+    for (int64_t bi = b0; bi < b1; ++bi) {
+      const Band& b = bands[size_t(bi)];
+      const Entry& e = *entries[size_t(bi)];
+      memory src(e.src, eng, ts.src.get(e.src.get_size())), dst(e.dst, eng, ts.dst.get(e.dst.get_size()));
+      const auto* xs = static_cast<const uint8_t*>(x) + size_t(b.image * s.image_stride + b.in0 * s.w) * ib;
+      transpose_2d(ib, s.c, b.s.h * s.w, xs, plane, src.get_data_handle(), s.c);
+      execute(e, ts, src, dst, weights[size_t(bi)].get(), bias);
+      ts.stream.wait();
+      auto* yd = static_cast<uint8_t*>(y) + size_t(b.image * s.o * out_plane + b.r0 * s.wo) * ob;
+      transpose_2d(ob, b.s.ho * s.wo, s.o, dst.get_data_handle(), s.o, yd, out_plane);
+    }
+  });
   return true;
 }
 
@@ -267,11 +361,17 @@ bool run_conv(ConvElem in, ConvElem out, const OnednnConvShape& s, const void* x
 bool onednn_conv2d(ConvElem in, ConvElem out, const OnednnConvShape& s, const void* x, const void* w,
                    const float* bias, void* y) {
   if (!cpu_has(in)) return false;
+  const int threads = in_parallel_region() ? 1 : num_threads();
+  const int64_t image = s.c * s.h * s.w;
+  const bool overlapping = s.n > 1 && s.image_stride > 0 && s.image_stride < image;
+  if (threads > 1 && s.ho >= 8 && !overlapping && run_banded(in, out, s, x, w, bias, y, threads)) {
+    g_calls.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
   // oneDNN's OpenMP team: diffq's thread count for the whole conv call (one inside a diffq parallel region;
   // onednn_gemm.cpp keeps its pool threads at one).
-  OmpTeam team(in_parallel_region() ? 1 : num_threads());
-  const int64_t image = s.c * s.h * s.w;
-  if (s.n > 1 && s.image_stride > 0 && s.image_stride < image) {
+  OmpTeam team(threads);
+  if (overlapping) {
     // Overlapping images (a causal 3D conv's frame windows): oneDNN's memory descriptors refuse
     // overlapping strides, so one call per image (the windows share the cached weights and primitive).
     OnednnConvShape one = s;
