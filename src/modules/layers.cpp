@@ -66,6 +66,10 @@ Tensor GroupNorm::forward(const Tensor& x) {
   return ops::group_norm(x, groups, opt(weight, affine), opt(bias, affine), eps);
 }
 
+Tensor GroupNorm::forward_silu(const Tensor& x) {
+  return ops::group_norm_silu(x, groups, opt(weight, affine), opt(bias, affine), eps);
+}
+
 Conv2d::Conv2d(int64_t in, int64_t out, int64_t k, int64_t s, int64_t p, bool b)
     : Module("Conv2d"), stride(s), padding(p), has_bias(b), weight({out, in, k, k}), bias({out}) {
   register_parameter("weight", weight);

@@ -55,6 +55,9 @@ class GroupNorm : public Module {
   GroupNorm(int64_t groups, int64_t channels, double eps, bool affine = true);
   Tensor operator()(const Tensor& x) { return call1(x, &GroupNorm::forward); }
   Tensor forward(const Tensor& x);
+  // silu(norm(x)) in one op (ops::group_norm_silu): the VAEs' norm + nonlinearity, the same values.
+  Tensor with_silu(const Tensor& x) { return call1(x, &GroupNorm::forward_silu); }
+  Tensor forward_silu(const Tensor& x);
   int64_t groups;
   double eps;
   bool affine;

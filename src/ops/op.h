@@ -26,7 +26,8 @@ enum class OpKind : uint16_t {
   softmax,     // attrs.i0 = dim
   layer_norm,  // x, w?, b?; attrs.f0 = eps; normalises the last dim
   rms_norm,    // x, w?; attrs.f0 = eps; last dim
-  group_norm,  // x[N, C, ...], w?, b?; attrs.i0 = groups, attrs.f0 = eps
+  group_norm,  // x[N, C, ...], w?, b?; attrs.i0 = groups, attrs.f0 = eps; attrs.flag: silu of the result
+               // (rounded to x's dtype first, as the two ops)
   rope,        // x[B, S, H, D], cos[S, D], sin[S, D]: interleaved pairs
   sdpa,        // q[B, H, Sq, D], k[B, H, Sk, D], v[B, H, Sk, Dv], mask?; attrs.f0 = scale
   conv2d,      // x[N, C, H, W], w[O, C, kh, kw], b?; attrs.ints = {stride, pad_left, pad_right, pad_top, pad_bottom}

@@ -136,6 +136,14 @@ Tensor group_norm(const Tensor& x, int64_t groups, const Tensor& w, const Tensor
   return call1(OpKind::group_norm, {x, w, b}, a);
 }
 
+Tensor group_norm_silu(const Tensor& x, int64_t groups, const Tensor& w, const Tensor& b, double eps) {
+  Attrs a;
+  a.i0 = groups;
+  a.f0 = eps;
+  a.flag = true;
+  return call1(OpKind::group_norm, {x, w, b}, a);
+}
+
 Tensor channel_norm(const Tensor& x, const Tensor& w, double scale, double eps) {
   Attrs a;
   a.f0 = eps;

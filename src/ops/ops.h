@@ -52,6 +52,9 @@ Tensor softmax(const Tensor& x, int64_t dim = -1);
 Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps);  // w, b optional
 Tensor rms_norm(const Tensor& x, const Tensor& w, double eps);                      // w optional
 Tensor group_norm(const Tensor& x, int64_t groups, const Tensor& w, const Tensor& b, double eps);
+// silu(group_norm(x)) in one pass over x (the VAEs' norm + nonlinearity): the same values as the two ops,
+// the norm rounded to x's dtype before the silu.
+Tensor group_norm_silu(const Tensor& x, int64_t groups, const Tensor& w, const Tensor& b, double eps);
 // F.normalize over the channels (dim 1) times scale and w[C] (optional): x [N, C, ...] /
 // max(||x[n, :, ...]||_2, eps) * scale * w (Wan's RMS_norm: scale sqrt(C)); f32 arithmetic, a bf16 result
 // rounded after the normalisation and after each product as torch's op-by-op bf16 (others once).

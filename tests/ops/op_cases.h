@@ -281,6 +281,16 @@ inline void norm_cases(Table& t) {
   // The VAEs' bf16 (32 groups), with parameters of another dtype and shape.
   t.add("group_norm", {I({1, 64, 24, 24}, bf16), I({64}, bf16), I({64}, bf16)}, gn(32), 1e-2);
   t.add("group_norm", {I({2, 8, 6, 5}, bf16, T), I({1, 8, 1, 1}, bf16), I({8}, f32)}, gn(4), 1e-2);
+  // silu(group_norm(x)) in one op (the norm rounded to x's dtype first): every dtype, a view, no affine,
+  // rows longer than the kernel's chunks.
+  auto gns = [](int64_t g) {
+    return [g](const std::vector<Tensor>& x) { return ops::group_norm_silu(x[0], g, x[1], x[2], 1e-6); };
+  };
+  t.add("group_norm_silu", {I({2, 6, 5, 7}), I({6}), I({6})}, gns(3));
+  t.add("group_norm_silu", {I({1, 8, 70, 70}, bf16), I({8}, bf16), I({8}, bf16)}, gns(2), 1e-2);
+  t.add("group_norm_silu", {I({2, 8, 6, 5}, f16), I({8}, f16), I({8}, f16)}, gns(2), 2e-3);
+  t.add("group_norm_silu", {I({2, 6, 5, 7}, bf16, P), I({6}, bf16), absent()}, gns(3), 1e-2);
+  t.add("group_norm_silu", {I({1, 8, 70, 70}), absent(), absent()}, gns(4));
 }
 
 inline void rope_attention_cases(Table& t) {

@@ -1,6 +1,6 @@
 // The CPU's 2-D transpose (backend/cpu/transpose.h: the NCHW <-> NHWC conversions around oneDNN's
 // convolution) against its element-by-element reference, bitwise: 2- and 4-byte elements, shapes with
-// and without the register blocks' multiples (8 x 8 / 4 x 4) and the cache blocks' (32 x 128), row
+// and without the register blocks' multiples (8 x 8 / 4 x 4) and the cache blocks' (128 x 32), row
 // strides wider than the rows, 1 and 2 threads, and destination bytes outside the transposed rectangle
 // left untouched.
 #include <gtest/gtest.h>

@@ -153,6 +153,7 @@ void group_norm_kernel(const OpCall& c, Tensor& out) {
   const int64_t xes = int64_t(dtype_size(xt)), oes = int64_t(dtype_size(ot));
   auto* obytes = static_cast<uint8_t*>(out.data_ptr());
   const double eps = c.attrs.f0;
+  const bool silu = c.attrs.flag;  // silu(group_norm(x)) (ops::group_norm_silu)
   constexpr int64_t kChunk = 4096;
   parallel_for(N * G, 1, [&](int64_t p0, int64_t p1) {
     thread_local std::vector<float> scratch, row;
@@ -185,13 +186,24 @@ void group_norm_kernel(const OpCall& c, Tensor& out) {
         const float shift = b ? b->data()[ch] : 0.f;
         uint8_t* dst = obytes + (p * block + k * spatial) * oes;
         if (ot == DType::f32) {
-          HWY_DYNAMIC_DISPATCH(ScaleShiftRow)(src + k * spatial, reinterpret_cast<float*>(dst), spatial,
-                                              float(mean), float(scale), shift);
-        } else {
-          row.resize(size_t(spatial));
-          HWY_DYNAMIC_DISPATCH(ScaleShiftRow)(src + k * spatial, row.data(), spatial, float(mean), float(scale),
+          auto* y = reinterpret_cast<float*>(dst);
+          HWY_DYNAMIC_DISPATCH(ScaleShiftRow)(src + k * spatial, y, spatial, float(mean), float(scale), shift);
+          if (silu) unary_row_f32(ops::UnaryFn::silu, y, y, spatial);
+          continue;
+        }
+        // Chunks that stay in L1: the norm rounded to the output dtype, then (silu) widened back exactly,
+        // silu in f32 and rounded again: the two ops' values.
+        row.resize(size_t(std::min(kChunk, spatial)));
+        for (int64_t i = 0; i < spatial; i += kChunk) {
+          const int64_t len = std::min(kChunk, spatial - i);
+          uint8_t* d = dst + i * oes;
+          HWY_DYNAMIC_DISPATCH(ScaleShiftRow)(src + k * spatial + i, row.data(), len, float(mean), float(scale),
                                               shift);
-          store_f32(row.data(), dst, ot, spatial);
+          store_f32(row.data(), d, ot, len);
+          if (!silu) continue;
+          load_f32(d, ot, 1, row.data(), len);
+          unary_row_f32(ops::UnaryFn::silu, row.data(), row.data(), len);
+          store_f32(row.data(), d, ot, len);
         }
       }
     }

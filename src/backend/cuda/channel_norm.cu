@@ -22,8 +22,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ float round_bf16(float v) { return bf16_bits_to_f32(f32_to_bf16_bits(v)); }
-
 __global__ void channel_norm_kernel(KernelInput x, KernelInput w, void* out, DType ot, int64_t C, int64_t P,
                                     int64_t pixels, float eps, float scale) {
   for (int64_t q = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; q < pixels;
@@ -39,7 +37,7 @@ __global__ void channel_norm_kernel(KernelInput x, KernelInput w, void* out, DTy
       const float wc = w.data ? w.f32_at(c) : 1.0f;
       const float xv = x.f32_at(base + c * P);
       const float y = ot == DType::bf16
-                          ? __fmul_rn(round_bf16(__fmul_rn(round_bf16(__fmul_rn(xv, inv)), scale)), wc)
+                          ? __fmul_rn(round_f32(ot, __fmul_rn(round_f32(ot, __fmul_rn(xv, inv)), scale)), wc)
                           : __fmul_rn(__fmul_rn(xv, inv), __fmul_rn(scale, wc));
       store_f32(out, ot, base + c * P, y);
     }

@@ -62,6 +62,15 @@ __device__ __forceinline__ float load_f32(const void* base, DType t, int64_t i) 
   }
 }
 
+// v rounded to dtype t (one of is_kernel_float) and widened back: what store_f32 then load_f32 give.
+__device__ __forceinline__ float round_f32(DType t, float v) {
+  switch (t) {
+    case DType::f16: return f16_bits_to_f32(f32_to_f16_bits(v));
+    case DType::bf16: return bf16_bits_to_f32(f32_to_bf16_bits(v));
+    default: return v;
+  }
+}
+
 // Writes v rounded to dtype t (one of is_kernel_float) as element i.
 __device__ __forceinline__ void store_f32(void* base, DType t, int64_t i, float v) {
   switch (t) {

@@ -2,7 +2,8 @@
 // per (image, group) over C/G channels x spatial, optional weight/bias [C] of any float dtype and any
 // shape of C elements; output in x's dtype, rounded once. The CPU backend's formulas
 // (src/backend/cpu/norm.cpp group_norm_kernel): mean and variance in double, rstd = 1/sqrt(var + eps)
-// in double, then y = fma(x - mean, float(rstd * w[c]), b[c]) in f32. The scalar reference the tests
+// in double, then y = fma(x - mean, float(rstd * w[c]), b[c]) in f32; with attrs.flag (ops::group_norm_silu)
+// silu of y rounded to the output dtype, as the two ops. The scalar reference the tests
 // hold it to is the f64 reference and the CPU backend (tests/cuda/test_cuda_op_table.cpp); the chunk
 // plan and the merge of chunk statistics also run on the host (tests/cuda/test_cuda_kernel_math.cpp).
 //
@@ -12,6 +13,7 @@
 
 #include "backend/cuda/block_reduce.cuh"
 #include "backend/cuda/convert.cuh"
+#include "backend/cuda/elementwise_math.cuh"
 #include "backend/cuda/index_math.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/operand.cuh"
@@ -59,7 +61,7 @@ __global__ void merge_moments_kernel(const Moments* part, int64_t groups, int64_
 
 __global__ void group_norm_apply_kernel(KernelInput x, KernelInput w, KernelInput b, const double* stats,
                                         void* out, DType ot, int64_t C, int64_t spatial, int64_t cg,
-                                        int64_t n) {
+                                        int64_t n, bool silu) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t nc = i / spatial, c = nc % C;
@@ -67,7 +69,13 @@ __global__ void group_norm_apply_kernel(KernelInput x, KernelInput w, KernelInpu
     const double rstd = stats[2 * p + 1];
     const float scale = float(w.data ? rstd * double(w.f32_at(c)) : rstd);
     const float shift = b.data ? b.f32_at(c) : 0.0f;
-    store_f32(out, ot, i, group_norm_value(x.f32_at(i), float(stats[2 * p]), scale, shift));
+    const float y = group_norm_value(x.f32_at(i), float(stats[2 * p]), scale, shift);
+    if (!silu) {
+      store_f32(out, ot, i, y);
+      continue;
+    }
+    // silu(group_norm(x)): the norm rounded to the output dtype first, as the two ops (norm.cpp).
+    store_f32(out, ot, i, apply_unary(ops::UnaryFn::silu, round_f32(ot, y)));
   }
 }
 
@@ -96,7 +104,7 @@ void group_norm(const OpCall& c, Tensor& out) {
   merge_moments_kernel<<<grid_for(groups, kThreads), kThreads, 0, current_stream()>>>(part, groups, plan.chunks, c.attrs.f0, stats);
   check_cuda(cudaGetLastError(), "group_norm: merge kernel launch", idx);
   group_norm_apply_kernel<<<grid_for(n, kThreads), kThreads, 0, current_stream()>>>(xi, wi, bi, stats, out.data_ptr(), out.dtype(),
-                                                               C, spatial, cg, n);
+                                                               C, spatial, cg, n, c.attrs.flag);
   check_cuda(cudaGetLastError(), "group_norm: kernel launch", idx);
 }
 

@@ -430,7 +430,12 @@ Array run(const ops::OpCall& c) {
     case OpKind::softmax: return softmax(in[0], a.i0);
     case OpKind::layer_norm: return layer_norm(in[0], opt(1), opt(2), a.f0);
     case OpKind::rms_norm: return rms_norm(in[0], opt(1), a.f0);
-    case OpKind::group_norm: return group_norm(in[0], a.i0, opt(1), opt(2), a.f0);
+    case OpKind::group_norm: {
+      Array y = group_norm(in[0], a.i0, opt(1), opt(2), a.f0);
+      if (!a.flag) return y;
+      round_to(y, c.inputs[0].dtype());  // the norm's output, then silu on it
+      return unary(UnaryFn::silu, y);
+    }
     case OpKind::channel_norm: return channel_norm(in[0], opt(1), a.f0, a.f1);
     case OpKind::rope: return rope(in[0], in[1], in[2]);
     case OpKind::sdpa: {

@@ -42,7 +42,7 @@ Tensor Encoder::forward(const Tensor& x) {  // x [B, in, H, W]
   Tensor h = conv_in(x);                    // [B, C0, H, W]
   for (auto& b : down_blocks) h = (*b)(h);  // [B, C_last, H/f, W/f]
   h = mid_block(h);                         // [B, C_last, H/f, W/f]
-  h = ops::silu(conv_norm_out(h));          // [B, C_last, H/f, W/f]
+  h = conv_norm_out.with_silu(h);           // silu(norm(h)): [B, C_last, H/f, W/f]
   return conv_out(h);                       // [B, 2*latent, H/f, W/f]
 }
 
@@ -73,7 +73,7 @@ Tensor Decoder::forward(const Tensor& z) {  // z [B, latent, h, w]
   Tensor h = conv_in(z);                    // [B, C_last, h, w]
   h = mid_block(h);                         // [B, C_last, h, w]
   for (auto& b : up_blocks) h = (*b)(h);    // [B, C0, h*f, w*f]
-  h = ops::silu(conv_norm_out(h));          // [B, C0, h*f, w*f]
+  h = conv_norm_out.with_silu(h);           // silu(norm(h)): [B, C0, h*f, w*f]
   return conv_out(h);                       // [B, out, h*f, w*f]
 }
 

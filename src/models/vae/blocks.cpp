@@ -26,9 +26,9 @@ ResnetBlock2D::ResnetBlock2D(int64_t in_channels, int64_t out_channels, int64_t 
 }
 
 Tensor ResnetBlock2D::forward(const Tensor& x) {  // x [B, Cin, H, W]
-  Tensor h = ops::silu(norm1(x));                  // [B, Cin, H, W]
+  Tensor h = norm1.with_silu(x);                   // silu(norm1(x)): [B, Cin, H, W]
   h = conv1(h);                                    // [B, Cout, H, W]
-  h = ops::silu(norm2(h));                         // [B, Cout, H, W]
+  h = norm2.with_silu(h);                          // [B, Cout, H, W]
   h = conv2(h);                                    // [B, Cout, H, W]
   Tensor out = conv_shortcut ? ops::add((*conv_shortcut)(x), h)  // [B, Cout, H, W]
                              : ops::add(x, h);

@@ -1,0 +1,46 @@
+// group_norm_silu against the two ops it replaces (silu(group_norm(x)), the VAEs' norm + nonlinearity),
+// bit for bit, on the device's kernels: bf16, f16 and f32, affine or not, a strided view, rows longer
+// than the CPU kernel's chunks. A silu taken before the norm's rounding to x's dtype (or a rounding
+// skipped) fails here; the op table (op_cases.h) holds it to the f64 reference.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+
+#include "core/random.h"
+#include "ops/ops.h"
+
+namespace diffq {
+namespace {
+
+void expect_bits_equal(const Tensor& a, const Tensor& b, const std::string& what) {
+  ASSERT_EQ(a.dtype(), b.dtype()) << what;
+  ASSERT_EQ(a.shape(), b.shape()) << what;
+  const Tensor ac = a.contiguous(), bc = b.contiguous();
+  const size_t es = dtype_size(a.dtype());
+  int64_t differ = 0;
+  for (int64_t i = 0; i < ac.numel(); ++i)
+    differ += std::memcmp(static_cast<const char*>(ac.data_ptr()) + size_t(i) * es,
+                          static_cast<const char*>(bc.data_ptr()) + size_t(i) * es, es) != 0;
+  EXPECT_EQ(differ, 0) << what << ": " << differ << " of " << ac.numel() << " elements differ";
+}
+
+TEST(GroupNormSilu, EqualsSiluOfGroupNormBitwise) {
+  Generator g(11);
+  for (DType dt : {DType::bf16, DType::f16, DType::f32})
+    for (bool affine : {true, false})
+      for (bool view : {false, true}) {
+        // 70 x 70 pixels: rows of 4900, longer than the kernel's 4096-element chunks.
+        Tensor x = ops::mul_scalar(randn_tensor({2, 16, 70, 70}, g, DType::f32), 4.0).to(dt);
+        if (view) x = x.permute({0, 1, 3, 2});  // [2, 16, 70, 70] with swapped spatial strides
+        const Tensor w = affine ? randn_tensor({16}, g, DType::f32).to(dt) : Tensor();
+        const Tensor b = affine ? randn_tensor({16}, g, DType::f32).to(dt) : Tensor();
+        const Tensor fused = ops::group_norm_silu(x, 4, w, b, 1e-6);
+        const Tensor chain = ops::silu(ops::group_norm(x, 4, w, b, 1e-6));
+        expect_bits_equal(fused, chain,
+                          std::string(dtype_name(dt)) + (affine ? " affine" : "") + (view ? " view" : ""));
+      }
+}
+
+}  // namespace
+}  // namespace diffq
