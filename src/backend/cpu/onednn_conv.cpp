@@ -1,6 +1,7 @@
 #include "backend/cpu/onednn_conv.h"
 #include "backend/cpu/onednn_runtime.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <dnnl.hpp>
@@ -297,6 +298,10 @@ struct Band {
   OnednnConvShape s;           // the band's conv: one image of rows [in0, in0 + s.h)
 };
 
+// Measured on the FLUX VAE decode (AMX, 2 MiB L2 a core): bands of 1.5-4 MiB 0.47 s, of ~6.5 MiB (two
+// per thread) 0.50 s, of 256 KiB 0.51-0.53 s.
+constexpr int64_t kBandBytes = int64_t(2) << 20;
+
 Band make_band(const OnednnConvShape& s, int64_t image, int64_t r0, int64_t r1) {
   const int64_t lo = r0 * s.stride - s.pad_t, hi = (r1 - 1) * s.stride - s.pad_t + s.kh;  // input rows [lo, hi)
   Band b{image, r0, r1, std::max<int64_t>(lo, 0), s};
@@ -316,9 +321,13 @@ Band make_band(const OnednnConvShape& s, int64_t image, int64_t r0, int64_t r1) 
 // False (nothing computed) where some band's primitive does not run channels-last or oneDNN declines it.
 bool run_banded(ConvElem in, ConvElem out, const OnednnConvShape& s, const void* x, const void* w, const float* bias,
                 void* y, int threads) {
-  // Bands of at least 4 output rows, two per thread (balance), in image order.
-  const int64_t per_image = std::max<int64_t>(1, std::min<int64_t>(2 * threads / std::max<int64_t>(s.n, 1) + 1,
-                                                                    s.ho / 4));
+  // Bands of about kBandBytes of input and output rows (at least two per thread, for balance): the band's
+  // NHWC input, written by the transpose, is still in L2 when the conv reads it, and its output when the
+  // transpose back reads it.
+  const int64_t row_bytes = s.wo * (s.c * s.stride + s.o) * int64_t(elem_bytes(in));
+  const int64_t rows = std::clamp<int64_t>(kBandBytes / std::max<int64_t>(row_bytes, 1), 1, s.ho);
+  const int64_t per_image = std::max((s.ho + rows - 1) / rows,
+                                     std::min<int64_t>(s.ho, (2 * threads + s.n - 1) / std::max<int64_t>(s.n, 1)));
   std::vector<Band> bands;
   for (int64_t i = 0; i < s.n; ++i)
     for (int64_t k = 0; k < per_image; ++k)
@@ -362,16 +371,16 @@ bool onednn_conv2d(ConvElem in, ConvElem out, const OnednnConvShape& s, const vo
                    const float* bias, void* y) {
   if (!cpu_has(in)) return false;
   const int threads = in_parallel_region() ? 1 : num_threads();
+  // Bands on diffq's threads where every band runs channels-last; else one call, oneDNN's OpenMP team
+  // given diffq's thread count (one inside a diffq parallel region; onednn_gemm.cpp keeps its pool
+  // threads at one).
+  auto run = [&](const OnednnConvShape& one, const void* xp, void* yp) {
+    if (run_banded(in, out, one, xp, w, bias, yp, threads)) return true;
+    OmpTeam team(threads);
+    return run_conv(in, out, one, xp, w, bias, yp);
+  };
   const int64_t image = s.c * s.h * s.w;
-  const bool overlapping = s.n > 1 && s.image_stride > 0 && s.image_stride < image;
-  if (threads > 1 && s.ho >= 8 && !overlapping && run_banded(in, out, s, x, w, bias, y, threads)) {
-    g_calls.fetch_add(1, std::memory_order_relaxed);
-    return true;
-  }
-  // oneDNN's OpenMP team: diffq's thread count for the whole conv call (one inside a diffq parallel region;
-  // onednn_gemm.cpp keeps its pool threads at one).
-  OmpTeam team(threads);
-  if (overlapping) {
+  if (s.n > 1 && s.image_stride > 0 && s.image_stride < image) {
     // Overlapping images (a causal 3D conv's frame windows): oneDNN's memory descriptors refuse
     // overlapping strides, so one call per image (the windows share the cached weights and primitive).
     OnednnConvShape one = s;
@@ -381,11 +390,11 @@ bool onednn_conv2d(ConvElem in, ConvElem out, const OnednnConvShape& s, const vo
     auto* yb = static_cast<uint8_t*>(y);
     const int64_t out_image = s.o * s.ho * s.wo * int64_t(elem_bytes(out));
     for (int64_t i = 0; i < s.n; ++i)
-      if (!run_conv(in, out, one, xb + i * s.image_stride * int64_t(elem_bytes(in)), w, bias, yb + i * out_image)) {
+      if (!run(one, xb + i * s.image_stride * int64_t(elem_bytes(in)), yb + i * out_image)) {
         check(i == 0, "conv2d", "oneDNN refused image ", i, " of a convolution it ran for image 0");
         return false;
       }
-  } else if (!run_conv(in, out, s, x, w, bias, y)) {
+  } else if (!run(s, x, y)) {
     return false;
   }
   g_calls.fetch_add(1, std::memory_order_relaxed);
