@@ -14,6 +14,7 @@
 #include "backend/cpu/common.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/simd-inl.h"
+#include "backend/cpu/activation-inl.h"
 #include "backend/cpu/strided.h"
 #include "backend/cpu/threads.h"
 
@@ -72,6 +73,44 @@ void ScaleShiftRow(const float* x, float* y, int64_t n, float mean, float scale,
   MapF32(x, y, n, [&](auto, auto v) { return hn::MulAdd(hn::Sub(v, vm), vs, vb); });
 }
 
+// out[i] = round((x[i] - mean) * scale + shift), or with silu: round(silu(round(...))), rounded to bf16
+// (bf16_out) or stored as f32: ScaleShiftRow then store_f32 (and the unary op's silu), in one pass.
+void ScaleShiftStoreRow(const float* x, void* out, bool bf16_out, int64_t n, float mean, float scale, float shift,
+                        bool silu) {
+  const hn::ScalableTag<float> d;
+  const hn::RebindToUnsigned<decltype(d)> du;
+  const hn::RebindToSigned<decltype(d)> di;
+  const hn::Rebind<uint16_t, decltype(d)> du16;
+  const int64_t N = int64_t(hn::Lanes(d));
+  const auto vm = hn::Set(d, mean), vs = hn::Set(d, scale), vb = hn::Set(d, shift);
+  auto value = [&](hn::Vec<decltype(d)> v) {
+    v = hn::MulAdd(hn::Sub(v, vm), vs, vb);
+    if (bf16_out) v = RoundToBf16(d, v);
+    if (silu) v = Silu(d, v);
+    return bf16_out ? RoundToBf16(d, v) : v;
+  };
+  auto* of = static_cast<float*>(out);
+  auto* ob = static_cast<uint16_t*>(out);
+  int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto v = value(hn::LoadU(d, x + i));
+    if (bf16_out) hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, hn::ShiftRight<16>(hn::BitCast(du, v)))), du16, ob + i);
+    else hn::StoreU(v, d, of + i);
+  }
+  if (i == n) return;
+  HWY_ALIGN float tail[kMaxFloatLanes];
+  hn::Store(value(LoadTail(d, x + i, size_t(n - i))), d, tail);
+  for (int64_t j = 0; j < n - i; ++j) {
+    if (bf16_out) {
+      uint32_t u;
+      std::memcpy(&u, tail + j, 4);
+      ob[i + j] = uint16_t(u >> 16);
+    } else {
+      of[i + j] = tail[j];
+    }
+  }
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace diffq::backend::cpu
 HWY_AFTER_NAMESPACE();
@@ -82,6 +121,7 @@ namespace diffq::backend::cpu {
 HWY_EXPORT(SumAndSquares);
 HWY_EXPORT(NormalizeRow);
 HWY_EXPORT(ScaleShiftRow);
+HWY_EXPORT(ScaleShiftStoreRow);
 
 void sum_and_squares_f32(const float* x, int64_t n, float shift, double* sum, double* sq) {
   HWY_DYNAMIC_DISPATCH(SumAndSquares)(x, n, shift, sum, sq);
@@ -185,14 +225,13 @@ void group_norm_kernel(const OpCall& c, Tensor& out) {
         const double scale = rstd * (w ? w->data()[ch] : 1.0);
         const float shift = b ? b->data()[ch] : 0.f;
         uint8_t* dst = obytes + (p * block + k * spatial) * oes;
-        if (ot == DType::f32) {
-          auto* y = reinterpret_cast<float*>(dst);
-          HWY_DYNAMIC_DISPATCH(ScaleShiftRow)(src + k * spatial, y, spatial, float(mean), float(scale), shift);
-          if (silu) unary_row_f32(ops::UnaryFn::silu, y, y, spatial);
+        if (ot == DType::f32 || ot == DType::bf16) {
+          HWY_DYNAMIC_DISPATCH(ScaleShiftStoreRow)(src + k * spatial, dst, ot == DType::bf16, spatial, float(mean),
+                                                   float(scale), shift, silu);
           continue;
         }
-        // Chunks that stay in L1: the norm rounded to the output dtype, then (silu) widened back exactly,
-        // silu in f32 and rounded again: the two ops' values.
+        // f16: chunks that stay in L1: the norm rounded to f16, then (silu) widened back exactly, silu in
+        // f32 and rounded again: the two ops' values.
         row.resize(size_t(std::min(kChunk, spatial)));
         for (int64_t i = 0; i < spatial; i += kChunk) {
           const int64_t len = std::min(kChunk, spatial - i);

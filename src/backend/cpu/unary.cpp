@@ -14,31 +14,17 @@
 #include "backend/cpu/common.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/simd-inl.h"
+#include "backend/cpu/activation-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace diffq::backend::cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// exp with torch's edge behaviour: overflow -> inf, NaN -> NaN (Highway's Exp is valid to +104).
-template <class D, class V>
-HWY_INLINE V ExpSafe(D d, V x) {
-  const V e = hn::Exp(d, hn::Min(x, hn::Set(d, 100.f)));
-  return hn::IfThenElse(hn::IsNaN(x), x, e);
-}
-
-// 1 / (1 + exp(-x)); the exponent is clamped where the result is 0 or 1 to float precision anyway.
-template <class D, class V>
-HWY_INLINE V Sigmoid(D d, V x) {
-  const V one = hn::Set(d, 1.f);
-  const V e = hn::Exp(d, hn::Min(hn::Neg(x), hn::Set(d, 88.f)));
-  return hn::Div(one, hn::Add(one, e));
-}
-
 void UnaryF32(int64_t fn, const float* x, float* y, int64_t n) {
   switch (fn) {
     case 0:  // silu
-      return MapF32(x, y, n, [](auto d, auto v) { return hn::Mul(v, Sigmoid(d, v)); });
+      return MapF32(x, y, n, [](auto d, auto v) { return Silu(d, v); });
     case 1:  // gelu_tanh: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
       return MapF32(x, y, n, [](auto d, auto v) {
         const auto k0 = hn::Set(d, 0.7978845608028654f), k1 = hn::Set(d, 0.044715f);
