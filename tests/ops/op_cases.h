@@ -388,6 +388,9 @@ inline void conv_layout_cases(Table& t) {
   t.add("upsample", {I({2, 3, 4, 5}, f32, P)}, up, 0.0);
   t.add("upsample", {I({2, 3, 4, 5}, i32, S, Gen::small_int)}, up, 0.0);
   t.add("upsample", {I({1, 4, 16, 16}, bf16)}, up, 0.0);
+  // Rows of whole and partial 16-byte vectors (the interleaving fast path) and its tail, 2- and 4-byte.
+  t.add("upsample", {I({1, 3, 5, 21}, bf16)}, up, 0.0);
+  t.add("upsample", {I({2, 2, 3, 11})}, up, 0.0);
   t.add("upsample", {I({1, 2, 3, 3}, i64, E, Gen::small_int)}, up, 0.0);
 
   for (int64_t dim : {0, 1, -1}) {

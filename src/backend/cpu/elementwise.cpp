@@ -10,6 +10,7 @@
 #include "backend/cpu/simd-inl.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "backend/cpu/common.h"
 #include "backend/cpu/kernels.h"
@@ -64,6 +65,41 @@ void BinaryF32(int64_t fn, const float* a, bool a_bcast, const float* b, bool b_
   }
 }
 
+// y = bf16(a op b) for n bf16 elements of unit stride: BinaryF32's arithmetic on the exactly widened
+// values, rounded as store_f32 rounds, in registers (no f32 staging rows).
+template <class F>
+HWY_INLINE void Bf16Loop(const uint16_t* a, const uint16_t* b, uint16_t* y, int64_t n, F f) {
+  const hn::ScalableTag<float> d;
+  const hn::RebindToUnsigned<decltype(d)> du;
+  const hn::RebindToSigned<decltype(d)> di;
+  const hn::Rebind<uint16_t, decltype(d)> du16;
+  const int64_t N = int64_t(hn::Lanes(d));
+  auto widen = [&](const uint16_t* p) { return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(du16, p)))); };
+  auto body = [&](const uint16_t* pa, const uint16_t* pb, uint16_t* py) {
+    const auto r = RoundToBf16(d, f(d, widen(pa), widen(pb)));
+    hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, hn::ShiftRight<16>(hn::BitCast(du, r)))), du16, py);
+  };
+  int64_t i = 0;
+  for (; i + N <= n; i += N) body(a + i, b + i, y + i);
+  if (i == n) return;
+  HWY_ALIGN uint16_t ta[kMaxFloatLanes] = {}, tb[kMaxFloatLanes] = {}, ty[kMaxFloatLanes];
+  std::memcpy(ta, a + i, size_t(n - i) * 2);
+  std::memcpy(tb, b + i, size_t(n - i) * 2);
+  body(ta, tb, ty);
+  std::memcpy(y + i, ty, size_t(n - i) * 2);
+}
+
+void BinaryBf16(int64_t fn, const uint16_t* a, const uint16_t* b, uint16_t* y, int64_t n) {
+  switch (fn) {
+    case 0: return Bf16Loop(a, b, y, n, [](auto, auto x, auto z) { return hn::Add(x, z); });
+    case 1: return Bf16Loop(a, b, y, n, [](auto, auto x, auto z) { return hn::Sub(x, z); });
+    case 2: return Bf16Loop(a, b, y, n, [](auto, auto x, auto z) { return hn::Mul(x, z); });
+    case 3: return Bf16Loop(a, b, y, n, [](auto, auto x, auto z) { return hn::Div(x, z); });
+    case 4: return Bf16Loop(a, b, y, n, [](auto d, auto x, auto z) { return MaxNaN(d, x, z); });
+    default: return Bf16Loop(a, b, y, n, [](auto d, auto x, auto z) { return MinNaN(d, x, z); });
+  }
+}
+
 // y = x*mul + add (covers add, mul and rsub scalars), then clamp to [lo, hi] when clamp is set.
 void AffineClampF32(const float* x, float* y, int64_t n, float mul, float add, bool clamp, float lo,
                     float hi) {
@@ -89,6 +125,7 @@ HWY_AFTER_NAMESPACE();
 namespace diffq::backend::cpu {
 
 HWY_EXPORT(BinaryF32);
+HWY_EXPORT(BinaryBf16);
 HWY_EXPORT(AffineClampF32);
 
 void binary_row_f32(ops::BinaryFn fn, const float* a, bool a_bcast, const float* b, bool b_bcast, float* y,
@@ -145,6 +182,19 @@ void binary_kernel(const OpCall& c, Tensor& out) {
     return;
   }
 
+  if (at == DType::bf16 && bt == DType::bf16 && ot == DType::bf16 && sa == 1 && sb == 1) {
+    // bf16 rows of unit stride (the residual adds): widened and rounded in registers.
+    parallel_for(ra.num_rows() * per_row, 2, [&](int64_t beg, int64_t end) {
+      for (int64_t it = beg; it < end; ++it) {
+        const int64_t r = it / per_row, c0 = (it % per_row) * kMapChunk, n = std::min(kMapChunk, len - c0);
+        HWY_DYNAMIC_DISPATCH(BinaryBf16)(
+            int64_t(fn), reinterpret_cast<const uint16_t*>(elem_ptr(a, a.offset() + ra.row_offset(r) + c0)),
+            reinterpret_cast<const uint16_t*>(elem_ptr(b, b.offset() + rb.row_offset(r) + c0)),
+            reinterpret_cast<uint16_t*>(dst) + r * len + c0, n);
+      }
+    });
+    return;
+  }
   parallel_for(ra.num_rows() * per_row, 2, [&](int64_t beg, int64_t end) {
     float abuf[kMapChunk], bbuf[kMapChunk], ybuf[kMapChunk];
     for (int64_t it = beg; it < end; ++it) {

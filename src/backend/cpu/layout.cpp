@@ -2,6 +2,10 @@
 // elements of any dtype bytewise from any strided view into the contiguous output.
 #include <cstring>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "backend/cpu/common.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/strided.h"
@@ -33,20 +37,46 @@ inline void copy_elems(const uint8_t* src, int64_t ss, uint8_t* dst, int64_t ds,
   }
 }
 
+// One output row from input row src (unit stride, n elements): each element twice.
+template <class T>
+void double_row(const T* src, T* dst, int64_t n) {
+  int64_t i = 0;
+#if defined(__SSE2__)
+  constexpr int64_t V = 16 / sizeof(T);
+  for (; i + V <= n; i += V) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    const __m128i lo = sizeof(T) == 2 ? _mm_unpacklo_epi16(v, v) : _mm_unpacklo_epi32(v, v);
+    const __m128i hi = sizeof(T) == 2 ? _mm_unpackhi_epi16(v, v) : _mm_unpackhi_epi32(v, v);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2 * i), lo);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2 * i + V), hi);
+  }
+#endif
+  for (; i < n; ++i) dst[2 * i] = dst[2 * i + 1] = src[i];
+}
+
 void upsample_kernel(const OpCall& c, Tensor& out) {
   const Tensor& x = c.inputs[0];
   const int64_t C = x.size(1), H = x.size(2), W = x.size(3), Ho = 2 * H, Wo = 2 * W;
   const size_t es = dtype_size(x.dtype());
   const auto& st = x.strides();
   auto* dst = static_cast<uint8_t*>(out.data_ptr());
-  // One output row per item: (n, c, oy) <- input row (n, c, oy / 2), each element twice.
-  parallel_for(out.numel() / Wo, std::max<int64_t>(1, 8192 / Wo), [&](int64_t r0, int64_t r1) {
+  // One input row per item: (n, c, y) -> output rows 2y and 2y + 1, each element twice (2- and 4-byte
+  // elements in unit-stride rows by register interleaves), the second row a copy of the first.
+  const int64_t row_bytes = Wo * int64_t(es);
+  parallel_for(out.numel() / Wo / 2, std::max<int64_t>(1, 8192 / Wo), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      const int64_t oy = r % Ho, ch = (r / Ho) % C, n = r / (Ho * C);
-      const uint8_t* src = elem_ptr(x, x.offset() + n * st[0] + ch * st[1] + (oy / 2) * st[2]);
-      uint8_t* d = dst + r * Wo * int64_t(es);
-      copy_elems(src, st[3], d, 2, W, es);                       // even columns
-      copy_elems(src, st[3], d + int64_t(es), 2, W, es);         // odd columns
+      const int64_t y = r % H, ch = (r / H) % C, n = r / (H * C);
+      const uint8_t* src = elem_ptr(x, x.offset() + n * st[0] + ch * st[1] + y * st[2]);
+      uint8_t* d = dst + 2 * r * row_bytes;
+      if (st[3] == 1 && es == 2) {
+        double_row(reinterpret_cast<const uint16_t*>(src), reinterpret_cast<uint16_t*>(d), W);
+      } else if (st[3] == 1 && es == 4) {
+        double_row(reinterpret_cast<const uint32_t*>(src), reinterpret_cast<uint32_t*>(d), W);
+      } else {
+        copy_elems(src, st[3], d, 2, W, es);                // even columns
+        copy_elems(src, st[3], d + int64_t(es), 2, W, es);  // odd columns
+      }
+      std::memcpy(d + row_bytes, d, size_t(row_bytes));
     }
   });
 }
