@@ -81,6 +81,14 @@ Tensor Conv2d::forward(const Tensor& x) {
                      {padding, padding, padding, padding});
 }
 
+Tensor Conv2d::add_to(const Tensor& residual, const Tensor& x) {
+  if (CaptureHook::current()) return ops::add(residual, (*this)(x));
+  return call([&] {
+    return ops::conv2d_add(x, weight.dense(), opt(bias, has_bias), stride, {padding, padding, padding, padding},
+                           residual);
+  });
+}
+
 Embedding::Embedding(int64_t n, int64_t dim) : Module("Embedding"), weight({n, dim}) {
   register_parameter("weight", weight);
 }

@@ -70,6 +70,9 @@ class Conv2d : public Module {
          int64_t padding = 0, bool bias = true);
   Tensor operator()(const Tensor& x) { return call1(x, &Conv2d::forward); }
   Tensor forward(const Tensor& x);
+  // residual + this(x) in one op (ops::conv2d_add): the same values as the two ops. While compile
+  // captures, the two ops (the conv through operator(), which may record it as an opaque node).
+  Tensor add_to(const Tensor& residual, const Tensor& x);
   int64_t stride, padding;
   bool has_bias;
   Parameter weight, bias;

@@ -98,7 +98,11 @@ OutputMeta infer_conv2d(const OpCall& c) {
   if (c.inputs.size() > 2 && c.inputs[2].defined())
     check(c.inputs[2].numel() == w.size(0), "conv2d", "bias has ", c.inputs[2].numel(),
           " elements, expected ", w.size(0));
-  return like(x, {x.size(0), w.size(0), (h - w.size(2)) / s + 1, (wd - w.size(3)) / s + 1});
+  const Shape out{x.size(0), w.size(0), (h - w.size(2)) / s + 1, (wd - w.size(3)) / s + 1};
+  if (c.inputs.size() > 3 && c.inputs[3].defined())
+    check(c.inputs[3].shape() == out && c.inputs[3].dtype() == x.dtype(), "conv2d", "residual ", c.inputs[3].str(),
+          " must have the output's shape ", shape_str(out), " and x's dtype ", dtype_name(x.dtype()));
+  return like(x, out);
 }
 
 OutputMeta infer_concat(const OpCall& c) {

@@ -30,7 +30,8 @@ enum class OpKind : uint16_t {
                // (rounded to x's dtype first, as the two ops)
   rope,        // x[B, S, H, D], cos[S, D], sin[S, D]: interleaved pairs
   sdpa,        // q[B, H, Sq, D], k[B, H, Sk, D], v[B, H, Sk, Dv], mask?; attrs.f0 = scale
-  conv2d,      // x[N, C, H, W], w[O, C, kh, kw], b?; attrs.ints = {stride, pad_left, pad_right, pad_top, pad_bottom}
+  conv2d,      // x[N, C, H, W], w[O, C, kh, kw], b?, r?; attrs.ints = {stride, pad_left, pad_right, pad_top, pad_bottom};
+               // r (x's dtype, the output's shape): r + conv, the conv rounded to x's dtype first (ops::conv2d_add)
   upsample_nearest2x,  // x[N, C, H, W] -> [N, C, 2H, 2W]
   concat,      // inputs..., attrs.i0 = dim
   embedding,   // ids (integer) [...], table [V, D] -> [..., D]

@@ -167,6 +167,14 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride,
   return call1(OpKind::conv2d, {x, w, b}, a);
 }
 
+Tensor conv2d_add(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride, Conv2dPad pad,
+                  const Tensor& residual) {
+  check(residual.defined(), "conv2d_add", "needs a residual tensor");
+  Attrs a;
+  a.ints = {stride, pad.left, pad.right, pad.top, pad.bottom};
+  return call1(OpKind::conv2d, {x, w, b, residual}, a);
+}
+
 Tensor upsample_nearest2x(const Tensor& x) { return call1(OpKind::upsample_nearest2x, {x}); }
 
 Tensor embedding(const Tensor& ids, const Tensor& table) {

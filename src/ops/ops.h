@@ -72,6 +72,10 @@ struct Conv2dPad {
   int64_t left = 0, right = 0, top = 0, bottom = 0;
 };
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride, Conv2dPad pad);
+// residual + conv2d(x) in one op (the VAE resnets' skip connection): the same values as the two ops, the
+// conv rounded to x's dtype before the add; residual has the conv's output shape and x's dtype.
+Tensor conv2d_add(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride, Conv2dPad pad,
+                  const Tensor& residual);
 Tensor upsample_nearest2x(const Tensor& x);
 
 // ---- lookup and reductions ----

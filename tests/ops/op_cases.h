@@ -378,6 +378,20 @@ inline void conv_layout_cases(Table& t) {
   t.add("conv2d", {I({1, 64, 20, 200}, bf16), I({8, 64, 3, 3}, bf16), I({8}, bf16)}, cv(1, {1, 1, 1, 1}), 1e-2);
   t.add("conv2d", {I({2, 3, 6, 5}, bf16, P), I({4, 3, 3, 3}, bf16, T), I({4}, bf16, S)}, cv(1, {1, 1, 1, 1}), 1e-2);
   t.add("conv2d", {I({1, 8, 10, 9}, bf16), I({8, 8, 3, 3}), I({8})}, cv(1, {1, 1, 1, 1}), 1e-2);
+  // residual + conv (conv2d_add): f32 and bf16, with and without bias, a residual view, a batch of two,
+  // the VAE resnet's 3x3 over enough rows for several bands per image.
+  auto cva = [](int64_t s, ops::Conv2dPad p) {
+    return [s, p](const std::vector<Tensor>& x) { return ops::conv2d_add(x[0], x[1], x[2], s, p, x[3]); };
+  };
+  t.add("conv2d_add", {I({1, 3, 8, 8}), I({4, 3, 3, 3}), I({4}), I({1, 4, 8, 8})}, cva(1, {1, 1, 1, 1}), 1e-4);
+  t.add("conv2d_add", {I({2, 5, 9, 7}), I({6, 5, 3, 3}), absent(), I({2, 6, 5, 4}, f32, T)}, cva(2, {1, 1, 1, 1}),
+        1e-4);
+  t.add("conv2d_add", {I({1, 8, 10, 9}, bf16), I({8, 8, 3, 3}, bf16), I({8}, bf16), I({1, 8, 10, 9}, bf16)},
+        cva(1, {1, 1, 1, 1}), 1e-2);
+  t.add("conv2d_add", {I({2, 32, 20, 24}, bf16), I({16, 32, 3, 3}, bf16), I({16}, bf16), I({2, 16, 20, 24}, bf16, P)},
+        cva(1, {1, 1, 1, 1}), 1e-2);
+  t.add("conv2d_add", {I({1, 16, 9, 7}, bf16), I({8, 16, 1, 1}, bf16), absent(), I({1, 8, 9, 7}, bf16)}, cva(1, {}),
+        1e-2);
   t.add("conv2d", {I({1, 4, 6, 6}, f16), I({2, 4, 3, 3}, f16), I({2}, f16)}, cv(1, {1, 1, 1, 1}),
         2e-3);
 

@@ -18,6 +18,7 @@
 #include "backend/cpu/onednn_gemm.h"
 #include "backend/cpu/threads.h"
 #include "backend/cpu/tuning.h"
+#include "core/random.h"
 #include "op_harness.h"
 #include "ops/ops.h"
 
@@ -217,6 +218,31 @@ TEST(OnednnConvSelection, DefaultFollowsTheCpuFeatures) {
   }
   if (!cpu::onednn_conv_available(cpu::ConvElem::bf16))
     std::cout << "[ note     ] bf16 stays on the GEMM path: " << missing(cpu::ConvElem::bf16) << "\n";
+}
+
+// conv2d_add (residual + conv, the conv rounded to x's dtype first) equals the two ops bit for bit on
+// every path: oneDNN's bands (the add inside each band, 1 and 2 threads) and the GEMM path (the add after
+// the whole conv); f32 and bf16; a residual view; the causal conv's overlapping windows.
+TEST(OnednnConvAdd, EqualsAddOfConvBitwise) {
+  Generator g(9);
+  for (const auto k : {cpu::ConvKernel::onednn, cpu::ConvKernel::implicit_gemm})
+    for (DType dt : {DType::f32, DType::bf16})
+      for (int threads : {1, 2}) {
+        const cpu::ScopedTuning scope(with_conv(k));
+        cpu::set_num_threads(threads);
+        const Tensor x = randn_tensor({2, 16, 37, 20}, g, DType::f32).to(dt);
+        const Tensor w = ops::mul_scalar(randn_tensor({24, 16, 3, 3}, g, DType::f32), 0.2).to(dt);
+        const Tensor b = randn_tensor({24}, g, DType::f32).to(dt);
+        const Tensor r = randn_tensor({2, 20, 37, 24}, g, DType::f32).to(dt).permute({0, 3, 2, 1});  // a view
+        const Tensor fused = ops::conv2d_add(x, w, b, 1, {1, 1, 1, 1}, r);
+        const Tensor chain = ops::add(r, ops::conv2d(x, w, b, 1, {1, 1, 1, 1}));
+        const Tensor fc = fused.contiguous(), cc = chain.contiguous();
+        ASSERT_EQ(fc.shape(), cc.shape());
+        EXPECT_EQ(std::memcmp(fc.data_ptr(), cc.data_ptr(), size_t(fc.numel()) * dtype_size(dt)), 0)
+            << (k == cpu::ConvKernel::onednn ? "oneDNN" : "implicit GEMM") << " " << dtype_name(dt) << ", " << threads
+            << " threads";
+      }
+  cpu::set_num_threads(0);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/onednn_conv.h"
 #include "backend/cpu/onednn_gemm.h"
+#include "backend/cpu/row_kernels.h"
 #include "backend/cpu/threads.h"
 #include "backend/cpu/tuning.h"
 
@@ -190,7 +191,7 @@ bool images_contiguous(const Tensor& x) {
 
 // The conv on oneDNN's primitive (x and w of one dtype, f32 or bf16); false where oneDNN has no native
 // convolution for it (the caller then runs the GEMM path).
-bool conv2d_onednn(const OpCall& c, Tensor& out, bool bf16) {
+bool conv2d_onednn(const OpCall& c, Tensor& out, bool bf16, const Tensor& residual) {
   const Tensor &x = c.inputs[0], &w = c.inputs[1];
   if (out.numel() == 0) return false;
   const bool per_image = images_contiguous(x);
@@ -205,15 +206,13 @@ bool conv2d_onednn(const OpCall& c, Tensor& out, bool bf16) {
   const ConvElem e = bf16 ? ConvElem::bf16 : ConvElem::f32;
   const void* xp = bf16 ? static_cast<const void*>(xc.data<uint16_t>()) : xc.data<float>();
   const void* wp = bf16 ? static_cast<const void*>(wc.data<uint16_t>()) : wc.data<float>();
-  return onednn_conv2d(e, e, s, xp, wp, bf ? bf->data() : nullptr, out.data_ptr());
+  return onednn_conv2d(e, e, s, xp, wp, bf ? bf->data() : nullptr, out.data_ptr(),
+                       residual.defined() ? residual.data_ptr() : nullptr);
 }
 
-void conv2d_kernel(const OpCall& c, Tensor& out) {
+// The conv into out by the implicit GEMM (bf16 where the bf16 GEMM is native) or the f32 tiles.
+void conv2d_gemm(const OpCall& c, Tensor& out) {
   const Tensor &x = c.inputs[0], &w = c.inputs[1];
-  if (x.dtype() == w.dtype() && (x.dtype() == DType::f32 || x.dtype() == DType::bf16) &&
-      conv_uses_onednn(x.dtype() == DType::bf16, current_tuning()) &&
-      conv2d_onednn(c, out, x.dtype() == DType::bf16))
-    return;
   const bool per_image = images_contiguous(x);
   const int64_t image_stride = per_image ? x.strides()[0] : x.numel() / std::max<int64_t>(x.size(0), 1);
   // bf16 stays bf16 only where the bf16 GEMM is native (elsewhere it widens to f32 anyway, and the f32
@@ -240,6 +239,42 @@ void conv2d_kernel(const OpCall& c, Tensor& out) {
     gather_f32(x.select(0, n), xbuf.get());
     return xbuf.get();
   }, wf.data());
+}
+
+// out = residual + out (conv2d_add after a conv that did not add it), rounded once to out's dtype.
+void add_residual(const Tensor& residual, Tensor& out) {
+  const int64_t n = out.numel();
+  const DType dt = out.dtype();
+  auto* y = static_cast<uint8_t*>(out.data_ptr());
+  const auto* r = static_cast<const uint8_t*>(residual.data_ptr());
+  const int64_t es = int64_t(dtype_size(dt));
+  parallel_for((n + kMapChunk - 1) / kMapChunk, 1, [&](int64_t b0, int64_t b1) {
+    float rb[kMapChunk], yb[kMapChunk];
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t i = b * kMapChunk, len = std::min(kMapChunk, n - i);
+      if (dt == DType::bf16) {
+        binary_row_bf16(ops::BinaryFn::add, reinterpret_cast<const uint16_t*>(r) + i,
+                        reinterpret_cast<const uint16_t*>(y) + i, reinterpret_cast<uint16_t*>(y) + i, len);
+        continue;
+      }
+      load_f32(r + i * es, dt, 1, rb, len);
+      load_f32(y + i * es, dt, 1, yb, len);
+      binary_row_f32(ops::BinaryFn::add, rb, false, yb, false, yb, len);
+      store_f32(yb, y + i * es, dt, len);
+    }
+  });
+}
+
+void conv2d_kernel(const OpCall& c, Tensor& out) {
+  const Tensor &x = c.inputs[0], &w = c.inputs[1];
+  // conv2d_add's residual: added by the oneDNN path band by band, else after the whole conv.
+  const Tensor residual = c.inputs.size() > 3 && c.inputs[3].defined() ? c.inputs[3].contiguous() : Tensor();
+  if (x.dtype() == w.dtype() && (x.dtype() == DType::f32 || x.dtype() == DType::bf16) &&
+      conv_uses_onednn(x.dtype() == DType::bf16, current_tuning()) &&
+      conv2d_onednn(c, out, x.dtype() == DType::bf16, residual))
+    return;
+  conv2d_gemm(c, out);
+  if (residual.defined()) add_residual(residual, out);
 }
 
 }  // namespace

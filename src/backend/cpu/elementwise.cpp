@@ -128,6 +128,10 @@ HWY_EXPORT(BinaryF32);
 HWY_EXPORT(BinaryBf16);
 HWY_EXPORT(AffineClampF32);
 
+void binary_row_bf16(ops::BinaryFn fn, const uint16_t* a, const uint16_t* b, uint16_t* y, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(BinaryBf16)(int64_t(fn), a, b, y, n);
+}
+
 void binary_row_f32(ops::BinaryFn fn, const float* a, bool a_bcast, const float* b, bool b_bcast, float* y,
                     int64_t n) {
   HWY_DYNAMIC_DISPATCH(BinaryF32)(int64_t(fn), a, a_bcast, b, b_bcast, y, n);
@@ -187,8 +191,8 @@ void binary_kernel(const OpCall& c, Tensor& out) {
     parallel_for(ra.num_rows() * per_row, 2, [&](int64_t beg, int64_t end) {
       for (int64_t it = beg; it < end; ++it) {
         const int64_t r = it / per_row, c0 = (it % per_row) * kMapChunk, n = std::min(kMapChunk, len - c0);
-        HWY_DYNAMIC_DISPATCH(BinaryBf16)(
-            int64_t(fn), reinterpret_cast<const uint16_t*>(elem_ptr(a, a.offset() + ra.row_offset(r) + c0)),
+        binary_row_bf16(
+            fn, reinterpret_cast<const uint16_t*>(elem_ptr(a, a.offset() + ra.row_offset(r) + c0)),
             reinterpret_cast<const uint16_t*>(elem_ptr(b, b.offset() + rb.row_offset(r) + c0)),
             reinterpret_cast<uint16_t*>(dst) + r * len + c0, n);
       }

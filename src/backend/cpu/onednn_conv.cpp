@@ -1,5 +1,6 @@
 #include "backend/cpu/onednn_conv.h"
 #include "backend/cpu/onednn_runtime.h"
+#include "backend/cpu/row_kernels.h"
 
 #include <algorithm>
 #include <atomic>
@@ -259,6 +260,16 @@ std::string onednn_conv_impl(ConvElem in) {
 
 namespace {
 
+// y[0, n) = residual + y (conv2d_add's skip connection, both of element type `out`).
+void add_residual(ConvElem out, void* y, const void* residual, int64_t n) {
+  if (out == ConvElem::bf16)
+    binary_row_bf16(ops::BinaryFn::add, static_cast<const uint16_t*>(residual), static_cast<const uint16_t*>(y),
+                    static_cast<uint16_t*>(y), n);
+  else
+    binary_row_f32(ops::BinaryFn::add, static_cast<const float*>(residual), false, static_cast<const float*>(y),
+                   false, static_cast<float*>(y), n);
+}
+
 // Runs e (for shape s) on src / dst already in e's layouts, with the weights w in e's layout.
 void execute(const Entry& e, ThreadState& t, const memory& src, const memory& dst, const void* wei,
              const float* bias) {
@@ -335,7 +346,7 @@ Band make_band(const OnednnConvShape& s, int64_t image, int64_t r0, int64_t r1) 
 // that run the ops between convs (docs/benchmarks.md "VAE decode: convolutions on diffq's threads").
 // False (nothing computed) where some band's primitive does not run channels-last or oneDNN declines it.
 bool run_banded(ConvElem in, ConvElem out, const OnednnConvShape& s, const void* x, const void* w, const float* bias,
-                void* y, int threads) {
+                void* y, const void* residual, int threads) {
   // Bands of about kBandBytes of input and output rows (at least two per thread, for balance): the band's
   // NHWC input, written by the transpose, is still in L2 when the conv reads it, and its output when the
   // transpose back reads it.
@@ -375,6 +386,11 @@ bool run_banded(ConvElem in, ConvElem out, const OnednnConvShape& s, const void*
       ts.stream.wait();
       auto* yd = static_cast<uint8_t*>(y) + size_t(b.image * s.o * out_plane + b.r0 * s.wo) * ob;
       transpose_2d(ob, b.s.ho * s.wo, s.o, dst.get_data_handle(), s.o, yd, out_plane);
+      if (residual) {  // the band's rows of each output channel, still in cache
+        const auto* rb = static_cast<const uint8_t*>(residual) + size_t(b.image * s.o * out_plane + b.r0 * s.wo) * ob;
+        for (int64_t o = 0; o < s.o; ++o)
+          add_residual(out, yd + size_t(o * out_plane) * ob, rb + size_t(o * out_plane) * ob, b.s.ho * s.wo);
+      }
     }
   });
   return true;
@@ -383,17 +399,21 @@ bool run_banded(ConvElem in, ConvElem out, const OnednnConvShape& s, const void*
 }  // namespace
 
 bool onednn_conv2d(ConvElem in, ConvElem out, const OnednnConvShape& s, const void* x, const void* w,
-                   const float* bias, void* y) {
+                   const float* bias, void* y, const void* residual) {
   if (!cpu_has(in)) return false;
   const int threads = in_parallel_region() ? 1 : num_threads();
   // Bands on diffq's threads where every band runs channels-last; else one call, oneDNN's OpenMP team
   // given diffq's thread count (one inside a diffq parallel region; onednn_gemm.cpp keeps its pool
   // threads at one).
-  auto run = [&](const OnednnConvShape& one, const void* xp, void* yp) {
-    if (run_banded(in, out, one, xp, w, bias, yp, threads)) return true;
+  const int64_t out_image = s.o * s.ho * s.wo;
+  auto run = [&](const OnednnConvShape& one, const void* xp, void* yp, const void* rp) {
+    if (run_banded(in, out, one, xp, w, bias, yp, rp, threads)) return true;
     OmpTeam team(threads);
-    return run_conv(in, out, one, xp, w, bias, yp);
+    if (!run_conv(in, out, one, xp, w, bias, yp)) return false;
+    if (rp) add_residual(out, yp, rp, one.n * out_image);
+    return true;
   };
+  const auto* rb = static_cast<const uint8_t*>(residual);
   const int64_t image = s.c * s.h * s.w;
   if (s.n > 1 && s.image_stride > 0 && s.image_stride < image) {
     // Overlapping images (a causal 3D conv's frame windows): oneDNN's memory descriptors refuse
@@ -403,13 +423,14 @@ bool onednn_conv2d(ConvElem in, ConvElem out, const OnednnConvShape& s, const vo
     one.image_stride = image;
     const auto* xb = static_cast<const uint8_t*>(x);
     auto* yb = static_cast<uint8_t*>(y);
-    const int64_t out_image = s.o * s.ho * s.wo * int64_t(elem_bytes(out));
+    const int64_t out_bytes = out_image * int64_t(elem_bytes(out));
     for (int64_t i = 0; i < s.n; ++i)
-      if (!run(one, xb + i * s.image_stride * int64_t(elem_bytes(in)), yb + i * out_image)) {
+      if (!run(one, xb + i * s.image_stride * int64_t(elem_bytes(in)), yb + i * out_bytes,
+               rb ? rb + i * out_bytes : nullptr)) {
         check(i == 0, "conv2d", "oneDNN refused image ", i, " of a convolution it ran for image 0");
         return false;
       }
-  } else if (!run(s, x, y)) {
+  } else if (!run(s, x, y, residual)) {
     return false;
   }
   g_calls.fetch_add(1, std::memory_order_relaxed);

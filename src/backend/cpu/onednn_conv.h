@@ -35,8 +35,10 @@ bool onednn_conv_available(ConvElem in);
 std::string onednn_conv_impl(ConvElem in);
 
 // Runs the conv; false (computing nothing) where oneDNN has only a reference implementation for it.
+// residual (null, or dst's shape and element type, contiguous): y = residual + conv, the conv rounded to
+// `out` first (conv2d_add), added band by band while the band is in cache.
 bool onednn_conv2d(ConvElem in, ConvElem out, const OnednnConvShape& s, const void* x, const void* w,
-                   const float* bias, void* y);
+                   const float* bias, void* y, const void* residual = nullptr);
 
 // For tests: convolutions run so far, and the weight cache: reordered weights held, their bytes, and how
 // many times a cached weight was found changed (same address and shape, other contents) and reordered

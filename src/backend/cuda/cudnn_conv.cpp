@@ -159,6 +159,11 @@ void cudnn_conv2d(const ops::OpCall& c, Tensor& out) {
         y = ops::execute(ops::OpCall{ops::OpKind::binary, {y, bias.view({1, bias.numel(), 1, 1})}, a});
       }
       if (!direct) ops::copy_into(y, out);
+      if (c.inputs.size() > 3 && c.inputs[3].defined()) {  // conv2d_add: residual + the conv (rounded: out)
+        ops::Attrs a;
+        a.i0 = int64_t(ops::BinaryFn::add);
+        ops::copy_into(ops::execute(ops::OpCall{ops::OpKind::binary, {c.inputs[3], out}, a}), out);
+      }
       book().count_run();
       return;
     }

@@ -443,8 +443,13 @@ Array run(const ops::OpCall& c) {
                              c.inputs[3].dtype() == DType::boolean;
       return sdpa(in[0], in[1], in[2], opt(3), bool_mask, a.f0);
     }
-    case OpKind::conv2d:
-      return conv2d(in[0], in[1], opt(2), a.ints[0], a.ints[1], a.ints[2], a.ints[3], a.ints[4]);
+    case OpKind::conv2d: {
+      Array y = conv2d(in[0], in[1], opt(2), a.ints[0], a.ints[1], a.ints[2], a.ints[3], a.ints[4]);
+      if (!opt(3).defined) return y;
+      round_to(y, c.inputs[0].dtype());  // the conv's output, then the residual add
+      for (size_t i = 0; i < y.v.size(); ++i) y.v[i] += in[3].v[i];
+      return y;
+    }
     case OpKind::upsample_nearest2x: return upsample_nearest2x(in[0]);
     case OpKind::concat: return concat(in, a.i0);
     case OpKind::embedding: return embedding(in[0], in[1]);

@@ -29,9 +29,8 @@ Tensor ResnetBlock2D::forward(const Tensor& x) {  // x [B, Cin, H, W]
   Tensor h = norm1.with_silu(x);                   // silu(norm1(x)): [B, Cin, H, W]
   h = conv1(h);                                    // [B, Cout, H, W]
   h = norm2.with_silu(h);                          // [B, Cout, H, W]
-  h = conv2(h);                                    // [B, Cout, H, W]
-  Tensor out = conv_shortcut ? ops::add((*conv_shortcut)(x), h)  // [B, Cout, H, W]
-                             : ops::add(x, h);
+  const Tensor skip = conv_shortcut ? (*conv_shortcut)(x) : x;  // [B, Cout, H, W]
+  Tensor out = conv2.add_to(skip, h);                              // skip + conv2(h): [B, Cout, H, W]
   if (output_scale_factor != 1.0) out = ops::mul_scalar(out, 1.0 / output_scale_factor);
   return out;
 }
