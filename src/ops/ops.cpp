@@ -151,6 +151,14 @@ Tensor channel_norm(const Tensor& x, const Tensor& w, double scale, double eps) 
   return call1(OpKind::channel_norm, {x, w}, a);
 }
 
+Tensor channel_norm_silu(const Tensor& x, const Tensor& w, double scale, double eps) {
+  Attrs a;
+  a.f0 = eps;
+  a.f1 = scale;
+  a.flag = true;
+  return call1(OpKind::channel_norm, {x, w}, a);
+}
+
 Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
   return call1(OpKind::rope, {x, cos, sin});
 }

@@ -59,6 +59,8 @@ Tensor group_norm_silu(const Tensor& x, int64_t groups, const Tensor& w, const T
 // max(||x[n, :, ...]||_2, eps) * scale * w (Wan's RMS_norm: scale sqrt(C)); f32 arithmetic, a bf16 result
 // rounded after the normalisation and after each product as torch's op-by-op bf16 (others once).
 Tensor channel_norm(const Tensor& x, const Tensor& w, double scale, double eps = 1e-12);
+// silu(channel_norm(x)) in one pass (the Wan VAE's norm + nonlinearity): the same values as the two ops.
+Tensor channel_norm_silu(const Tensor& x, const Tensor& w, double scale, double eps = 1e-12);
 // x [B, S, H, D]; cos, sin [S, D] (each value repeated for the pair): out[2k] = x[2k]c - x[2k+1]s,
 // out[2k+1] = x[2k+1]c + x[2k]s, computed in f32.
 Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin);

@@ -265,6 +265,16 @@ inline void norm_cases(Table& t) {
   t.add("channel_norm", {I({2, 8, 6, 5}, f16), I({8}, f16)}, chn(std::sqrt(8.0)), 2e-3);
   // Wan's layout: video [N, C, T, H, W] in bf16, gamma kept as [C, 1, 1, 1].
   t.add("channel_norm", {I({1, 12, 3, 4, 5}, bf16), I({12, 1, 1, 1}, bf16)}, chn(std::sqrt(12.0)), 1e-2);
+  // silu(channel_norm(x)) in one op (the norm rounded to x's dtype first): every dtype, a view, no weight.
+  // bf16: the norm's three roundings (Diffusers' op-by-op bf16, which the f64 reference does not make) and
+  // silu's own one stay within 2e-2.
+  auto chns = [](double scale) {
+    return [scale](const std::vector<Tensor>& x) { return ops::channel_norm_silu(x[0], x[1], scale); };
+  };
+  t.add("channel_norm_silu", {I({2, 6, 5, 7}), I({6})}, chns(std::sqrt(6.0)));
+  t.add("channel_norm_silu", {I({1, 12, 3, 40, 50}, bf16), I({12, 1, 1, 1}, bf16)}, chns(std::sqrt(12.0)), 2e-2);
+  t.add("channel_norm_silu", {I({2, 8, 6, 5}, f16), I({8}, f16)}, chns(std::sqrt(8.0)), 2e-3);
+  t.add("channel_norm_silu", {I({2, 6, 5, 7}, bf16, P), absent()}, chns(2.0), 2e-2);
   t.add("group_norm", {I({2, 6, 5, 7}), I({6}), I({6})}, gn(3));
   t.add("group_norm", {I({1, 32, 3, 3}), I({32}), I({32})}, gn(32));
   t.add("group_norm", {I({2, 4, 9}), absent(), absent()}, gn(2));

@@ -16,6 +16,7 @@
 
 #include "backend/cpu/common.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/row_kernels.h"
 #include "backend/cpu/simd-inl.h"
 #include "backend/cpu/threads.h"
 
@@ -88,6 +89,7 @@ void channel_norm_kernel(const OpCall& c, Tensor& out) {
   const uint8_t* xbytes = in_place ? elem_ptr(x, x.offset()) : reinterpret_cast<const uint8_t*>(xin->data());
   auto* obytes = static_cast<uint8_t*>(out.data_ptr());
   const float eps = float(c.attrs.f0), scale = float(c.attrs.f1);
+  const bool silu = c.attrs.flag;
   const int64_t blocks = (P + kBlock - 1) / kBlock;
   parallel_for(N * blocks, 1, [&](int64_t i0, int64_t i1) {
     thread_local std::vector<float> acc, row, y;
@@ -108,6 +110,13 @@ void channel_norm_kernel(const OpCall& c, Tensor& out) {
         float* yr = ot == DType::f32 ? reinterpret_cast<float*>(dst) : y.data();
         HWY_DYNAMIC_DISPATCH(ScaleRows)(src(ch), acc.data(), scale, w ? w->data()[ch] : 1.f, yr, len,
                                         ot == DType::bf16);
+        if (silu) {  // channel_norm_silu: silu of the norm rounded to out's dtype (bf16: ScaleRows rounded it)
+          if (ot != DType::f32 && ot != DType::bf16) {
+            store_f32(yr, dst, ot, len);
+            load_f32(dst, ot, 1, yr, len);
+          }
+          unary_row_f32(ops::UnaryFn::silu, yr, yr, len);
+        }
         if (ot != DType::f32) store_f32(yr, dst, ot, len);
       }
     }

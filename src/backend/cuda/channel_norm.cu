@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "backend/cuda/convert.cuh"
+#include "backend/cuda/elementwise_math.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/operand.cuh"
 #include "backend/cuda/runtime.h"
@@ -23,7 +24,7 @@ namespace {
 constexpr int kThreads = 256;
 
 __global__ void channel_norm_kernel(KernelInput x, KernelInput w, void* out, DType ot, int64_t C, int64_t P,
-                                    int64_t pixels, float eps, float scale) {
+                                    int64_t pixels, float eps, float scale, bool silu) {
   for (int64_t q = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; q < pixels;
        q += int64_t(gridDim.x) * blockDim.x) {
     const int64_t base = (q / P) * C * P + q % P;  // element (n, 0, p); channel c adds c * P
@@ -39,7 +40,8 @@ __global__ void channel_norm_kernel(KernelInput x, KernelInput w, void* out, DTy
       const float y = ot == DType::bf16
                           ? __fmul_rn(round_f32(ot, __fmul_rn(round_f32(ot, __fmul_rn(xv, inv)), scale)), wc)
                           : __fmul_rn(__fmul_rn(xv, inv), __fmul_rn(scale, wc));
-      store_f32(out, ot, base + c * P, y);
+      // channel_norm_silu: silu of y rounded to the output dtype, as the two ops.
+      store_f32(out, ot, base + c * P, silu ? apply_unary(ops::UnaryFn::silu, round_f32(ot, y)) : y);
     }
   }
 }
@@ -56,7 +58,7 @@ void channel_norm(const OpCall& c, Tensor& out) {
   const int idx = out.device().index;
   DeviceGuard guard(idx);
   channel_norm_kernel<<<grid_for(pixels, kThreads), kThreads, 0, current_stream()>>>(xi, wi, out.data_ptr(), out.dtype(), C, P, pixels,
-                                                                float(c.attrs.f0), float(c.attrs.f1));
+                                                                float(c.attrs.f0), float(c.attrs.f1), c.attrs.flag);
   check_cuda(cudaGetLastError(), "channel_norm: kernel launch", idx);
 }
 

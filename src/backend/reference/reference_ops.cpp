@@ -436,7 +436,12 @@ Array run(const ops::OpCall& c) {
       round_to(y, c.inputs[0].dtype());  // the norm's output, then silu on it
       return unary(UnaryFn::silu, y);
     }
-    case OpKind::channel_norm: return channel_norm(in[0], opt(1), a.f0, a.f1);
+    case OpKind::channel_norm: {
+      Array y = channel_norm(in[0], opt(1), a.f0, a.f1);
+      if (!a.flag) return y;
+      round_to(y, c.inputs[0].dtype());  // the norm's output, then silu on it
+      return unary(UnaryFn::silu, y);
+    }
     case OpKind::rope: return rope(in[0], in[1], in[2]);
     case OpKind::sdpa: {
       const bool bool_mask = c.inputs.size() > 3 && c.inputs[3].defined() &&

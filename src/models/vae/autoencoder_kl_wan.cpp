@@ -114,7 +114,7 @@ Tensor WanEncoder3d::forward(const Tensor& x, WanFeatCache& cache) {  // x [t, C
   Tensor h = cached_conv(conv_in, x, cache);                          // [t, dims0, H, W]
   for (auto& b : down_blocks) h = (*b)(h, cache);                     // [t', dims_last, H/f, W/f]
   h = mid_block(h, cache);
-  h = ops::silu(norm_out(h));
+  h = norm_out.with_silu(h);
   return cached_conv(conv_out, h, cache);  // [t', 2z, H/f, W/f]
 }
 
@@ -156,7 +156,7 @@ Tensor WanDecoder3d::forward(const Tensor& z, WanFeatCache& cache, bool first_ch
   Tensor h = cached_conv(conv_in, z, cache);                 // [1, C, h, w]
   h = mid_block(h, cache);
   for (auto& b : up_blocks) h = (*b)(h, cache, first_chunk);  // [t, C0, h*f, w*f]
-  h = ops::silu(norm_out(h));
+  h = norm_out.with_silu(h);
   return cached_conv(conv_out, h, cache);  // [t, out*p^2, h*f, w*f]
 }
 

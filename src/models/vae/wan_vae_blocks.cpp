@@ -19,6 +19,10 @@ Tensor WanRMSNorm::forward(const Tensor& x) {  // x [N, C, H, W]
   return ops::channel_norm(x, gamma.dense().view({dim}), std::sqrt(double(dim)), 1e-12);  // [N, C, H, W]
 }
 
+Tensor WanRMSNorm::forward_silu(const Tensor& x) {
+  return ops::channel_norm_silu(x, gamma.dense().view({dim}), std::sqrt(double(dim)), 1e-12);
+}
+
 // ---- WanResidualBlock -------------------------------------------------------------------------------
 
 WanResidualBlock::WanResidualBlock(int64_t in_dim, int64_t out_dim)
@@ -39,9 +43,9 @@ WanResidualBlock::WanResidualBlock(int64_t in_dim, int64_t out_dim)
 
 Tensor WanResidualBlock::forward(const Tensor& x, WanFeatCache& cache, bool) {  // x [T, Cin, H, W]
   const Tensor h = conv_shortcut ? (*conv_shortcut)(x) : x;  // [T, Cout, H, W]
-  Tensor y = ops::silu(norm1(x));                            // [T, Cin, H, W]
+  Tensor y = norm1.with_silu(x);                             // silu(norm1(x)): [T, Cin, H, W]
   y = cached_conv(conv1, y, cache);                          // [T, Cout, H, W]
-  y = ops::silu(norm2(y));                                   // [T, Cout, H, W]
+  y = norm2.with_silu(y);                                    // [T, Cout, H, W]
   y = cached_conv(conv2, y, cache);                          // [T, Cout, H, W]
   return ops::add(y, h);
 }

@@ -33,6 +33,9 @@ class WanRMSNorm : public Module {
   WanRMSNorm(int64_t dim, bool images);
   Tensor operator()(const Tensor& x) { return call1(x, &WanRMSNorm::forward); }
   Tensor forward(const Tensor& x);  // [N, C, H, W] -> [N, C, H, W]
+  // silu(norm(x)) in one op (ops::channel_norm_silu): the same values as the two ops.
+  Tensor with_silu(const Tensor& x) { return call1(x, &WanRMSNorm::forward_silu); }
+  Tensor forward_silu(const Tensor& x);
   int64_t dim;
   Parameter gamma;
 };

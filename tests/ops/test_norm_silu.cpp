@@ -1,4 +1,5 @@
-// group_norm_silu against the two ops it replaces (silu(group_norm(x)), the VAEs' norm + nonlinearity),
+// group_norm_silu and channel_norm_silu against the two ops each replaces (silu(norm(x)): the FLUX and Wan
+// VAEs' norm + nonlinearity),
 // bit for bit, on the device's kernels: bf16, f16 and f32, affine or not, a strided view, rows longer
 // than the CPU kernel's chunks. A silu taken before the norm's rounding to x's dtype (or a rounding
 // skipped) fails here; the op table (op_cases.h) holds it to the f64 reference.
@@ -39,6 +40,22 @@ TEST(GroupNormSilu, EqualsSiluOfGroupNormBitwise) {
         const Tensor chain = ops::silu(ops::group_norm(x, 4, w, b, 1e-6));
         expect_bits_equal(fused, chain,
                           std::string(dtype_name(dt)) + (affine ? " affine" : "") + (view ? " view" : ""));
+      }
+}
+
+TEST(ChannelNormSilu, EqualsSiluOfChannelNormBitwise) {
+  Generator g(12);
+  for (DType dt : {DType::bf16, DType::f16, DType::f32})
+    for (bool weight : {true, false})
+      for (bool view : {false, true}) {
+        // [1, 16, 3, 40, 50]: 6000 pixels per image, several of the kernel's 1024-pixel blocks and a tail.
+        Tensor x = ops::mul_scalar(randn_tensor({1, 16, 3, 40, 50}, g, DType::f32), 4.0).to(dt);
+        if (view) x = x.transpose(3, 4);
+        const Tensor w = weight ? randn_tensor({16}, g, DType::f32).to(dt) : Tensor();
+        const Tensor fused = ops::channel_norm_silu(x, w, 4.0);
+        const Tensor chain = ops::silu(ops::channel_norm(x, w, 4.0));
+        expect_bits_equal(fused, chain,
+                          std::string(dtype_name(dt)) + (weight ? " weight" : "") + (view ? " view" : ""));
       }
 }
 
