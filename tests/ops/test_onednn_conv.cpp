@@ -166,7 +166,9 @@ TEST(OnednnConvWeights, CacheNoticesAWeightChangedInPlace) {
     const Tensor w2 = filled({24, 16, 3, 3}, dt, -0.2f, 0.1f);
     std::memcpy(w.data_ptr(), w2.data_ptr(), size_t(w.numel()) * dtype_size(dt));
     const Tensor changed = ops::conv2d(x, w, b, 1, {1, 1, 1, 1});
-    EXPECT_EQ(cpu::onednn_conv_stats().refreshed, s2.refreshed + 1);
+    // Every cached layout of it is reordered again: one, or one per band primitive whose weight layout
+    // differs (oneDNN may pick another for the image's edge bands on some ISAs).
+    EXPECT_GE(cpu::onednn_conv_stats().refreshed, s2.refreshed + 1);
     Tensor expect;
     {
       const cpu::ScopedTuning gemm(with_conv(cpu::ConvKernel::implicit_gemm));
