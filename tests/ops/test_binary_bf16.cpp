@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/random.h"
+#include "expect_bits.h"
 #include "ops/ops.h"
 
 namespace diffq {
@@ -34,13 +35,7 @@ TEST(BinaryBf16, EqualsTheFloat32OpRoundedBitwise) {
   for (const auto& [name, fn] : fns) {
     const Tensor fast = fn(a, b);
     const Tensor want = fn(a.to(DType::f32), b.to(DType::f32)).to(DType::bf16);
-    ASSERT_EQ(fast.dtype(), DType::bf16) << name;
-    int64_t differ = 0;
-    const auto* x = static_cast<const uint16_t*>(fast.contiguous().data_ptr());
-    const Tensor wc = want.contiguous();
-    const auto* y = static_cast<const uint16_t*>(wc.data_ptr());
-    for (int64_t i = 0; i < fast.numel(); ++i) differ += x[i] != y[i];
-    EXPECT_EQ(differ, 0) << name << ": " << differ << " of " << fast.numel() << " elements differ";
+    expect_bits_equal(fast, want, name);
   }
 }
 

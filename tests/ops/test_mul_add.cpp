@@ -9,22 +9,11 @@
 
 #include "core/random.h"
 #include "diffq/error.h"
+#include "expect_bits.h"
 #include "ops/ops.h"
 
 namespace diffq {
 namespace {
-
-void expect_bits_equal(const Tensor& a, const Tensor& b, const std::string& what) {
-  ASSERT_EQ(a.dtype(), b.dtype()) << what;
-  ASSERT_EQ(a.shape(), b.shape()) << what;
-  const Tensor ac = a.contiguous(), bc = b.contiguous();
-  const size_t es = dtype_size(a.dtype());
-  for (int64_t i = 0; i < ac.numel(); ++i)
-    ASSERT_EQ(std::memcmp(static_cast<const char*>(ac.data_ptr()) + size_t(i) * es,
-                          static_cast<const char*>(bc.data_ptr()) + size_t(i) * es, es),
-              0)
-        << what << ": element " << i << " of " << a.str();
-}
 
 // [1, N, D] operands with a [1, 1, D] float32 gate (Wan's shapes), D odd and wider than the kernel's chunk
 // so the vector tails and several chunks per row run; infinities and a NaN among the values.

@@ -9,22 +9,11 @@
 #include <string>
 
 #include "core/random.h"
+#include "expect_bits.h"
 #include "ops/ops.h"
 
 namespace diffq {
 namespace {
-
-void expect_bits_equal(const Tensor& a, const Tensor& b, const std::string& what) {
-  ASSERT_EQ(a.dtype(), b.dtype()) << what;
-  ASSERT_EQ(a.shape(), b.shape()) << what;
-  const Tensor ac = a.contiguous(), bc = b.contiguous();
-  const size_t es = dtype_size(a.dtype());
-  int64_t differ = 0;
-  for (int64_t i = 0; i < ac.numel(); ++i)
-    differ += std::memcmp(static_cast<const char*>(ac.data_ptr()) + size_t(i) * es,
-                          static_cast<const char*>(bc.data_ptr()) + size_t(i) * es, es) != 0;
-  EXPECT_EQ(differ, 0) << what << ": " << differ << " of " << ac.numel() << " elements differ";
-}
 
 TEST(GroupNormSilu, EqualsSiluOfGroupNormBitwise) {
   Generator g(11);
