@@ -324,8 +324,8 @@ struct Band {
   OnednnConvShape s;           // the band's conv: one image of rows [in0, in0 + s.h)
 };
 
-// Measured on the FLUX VAE decode (AMX, 2 MiB L2 a core): bands of 1.5-4 MiB 0.47 s, of ~6.5 MiB (two
-// per thread) 0.50 s, of 256 KiB 0.51-0.53 s.
+// On the FLUX VAE decode (AMX, 2 MiB L2 a core) bands of 1.5-4 MiB ran fastest, smaller (256 KiB) and larger
+// ones (~6.5 MiB: two per thread) slower (docs/benchmarks.md "Fourth AMX session").
 constexpr int64_t kBandBytes = int64_t(2) << 20;
 
 Band make_band(const OnednnConvShape& s, int64_t image, int64_t r0, int64_t r1) {
