@@ -129,34 +129,38 @@ Tensor rms_norm(const Tensor& x, const Tensor& w, double eps) {
   return call1(OpKind::rms_norm, {x, w}, a);
 }
 
-Tensor group_norm(const Tensor& x, int64_t groups, const Tensor& w, const Tensor& b, double eps) {
+namespace {
+// The norms' attributes; silu: the op's fused silu (attrs.flag).
+Attrs group_norm_attrs(int64_t groups, double eps, bool silu) {
   Attrs a;
   a.i0 = groups;
   a.f0 = eps;
-  return call1(OpKind::group_norm, {x, w, b}, a);
+  a.flag = silu;
+  return a;
+}
+Attrs channel_norm_attrs(double scale, double eps, bool silu) {
+  Attrs a;
+  a.f0 = eps;
+  a.f1 = scale;
+  a.flag = silu;
+  return a;
+}
+}  // namespace
+
+Tensor group_norm(const Tensor& x, int64_t groups, const Tensor& w, const Tensor& b, double eps) {
+  return call1(OpKind::group_norm, {x, w, b}, group_norm_attrs(groups, eps, false));
 }
 
 Tensor group_norm_silu(const Tensor& x, int64_t groups, const Tensor& w, const Tensor& b, double eps) {
-  Attrs a;
-  a.i0 = groups;
-  a.f0 = eps;
-  a.flag = true;
-  return call1(OpKind::group_norm, {x, w, b}, a);
+  return call1(OpKind::group_norm, {x, w, b}, group_norm_attrs(groups, eps, true));
 }
 
 Tensor channel_norm(const Tensor& x, const Tensor& w, double scale, double eps) {
-  Attrs a;
-  a.f0 = eps;
-  a.f1 = scale;
-  return call1(OpKind::channel_norm, {x, w}, a);
+  return call1(OpKind::channel_norm, {x, w}, channel_norm_attrs(scale, eps, false));
 }
 
 Tensor channel_norm_silu(const Tensor& x, const Tensor& w, double scale, double eps) {
-  Attrs a;
-  a.f0 = eps;
-  a.f1 = scale;
-  a.flag = true;
-  return call1(OpKind::channel_norm, {x, w}, a);
+  return call1(OpKind::channel_norm, {x, w}, channel_norm_attrs(scale, eps, true));
 }
 
 Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
@@ -169,18 +173,22 @@ Tensor sdpa(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mas
   return call1(OpKind::sdpa, {q, k, v, mask}, a);
 }
 
-Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride, Conv2dPad pad) {
+namespace {
+Attrs conv2d_attrs(int64_t stride, Conv2dPad pad) {
   Attrs a;
   a.ints = {stride, pad.left, pad.right, pad.top, pad.bottom};
-  return call1(OpKind::conv2d, {x, w, b}, a);
+  return a;
+}
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride, Conv2dPad pad) {
+  return call1(OpKind::conv2d, {x, w, b}, conv2d_attrs(stride, pad));
 }
 
 Tensor conv2d_add(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride, Conv2dPad pad,
                   const Tensor& residual) {
   check(residual.defined(), "conv2d_add", "needs a residual tensor");
-  Attrs a;
-  a.ints = {stride, pad.left, pad.right, pad.top, pad.bottom};
-  return call1(OpKind::conv2d, {x, w, b, residual}, a);
+  return call1(OpKind::conv2d, {x, w, b, residual}, conv2d_attrs(stride, pad));
 }
 
 Tensor upsample_nearest2x(const Tensor& x) { return call1(OpKind::upsample_nearest2x, {x}); }

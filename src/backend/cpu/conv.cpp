@@ -243,25 +243,12 @@ void conv2d_gemm(const OpCall& c, Tensor& out) {
 
 // out = residual + out (conv2d_add after a conv that did not add it), rounded once to out's dtype.
 void add_residual(const Tensor& residual, Tensor& out) {
-  const int64_t n = out.numel();
-  const DType dt = out.dtype();
+  const int64_t n = out.numel(), es = int64_t(dtype_size(out.dtype()));
   auto* y = static_cast<uint8_t*>(out.data_ptr());
   const auto* r = static_cast<const uint8_t*>(residual.data_ptr());
-  const int64_t es = int64_t(dtype_size(dt));
   parallel_for((n + kMapChunk - 1) / kMapChunk, 1, [&](int64_t b0, int64_t b1) {
-    float rb[kMapChunk], yb[kMapChunk];
-    for (int64_t b = b0; b < b1; ++b) {
-      const int64_t i = b * kMapChunk, len = std::min(kMapChunk, n - i);
-      if (dt == DType::bf16) {
-        binary_row_bf16(ops::BinaryFn::add, reinterpret_cast<const uint16_t*>(r) + i,
-                        reinterpret_cast<const uint16_t*>(y) + i, reinterpret_cast<uint16_t*>(y) + i, len);
-        continue;
-      }
-      load_f32(r + i * es, dt, 1, rb, len);
-      load_f32(y + i * es, dt, 1, yb, len);
-      binary_row_f32(ops::BinaryFn::add, rb, false, yb, false, yb, len);
-      store_f32(yb, y + i * es, dt, len);
-    }
+    const int64_t i = b0 * kMapChunk, len = std::min(b1 * kMapChunk, n) - i;
+    add_row_into(out.dtype(), r + i * es, y + i * es, len);
   });
 }
 

@@ -136,6 +136,28 @@ void binary_row_f32(ops::BinaryFn fn, const float* a, bool a_bcast, const float*
                     int64_t n) {
   HWY_DYNAMIC_DISPATCH(BinaryF32)(int64_t(fn), a, a_bcast, b, b_bcast, y, n);
 }
+
+void add_row_into(DType dt, const void* r, void* y, int64_t n) {
+  if (dt == DType::bf16) {
+    binary_row_bf16(ops::BinaryFn::add, static_cast<const uint16_t*>(r), static_cast<const uint16_t*>(y),
+                    static_cast<uint16_t*>(y), n);
+    return;
+  }
+  if (dt == DType::f32) {
+    HWY_DYNAMIC_DISPATCH(BinaryF32)(int64_t(ops::BinaryFn::add), static_cast<const float*>(r), false,
+                                    static_cast<const float*>(y), false, static_cast<float*>(y), n);
+    return;
+  }
+  const int64_t es = int64_t(dtype_size(dt));
+  float rb[kMapChunk], yb[kMapChunk];
+  for (int64_t i = 0; i < n; i += kMapChunk) {
+    const int64_t len = std::min(kMapChunk, n - i);
+    load_f32(static_cast<const uint8_t*>(r) + i * es, dt, 1, rb, len);
+    load_f32(static_cast<uint8_t*>(y) + i * es, dt, 1, yb, len);
+    HWY_DYNAMIC_DISPATCH(BinaryF32)(int64_t(ops::BinaryFn::add), rb, false, yb, false, yb, len);
+    store_f32(yb, static_cast<uint8_t*>(y) + i * es, dt, len);
+  }
+}
 void affine_clamp_row_f32(const float* x, float* y, int64_t n, float mul, float add, bool clamp, float lo,
                           float hi) {
   HWY_DYNAMIC_DISPATCH(AffineClampF32)(x, y, n, mul, add, clamp, lo, hi);

@@ -28,6 +28,7 @@ using Dt = memory::data_type;
 
 Dt dt_of(ConvElem e) { return e == ConvElem::bf16 ? Dt::bf16 : Dt::f32; }
 size_t elem_bytes(ConvElem e) { return e == ConvElem::bf16 ? 2 : 4; }
+DType dtype_of(ConvElem e) { return e == ConvElem::bf16 ? DType::bf16 : DType::f32; }
 
 dnnl::engine& engine() { return onednn_engine(); }
 
@@ -44,8 +45,8 @@ struct Key {
 
 // A cached convolution: the primitive with its layouts, the conversions from diffq's NCHW src and to its
 // NCHW dst where oneDNN prefers other layouts, and its scratchpad size. Channels-last (NHWC, what
-// brgconv takes) is reached by diffq's transposes (transpose.h: 2-3x oneDNN's reorder here), any other
-// layout by oneDNN's reorder (null where the layouts agree). prim is null where oneDNN offers only a
+// brgconv takes) is reached by diffq's transposes (transpose.h), any other layout by oneDNN's reorder
+// (null where the layouts agree). prim is null where oneDNN offers only a
 // reference implementation (slower than diffq's implicit GEMM).
 struct Entry {
   std::unique_ptr<dnnl::convolution_forward> prim;
@@ -260,16 +261,6 @@ std::string onednn_conv_impl(ConvElem in) {
 
 namespace {
 
-// y[0, n) = residual + y (conv2d_add's skip connection, both of element type `out`).
-void add_residual(ConvElem out, void* y, const void* residual, int64_t n) {
-  if (out == ConvElem::bf16)
-    binary_row_bf16(ops::BinaryFn::add, static_cast<const uint16_t*>(residual), static_cast<const uint16_t*>(y),
-                    static_cast<uint16_t*>(y), n);
-  else
-    binary_row_f32(ops::BinaryFn::add, static_cast<const float*>(residual), false, static_cast<const float*>(y),
-                   false, static_cast<float*>(y), n);
-}
-
 // Runs e (for shape s) on src / dst already in e's layouts, with the weights w in e's layout.
 void execute(const Entry& e, ThreadState& t, const memory& src, const memory& dst, const void* wei,
              const float* bias) {
@@ -343,7 +334,7 @@ Band make_band(const OnednnConvShape& s, int64_t image, int64_t r0, int64_t r1) 
 // The conv split into bands of output rows over diffq's threads, each band one single-threaded oneDNN
 // call between its own transposes (NCHW rows -> NHWC -> NCHW rows), so no OpenMP team runs: an idle
 // OpenMP team spins for milliseconds after each parallel call, taking the cores from the diffq threads
-// that run the ops between convs (docs/benchmarks.md "VAE decode: convolutions on diffq's threads").
+// that run the ops between convs (docs/benchmarks.md "Fourth AMX session").
 // False (nothing computed) where some band's primitive does not run channels-last or oneDNN declines it.
 bool run_banded(ConvElem in, ConvElem out, const OnednnConvShape& s, const void* x, const void* w, const float* bias,
                 void* y, const void* residual, int threads) {
@@ -366,10 +357,13 @@ bool run_banded(ConvElem in, ConvElem out, const OnednnConvShape& s, const void*
     if (!e.prim || !e.src_nhwc || !e.dst_nhwc) return false;
     entries.push_back(&e);
   }
-  // The weights once per layout (the bands share one as a rule), read and fingerprinted once per call.
-  for (size_t i = 0; i < bands.size(); ++i)
-    weights.push_back(i > 0 && entries[i]->wei == entries[i - 1]->wei ? weights[i - 1]
-                                                                      : weights_for(*entries[i], in, bands[i].s, w, t.stream));
+  // The weights once per layout (the bands share one as a rule, edge bands may differ), each layout's
+  // bytes checked (fingerprinted) once per call.
+  for (size_t i = 0; i < bands.size(); ++i) {
+    size_t j = 0;
+    while (j < i && entries[j]->wei != entries[i]->wei) ++j;
+    weights.push_back(j < i ? weights[j] : weights_for(*entries[i], in, bands[i].s, w, t.stream));
+  }
   const size_t ib = elem_bytes(in), ob = elem_bytes(out);
   const int64_t plane = s.h * s.w, out_plane = s.ho * s.wo;
   parallel_for(int64_t(bands.size()), 1, [&](int64_t b0, int64_t b1) {
@@ -389,7 +383,7 @@ bool run_banded(ConvElem in, ConvElem out, const OnednnConvShape& s, const void*
       if (residual) {  // the band's rows of each output channel, still in cache
         const auto* rb = static_cast<const uint8_t*>(residual) + size_t(b.image * s.o * out_plane + b.r0 * s.wo) * ob;
         for (int64_t o = 0; o < s.o; ++o)
-          add_residual(out, yd + size_t(o * out_plane) * ob, rb + size_t(o * out_plane) * ob, b.s.ho * s.wo);
+          add_row_into(dtype_of(out), rb + size_t(o * out_plane) * ob, yd + size_t(o * out_plane) * ob, b.s.ho * s.wo);
       }
     }
   });
@@ -410,7 +404,7 @@ bool onednn_conv2d(ConvElem in, ConvElem out, const OnednnConvShape& s, const vo
     if (run_banded(in, out, one, xp, w, bias, yp, rp, threads)) return true;
     OmpTeam team(threads);
     if (!run_conv(in, out, one, xp, w, bias, yp)) return false;
-    if (rp) add_residual(out, yp, rp, one.n * out_image);
+    if (rp) add_row_into(dtype_of(out), rp, yp, one.n * out_image);
     return true;
   };
   const auto* rb = static_cast<const uint8_t*>(residual);

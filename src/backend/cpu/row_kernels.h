@@ -17,6 +17,8 @@ void binary_row_f32(ops::BinaryFn fn, const float* a, bool a_bcast, const float*
 // The same on bf16 rows of unit stride, widened exactly and rounded once to bf16 (as binary_row_f32 then
 // a round to bf16); y may be a or b.
 void binary_row_bf16(ops::BinaryFn fn, const uint16_t* a, const uint16_t* b, uint16_t* y, int64_t n);
+// y[0, n) = r + y rounded once to dt (any float dtype; contiguous rows): conv2d_add's skip connection.
+void add_row_into(DType dt, const void* r, void* y, int64_t n);
 // y = a * b + c (mul_add's row: a product and a sum, each rounded to f32; the product also rounded through
 // round_product_to unless that is f32), the scalar form of mul_add.cpp's vector rows.
 void mul_add_row_reference(const float* a, bool a_bcast, const float* b, bool b_bcast, const float* c, bool c_bcast,

@@ -15,8 +15,8 @@ namespace diffq::backend::cpu {
 namespace {
 
 // Blocks of kBlockRows source rows x kBlockCols source columns (64 bytes of each of 128 rows for 2-byte
-// elements), taken row block by row block: measured best of 8-128 x 8-256 in both orders, both ways
-// round (NCHW rows <-> an NHWC band of a 128-channel VAE image: ~10 GB/s each way on one core).
+// elements), taken row block by row block: the best of 8-128 x 8-256 in both orders, both ways round,
+// in a scratch timing of NCHW rows <-> an NHWC band of a 128-channel VAE image on one core.
 constexpr int64_t kBlockRows = 128, kBlockCols = 32;
 
 template <class T>

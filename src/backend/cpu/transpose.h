@@ -1,7 +1,7 @@
 // 2-D transposes of 2- and 4-byte elements: the layout changes around oneDNN's convolution, which runs in
 // channels-last (NHWC) while diffq's tensors are NCHW: per image [C, H*W] -> [H*W, C] before it and back
-// after it. oneDNN's own reorder moves these at ~6 GB/s here; cache-blocked 8 x 8 register transposes run
-// at 2-3x that (docs/benchmarks.md "VAE decode: channels-last transposes").
+// after it (band by band, onednn_conv.cpp), instead of oneDNN's reorder: cache-blocked 8 x 8 register
+// transposes (docs/benchmarks.md "Fourth AMX session").
 #pragma once
 
 #include <cstddef>

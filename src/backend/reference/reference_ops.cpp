@@ -413,6 +413,12 @@ Array run(const ops::OpCall& c) {
   std::vector<Array> in;
   for (const Tensor& t : c.inputs) in.push_back(from_tensor(t));
   auto opt = [&](size_t i) { return i < in.size() ? in[i] : Array{}; };
+  // The norms' fused silu (attrs.flag): the norm's output rounded to x's dtype, then silu on it.
+  auto then_silu = [&](Array y) {
+    if (!c.attrs.flag) return y;
+    round_to(y, c.inputs[0].dtype());
+    return unary(UnaryFn::silu, y);
+  };
   const auto& a = c.attrs;
   switch (c.kind) {
     case OpKind::copy:
@@ -430,18 +436,8 @@ Array run(const ops::OpCall& c) {
     case OpKind::softmax: return softmax(in[0], a.i0);
     case OpKind::layer_norm: return layer_norm(in[0], opt(1), opt(2), a.f0);
     case OpKind::rms_norm: return rms_norm(in[0], opt(1), a.f0);
-    case OpKind::group_norm: {
-      Array y = group_norm(in[0], a.i0, opt(1), opt(2), a.f0);
-      if (!a.flag) return y;
-      round_to(y, c.inputs[0].dtype());  // the norm's output, then silu on it
-      return unary(UnaryFn::silu, y);
-    }
-    case OpKind::channel_norm: {
-      Array y = channel_norm(in[0], opt(1), a.f0, a.f1);
-      if (!a.flag) return y;
-      round_to(y, c.inputs[0].dtype());  // the norm's output, then silu on it
-      return unary(UnaryFn::silu, y);
-    }
+    case OpKind::group_norm: return then_silu(group_norm(in[0], a.i0, opt(1), opt(2), a.f0));
+    case OpKind::channel_norm: return then_silu(channel_norm(in[0], opt(1), a.f0, a.f1));
     case OpKind::rope: return rope(in[0], in[1], in[2]);
     case OpKind::sdpa: {
       const bool bool_mask = c.inputs.size() > 3 && c.inputs[3].defined() &&
