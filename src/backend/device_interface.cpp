@@ -29,6 +29,7 @@ DeviceInterface* set_device_interface(DeviceKind k, DeviceInterface* d) {
 void register_device_interface(DeviceKind k, DeviceInterface* d) { table()[slot(k)].store(d); }
 
 int64_t DeviceInterface::memory_available(int) { return -1; }
+bool DeviceInterface::prefers_channels_last(DType) const { return false; }
 
 std::unique_ptr<CapturedWork> DeviceInterface::capture(int, const std::function<void()>&, std::string* why) {
   if (why) *why = "this device cannot capture its work for replay";

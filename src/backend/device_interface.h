@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "diffq/device.h"
+#include "diffq/dtype.h"
 #include "diffq/memory.h"
 
 namespace diffq::backend {
@@ -41,6 +42,9 @@ class DeviceInterface {
   // keeps cached there (reusable once the weights placed there go home); -1 when unknown. For the
   // memory-budget planner's `--max-memory auto`.
   virtual int64_t memory_available(int index);
+  // Whether this device's convolutions of `dtype` run faster on channels-last images than on [N, C, H, W]
+  // (ops::prefers_channels_last). Either layout computes the same values; false unless a backend says so.
+  virtual bool prefers_channels_last(DType dtype) const;
   // A fence: an event recorded now on device `index`'s compute stream (its kernels queued so far).
   virtual std::shared_ptr<void> record_fence(int index) = 0;
   // Copies host -> device on device `index`'s transfer stream after `wait` (a fence, may be empty) and

@@ -14,6 +14,7 @@
 namespace diffq::backend {
 namespace cpu {
 void register_kernels();
+bool prefers_channels_last(DType conv_dtype);  // backend/cpu/conv.h
 }
 #ifdef DIFFQ_HAS_CUDA
 namespace cuda {
@@ -36,6 +37,7 @@ class CpuDeviceInterface final : public DeviceInterface {
   void upload_on_side_stream(int, void*, const void*, size_t, const std::shared_ptr<void>&) override {
     fail("offload", "the cpu has no transfer stream");
   }
+  bool prefers_channels_last(DType dtype) const override { return cpu::prefers_channels_last(dtype); }
 };
 }  // namespace
 

@@ -63,11 +63,11 @@ GroupNorm::GroupNorm(int64_t g, int64_t channels, double e, bool a)
 }
 
 Tensor GroupNorm::forward(const Tensor& x) {
-  return ops::group_norm(x, groups, opt(weight, affine), opt(bias, affine), eps);
+  return ops::group_norm(x, groups, opt(weight, affine), opt(bias, affine), eps, layout);
 }
 
 Tensor GroupNorm::forward_silu(const Tensor& x) {
-  return ops::group_norm_silu(x, groups, opt(weight, affine), opt(bias, affine), eps);
+  return ops::group_norm_silu(x, groups, opt(weight, affine), opt(bias, affine), eps, layout);
 }
 
 Conv2d::Conv2d(int64_t in, int64_t out, int64_t k, int64_t s, int64_t p, bool b)
@@ -78,14 +78,14 @@ Conv2d::Conv2d(int64_t in, int64_t out, int64_t k, int64_t s, int64_t p, bool b)
 
 Tensor Conv2d::forward(const Tensor& x) {
   return ops::conv2d(x, weight.dense(), opt(bias, has_bias), stride,
-                     {padding, padding, padding, padding});
+                     {padding, padding, padding, padding}, layout);
 }
 
 Tensor Conv2d::add_to(const Tensor& residual, const Tensor& x) {
   if (CaptureHook::current()) return ops::add(residual, (*this)(x));
   return call([&] {
     return ops::conv2d_add(x, weight.dense(), opt(bias, has_bias), stride, {padding, padding, padding, padding},
-                           residual);
+                           residual, layout);
   });
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "modules/module.h"
+#include "ops/op.h"
 
 namespace diffq {
 
@@ -61,6 +62,7 @@ class GroupNorm : public Module {
   int64_t groups;
   double eps;
   bool affine;
+  ops::ImageLayout layout = ops::ImageLayout::channels_first;  // where x's channels are (set by the model)
   Parameter weight, bias;
 };
 
@@ -75,6 +77,7 @@ class Conv2d : public Module {
   Tensor add_to(const Tensor& residual, const Tensor& x);
   int64_t stride, padding;
   bool has_bias;
+  ops::ImageLayout layout = ops::ImageLayout::channels_first;  // x [N, C, H, W] or [N, H, W, C] (set by the model)
   Parameter weight, bias;
 };
 

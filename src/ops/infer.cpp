@@ -29,6 +29,13 @@ void need_float(const OpCall& c, const Tensor& t, const char* what) {
 
 OutputMeta like(const Tensor& t, Shape shape) { return {std::move(shape), t.dtype(), t.device()}; }
 
+// An image op's layout (attrs.i1): channels-last, channels-first, or an error naming the value.
+bool channels_last(const OpCall& c, const char* op) {
+  check(c.attrs.i1 == int64_t(ImageLayout::channels_first) || c.attrs.i1 == int64_t(ImageLayout::channels_last), op,
+        "layout attribute ", c.attrs.i1, " is neither channels-first (0) nor channels-last (1)");
+  return c.attrs.i1 == int64_t(ImageLayout::channels_last);
+}
+
 OutputMeta infer_linear(const OpCall& c) {
   need_inputs(c, 2);
   const Tensor &x = c.inputs[0], &w = c.inputs[1];
@@ -86,19 +93,23 @@ OutputMeta infer_sdpa(const OpCall& c) {
 OutputMeta infer_conv2d(const OpCall& c) {
   need_inputs(c, 2);
   const Tensor &x = c.inputs[0], &w = c.inputs[1];
-  check(x.dim() == 4 && w.dim() == 4 && x.size(1) == w.size(1), "conv2d",
-        "expects x[N, C, H, W] and w[O, C, kh, kw], got ", x.str(), " and ", w.str());
+  const bool last = channels_last(c, "conv2d");
+  // x's channels, height and width dims
+  const int64_t dc = last ? 3 : 1, dh = last ? 1 : 2, dw = last ? 2 : 3;
+  check(x.dim() == 4 && w.dim() == 4 && x.size(dc) == w.size(1), "conv2d", "expects x",
+        last ? "[N, H, W, C]" : "[N, C, H, W]", " and w[O, C, kh, kw], got ", x.str(), " and ", w.str());
   check(c.attrs.ints.size() == 5, "conv2d", "attrs need {stride, left, right, top, bottom}");
   const int64_t s = c.attrs.ints[0];
   check(s >= 1, "conv2d", "stride must be >= 1");
-  const int64_t h = x.size(2) + c.attrs.ints[3] + c.attrs.ints[4];
-  const int64_t wd = x.size(3) + c.attrs.ints[1] + c.attrs.ints[2];
+  const int64_t h = x.size(dh) + c.attrs.ints[3] + c.attrs.ints[4];
+  const int64_t wd = x.size(dw) + c.attrs.ints[1] + c.attrs.ints[2];
   check(h >= w.size(2) && wd >= w.size(3), "conv2d", "padded input ", h, "x", wd,
         " smaller than kernel ", w.size(2), "x", w.size(3));
   if (c.inputs.size() > 2 && c.inputs[2].defined())
     check(c.inputs[2].numel() == w.size(0), "conv2d", "bias has ", c.inputs[2].numel(),
           " elements, expected ", w.size(0));
-  const Shape out{x.size(0), w.size(0), (h - w.size(2)) / s + 1, (wd - w.size(3)) / s + 1};
+  const int64_t ho = (h - w.size(2)) / s + 1, wo = (wd - w.size(3)) / s + 1;
+  const Shape out = last ? Shape{x.size(0), ho, wo, w.size(0)} : Shape{x.size(0), w.size(0), ho, wo};
   if (c.inputs.size() > 3 && c.inputs[3].defined())
     check(c.inputs[3].shape() == out && c.inputs[3].dtype() == x.dtype(), "conv2d", "residual ", c.inputs[3].str(),
           " must have the output's shape ", shape_str(out), " and x's dtype ", dtype_name(x.dtype()));
@@ -177,9 +188,10 @@ OutputMeta infer(const OpCall& c) {
       need_inputs(c, 1);
       same_device(c);
       const Tensor& x = c.inputs[0];
-      check(x.dim() >= 2 && c.attrs.i0 > 0 && x.size(1) % c.attrs.i0 == 0, "group_norm", "channels of ",
+      const int64_t ch = channels_last(c, "group_norm") ? -1 : 1;
+      check(x.dim() >= 2 && c.attrs.i0 > 0 && x.size(ch) % c.attrs.i0 == 0, "group_norm", "channels of ",
             x.str(), " not divisible into ", c.attrs.i0, " groups");
-      return infer_norm(c, x.size(1));
+      return infer_norm(c, x.size(ch));
     }
     case OpKind::rope: {
       need_inputs(c, 3);
@@ -195,6 +207,10 @@ OutputMeta infer(const OpCall& c) {
     case OpKind::upsample_nearest2x: {
       need_inputs(c, 1);
       const Tensor& x = c.inputs[0];
+      if (channels_last(c, "upsample_nearest2x")) {
+        check(x.dim() == 4, "upsample_nearest2x", "expects [N, H, W, C], got ", x.str());
+        return like(x, {x.size(0), 2 * x.size(1), 2 * x.size(2), x.size(3)});
+      }
       check(x.dim() == 4, "upsample_nearest2x", "expects [N, C, H, W], got ", x.str());
       return like(x, {x.size(0), x.size(1), 2 * x.size(2), 2 * x.size(3)});
     }

@@ -27,12 +27,13 @@ enum class OpKind : uint16_t {
   layer_norm,  // x, w?, b?; attrs.f0 = eps; normalises the last dim
   rms_norm,    // x, w?; attrs.f0 = eps; last dim
   group_norm,  // x[N, C, ...], w?, b?; attrs.i0 = groups, attrs.f0 = eps; attrs.flag: silu of the result
-               // (rounded to x's dtype first, as the two ops)
+               // (rounded to x's dtype first, as the two ops); attrs.i1 = ImageLayout (channels-last: x[N, ..., C])
   rope,        // x[B, S, H, D], cos[S, D], sin[S, D]: interleaved pairs
   sdpa,        // q[B, H, Sq, D], k[B, H, Sk, D], v[B, H, Sk, Dv], mask?; attrs.f0 = scale
   conv2d,      // x[N, C, H, W], w[O, C, kh, kw], b?, r?; attrs.ints = {stride, pad_left, pad_right, pad_top, pad_bottom};
-               // r (x's dtype, the output's shape): r + conv, the conv rounded to x's dtype first (ops::conv2d_add)
-  upsample_nearest2x,  // x[N, C, H, W] -> [N, C, 2H, 2W]
+               // r (x's dtype, the output's shape): r + conv, the conv rounded to x's dtype first (ops::conv2d_add);
+               // attrs.i1 = ImageLayout (channels-last: x[N, H, W, C] -> [N, Ho, Wo, O], w still [O, C, kh, kw])
+  upsample_nearest2x,  // x[N, C, H, W] -> [N, C, 2H, 2W]; attrs.i1 = ImageLayout ([N, H, W, C] -> [N, 2H, 2W, C])
   concat,      // inputs..., attrs.i0 = dim
   embedding,   // ids (integer) [...], table [V, D] -> [..., D]
   reduce,      // attrs.i0 = ReduceFn, attrs.ints = dims, attrs.flag = keepdim
@@ -52,6 +53,9 @@ enum class UnaryFn : int64_t {
   silu, gelu_tanh, gelu_erf, quick_gelu, exp, neg, sqrt, rsqrt, tanh, sigmoid, sin, cos, abs, square
 };
 enum class ReduceFn : int64_t { sum, mean, max };
+// Where an image's channels are: [N, C, H, W] (PyTorch's default) or [N, H, W, C], the layout the CPU's
+// oneDNN convolutions and cuDNN's tensor cores run on natively (ops::prefers_channels_last).
+enum class ImageLayout : int64_t { channels_first = 0, channels_last = 1 };
 
 std::string_view op_name(OpKind k);
 

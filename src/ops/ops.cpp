@@ -3,6 +3,7 @@
 
 #include "diffq/error.h"
 #include "ops/trace.h"
+#include "backend/device_interface.h"
 
 namespace diffq::ops {
 
@@ -131,9 +132,10 @@ Tensor rms_norm(const Tensor& x, const Tensor& w, double eps) {
 
 namespace {
 // The norms' attributes; silu: the op's fused silu (attrs.flag).
-Attrs group_norm_attrs(int64_t groups, double eps, bool silu) {
+Attrs group_norm_attrs(int64_t groups, double eps, bool silu, ImageLayout layout) {
   Attrs a;
   a.i0 = groups;
+  a.i1 = int64_t(layout);
   a.f0 = eps;
   a.flag = silu;
   return a;
@@ -147,12 +149,14 @@ Attrs channel_norm_attrs(double scale, double eps, bool silu) {
 }
 }  // namespace
 
-Tensor group_norm(const Tensor& x, int64_t groups, const Tensor& w, const Tensor& b, double eps) {
-  return call1(OpKind::group_norm, {x, w, b}, group_norm_attrs(groups, eps, false));
+Tensor group_norm(const Tensor& x, int64_t groups, const Tensor& w, const Tensor& b, double eps,
+                  ImageLayout layout) {
+  return call1(OpKind::group_norm, {x, w, b}, group_norm_attrs(groups, eps, false, layout));
 }
 
-Tensor group_norm_silu(const Tensor& x, int64_t groups, const Tensor& w, const Tensor& b, double eps) {
-  return call1(OpKind::group_norm, {x, w, b}, group_norm_attrs(groups, eps, true));
+Tensor group_norm_silu(const Tensor& x, int64_t groups, const Tensor& w, const Tensor& b, double eps,
+                       ImageLayout layout) {
+  return call1(OpKind::group_norm, {x, w, b}, group_norm_attrs(groups, eps, true, layout));
 }
 
 Tensor channel_norm(const Tensor& x, const Tensor& w, double scale, double eps) {
@@ -174,24 +178,62 @@ Tensor sdpa(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mas
 }
 
 namespace {
-Attrs conv2d_attrs(int64_t stride, Conv2dPad pad) {
+Attrs conv2d_attrs(int64_t stride, Conv2dPad pad, ImageLayout layout) {
   Attrs a;
   a.ints = {stride, pad.left, pad.right, pad.top, pad.bottom};
+  a.i1 = int64_t(layout);
   return a;
 }
 }  // namespace
 
-Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride, Conv2dPad pad) {
-  return call1(OpKind::conv2d, {x, w, b}, conv2d_attrs(stride, pad));
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride, Conv2dPad pad, ImageLayout layout) {
+  return call1(OpKind::conv2d, {x, w, b}, conv2d_attrs(stride, pad, layout));
 }
 
 Tensor conv2d_add(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride, Conv2dPad pad,
-                  const Tensor& residual) {
+                  const Tensor& residual, ImageLayout layout) {
   check(residual.defined(), "conv2d_add", "needs a residual tensor");
-  return call1(OpKind::conv2d, {x, w, b, residual}, conv2d_attrs(stride, pad));
+  return call1(OpKind::conv2d, {x, w, b, residual}, conv2d_attrs(stride, pad, layout));
 }
 
-Tensor upsample_nearest2x(const Tensor& x) { return call1(OpKind::upsample_nearest2x, {x}); }
+Tensor upsample_nearest2x(const Tensor& x, ImageLayout layout) {
+  Attrs a;
+  a.i1 = int64_t(layout);
+  return call1(OpKind::upsample_nearest2x, {x}, a);
+}
+
+bool prefers_channels_last(Device device, DType dtype) {
+  backend::ensure_backends_registered();
+  backend::DeviceInterface* d = backend::device_interface(device.kind);
+  return d && d->prefers_channels_last(dtype);
+}
+
+namespace {
+// The permutation moving dim 1 (channels) last, or back.
+std::vector<int64_t> channels_perm(int64_t dims, bool to_last) {
+  std::vector<int64_t> p{0};
+  if (to_last) {
+    for (int64_t d = 2; d < dims; ++d) p.push_back(d);
+    p.push_back(1);
+  } else {
+    p.push_back(dims - 1);
+    for (int64_t d = 1; d + 1 < dims; ++d) p.push_back(d);
+  }
+  return p;
+}
+}  // namespace
+
+Tensor channels_last_view(const Tensor& x) {
+  check(x.dim() >= 3, "to_channels_last", "expects [N, C, ...], got ", x.str());
+  return x.permute(channels_perm(x.dim(), true));
+}
+
+Tensor to_channels_last(const Tensor& x) { return channels_last_view(x).contiguous(); }
+
+Tensor to_channels_first(const Tensor& x) {
+  check(x.dim() >= 3, "to_channels_first", "expects [N, ..., C], got ", x.str());
+  return x.permute(channels_perm(x.dim(), false)).contiguous();
+}
 
 Tensor embedding(const Tensor& ids, const Tensor& table) {
   return call1(OpKind::embedding, {ids, table});

@@ -51,10 +51,13 @@ inline Tensor quick_gelu(const Tensor& x) { return unary(x, UnaryFn::quick_gelu)
 Tensor softmax(const Tensor& x, int64_t dim = -1);
 Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps);  // w, b optional
 Tensor rms_norm(const Tensor& x, const Tensor& w, double eps);                      // w optional
-Tensor group_norm(const Tensor& x, int64_t groups, const Tensor& w, const Tensor& b, double eps);
+// x [N, C, ...], or [N, ..., C] channels-last.
+Tensor group_norm(const Tensor& x, int64_t groups, const Tensor& w, const Tensor& b, double eps,
+                  ImageLayout layout = ImageLayout::channels_first);
 // silu(group_norm(x)) in one pass over x (the VAEs' norm + nonlinearity): the same values as the two ops,
 // the norm rounded to x's dtype before the silu.
-Tensor group_norm_silu(const Tensor& x, int64_t groups, const Tensor& w, const Tensor& b, double eps);
+Tensor group_norm_silu(const Tensor& x, int64_t groups, const Tensor& w, const Tensor& b, double eps,
+                       ImageLayout layout = ImageLayout::channels_first);
 // F.normalize over the channels (dim 1) times scale and w[C] (optional): x [N, C, ...] /
 // max(||x[n, :, ...]||_2, eps) * scale * w (Wan's RMS_norm: scale sqrt(C)); f32 arithmetic, a bf16 result
 // rounded after the normalisation and after each product as torch's op-by-op bf16 (others once).
@@ -73,12 +76,22 @@ Tensor sdpa(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mas
 struct Conv2dPad {
   int64_t left = 0, right = 0, top = 0, bottom = 0;
 };
-Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride, Conv2dPad pad);
+// x [N, C, H, W] -> [N, O, Ho, Wo], or channels-last [N, H, W, C] -> [N, Ho, Wo, O]; w [O, C, kh, kw] either way.
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride, Conv2dPad pad,
+              ImageLayout layout = ImageLayout::channels_first);
 // residual + conv2d(x) in one op (the VAE resnets' skip connection): the same values as the two ops, the
 // conv rounded to x's dtype before the add; residual has the conv's output shape and x's dtype.
 Tensor conv2d_add(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride, Conv2dPad pad,
-                  const Tensor& residual);
-Tensor upsample_nearest2x(const Tensor& x);
+                  const Tensor& residual, ImageLayout layout = ImageLayout::channels_first);
+Tensor upsample_nearest2x(const Tensor& x, ImageLayout layout = ImageLayout::channels_first);
+// Whether `device`'s convolutions of `dtype` run faster channels-last (the device's backend decides: the
+// CPU where oneDNN's convolution runs them, DIFFQ_IMAGE_LAYOUT overriding). Models whose convolutions
+// dominate (the VAEs) keep their activations in the layout this picks.
+bool prefers_channels_last(Device device, DType dtype);
+// x [N, C, ...] <-> [N, ..., C] (contiguous copies); channels_last_view: the permuted view, no copy.
+Tensor to_channels_last(const Tensor& x);
+Tensor to_channels_first(const Tensor& x);
+Tensor channels_last_view(const Tensor& x);
 
 // ---- lookup and reductions ----
 Tensor embedding(const Tensor& ids, const Tensor& table);

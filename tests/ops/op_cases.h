@@ -417,6 +417,50 @@ inline void conv_layout_cases(Table& t) {
   t.add("upsample", {I({2, 2, 3, 11})}, up, 0.0);
   t.add("upsample", {I({1, 2, 3, 3}, i64, E, Gen::small_int)}, up, 0.0);
 
+  // Channels-last images ([N, H, W, C]; ops::ImageLayout): the VAEs' layout where the device prefers it.
+  // The CPU's oneDNN convolutions read and write them in place, its group norm and upsampling have their
+  // own kernels; every other case (f16, views, the GEMM convolutions, CUDA) goes through channels-first.
+  constexpr auto CL = ops::ImageLayout::channels_last;
+  auto cvl = [](int64_t s, ops::Conv2dPad p) {
+    return [s, p](const std::vector<Tensor>& x) { return ops::conv2d(x[0], x[1], x[2], s, p, CL); };
+  };
+  t.add("conv2d_cl", {I({1, 8, 8, 3}), I({4, 3, 3, 3}), I({4})}, cvl(1, {1, 1, 1, 1}), 1e-4);
+  t.add("conv2d_cl", {I({2, 9, 7, 5}), I({6, 5, 3, 3}), I({6})}, cvl(2, {0, 1, 0, 1}), 1e-4);
+  t.add("conv2d_cl", {I({2, 9, 7, 5}), I({3, 5, 1, 1}), absent()}, cvl(1, {}), 1e-4);
+  t.add("conv2d_cl", {I({1, 10, 9, 8}, bf16), I({8, 8, 3, 3}, bf16), I({8}, bf16)}, cvl(1, {1, 1, 1, 1}), 1e-2);
+  t.add("conv2d_cl", {I({2, 20, 24, 32}, bf16), I({16, 32, 3, 3}, bf16), I({16}, bf16)}, cvl(1, {1, 1, 1, 1}), 1e-2);
+  t.add("conv2d_cl", {I({2, 9, 7, 5}, bf16), I({6, 5, 3, 3}, bf16), I({6}, bf16)}, cvl(2, {0, 1, 0, 1}), 1e-2);
+  t.add("conv2d_cl", {I({2, 6, 5, 3}, bf16, P), I({4, 3, 3, 3}, bf16, T), I({4}, bf16)}, cvl(1, {1, 1, 1, 1}), 1e-2);
+  t.add("conv2d_cl", {I({1, 6, 6, 4}, f16), I({2, 4, 3, 3}, f16), I({2}, f16)}, cvl(1, {1, 1, 1, 1}), 2e-3);
+  auto cval = [](int64_t s, ops::Conv2dPad p) {
+    return [s, p](const std::vector<Tensor>& x) { return ops::conv2d_add(x[0], x[1], x[2], s, p, x[3], CL); };
+  };
+  t.add("conv2d_add_cl", {I({1, 8, 8, 3}), I({4, 3, 3, 3}), I({4}), I({1, 8, 8, 4})}, cval(1, {1, 1, 1, 1}), 1e-4);
+  t.add("conv2d_add_cl", {I({1, 10, 9, 8}, bf16), I({8, 8, 3, 3}, bf16), I({8}, bf16), I({1, 10, 9, 8}, bf16)},
+        cval(1, {1, 1, 1, 1}), 1e-2);
+  t.add("conv2d_add_cl", {I({2, 20, 24, 32}, bf16), I({16, 32, 3, 3}, bf16), I({16}, bf16), I({2, 20, 24, 16}, bf16, P)},
+        cval(1, {1, 1, 1, 1}), 1e-2);
+  auto gnl = [](int64_t g, bool silu) {
+    return [g, silu](const std::vector<Tensor>& x) {
+      return silu ? ops::group_norm_silu(x[0], g, x[1], x[2], 1e-6, CL) : ops::group_norm(x[0], g, x[1], x[2], 1e-6, CL);
+    };
+  };
+  t.add("group_norm_cl", {I({2, 5, 7, 6}), I({6}), I({6})}, gnl(3, false));
+  t.add("group_norm_cl", {I({1, 40, 40, 64}, bf16), I({64}, bf16), I({64}, bf16)}, gnl(32, false), 1e-2);
+  t.add("group_norm_cl", {I({2, 9, 4}), absent(), absent()}, gnl(2, false));
+  t.add("group_norm_cl", {I({1, 70, 70, 8}), absent(), I({8})}, gnl(2, false));  // several chunks of pixels
+  t.add("group_norm_cl", {I({1, 3, 3, 32}, f32, C, Gen::positive), I({32}), I({32})}, gnl(32, false));
+  t.add("group_norm_cl", {I({2, 6, 5, 8}, f16), I({8}, f16), I({8}, f16)}, gnl(2, false), 2e-3);
+  t.add("group_norm_cl", {I({2, 5, 7, 6}, bf16, P), I({6}, bf16), absent()}, gnl(3, false), 1e-2);
+  t.add("group_norm_silu_cl", {I({2, 5, 7, 6}), I({6}), I({6})}, gnl(3, true));
+  t.add("group_norm_silu_cl", {I({1, 70, 70, 8}, bf16), I({8}, bf16), I({8}, bf16)}, gnl(2, true), 1e-2);
+  t.add("group_norm_silu_cl", {I({2, 6, 5, 8}, f16), I({8}, f16), I({8}, f16)}, gnl(2, true), 2e-3);
+  auto upl = [](const std::vector<Tensor>& x) { return ops::upsample_nearest2x(x[0], CL); };
+  t.add("upsample_cl", {I({1, 3, 5, 2})}, upl, 0.0);
+  t.add("upsample_cl", {I({1, 16, 16, 4}, bf16)}, upl, 0.0);
+  t.add("upsample_cl", {I({2, 4, 5, 3}, bf16, T)}, upl, 0.0);
+  t.add("upsample_cl", {I({2, 3, 4, 5}, i32, S, Gen::small_int)}, upl, 0.0);
+
   for (int64_t dim : {0, 1, -1}) {
     auto cc = [dim](const std::vector<Tensor>& x) { return ops::concat(x, dim); };
     auto sh = [dim](Shape s, int64_t n) {

@@ -106,6 +106,10 @@ class FakeDevice final : public backend::DeviceInterface {
   void free_pinned(void* p) override { std::free(p); }
   int64_t memory_available(int) override { return available_; }
   void set_memory_available(int64_t bytes) { available_ = bytes; }
+  // Its kernels are the CPU's: it asks for the CPU's image layout, so its results stay the CPU's bits.
+  bool prefers_channels_last(DType dt) const override {
+    return backend::device_interface(DeviceKind::cpu)->prefers_channels_last(dt);
+  }
   std::shared_ptr<void> record_fence(int) override {
     refuse_in_capture("an offload fence");
     std::lock_guard<std::mutex> lock(mu_);

@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend/channels_last.h"
 #include "backend/cpu/common.h"
 #include "backend/cpu/conv.h"
 #include "backend/cpu/gemm.h"
@@ -190,19 +191,23 @@ bool images_contiguous(const Tensor& x) {
 }
 
 // The conv on oneDNN's primitive (x and w of one dtype, f32 or bf16); false where oneDNN has no native
-// convolution for it (the caller then runs the GEMM path).
+// convolution for it (the caller then runs the GEMM path). Channels-last images are read and written as
+// they are.
 bool conv2d_onednn(const OpCall& c, Tensor& out, bool bf16, const Tensor& residual) {
   const Tensor &x = c.inputs[0], &w = c.inputs[1];
   if (out.numel() == 0) return false;
-  const bool per_image = images_contiguous(x);
-  const Tensor xc = per_image ? x : x.contiguous();
+  const bool last = is_channels_last(c);
+  const bool per_image = !last && images_contiguous(x);
+  const Tensor xc = per_image || x.is_contiguous() ? x : x.contiguous();
   const Tensor wc = w.is_contiguous() ? w : w.contiguous();
   const Tensor bias = c.inputs.size() > 2 ? c.inputs[2] : Tensor();
   std::unique_ptr<F32Input> bf = bias.defined() ? std::make_unique<F32Input>(bias) : nullptr;
   const auto& a = c.attrs.ints;
-  const OnednnConvShape s{x.size(0), x.size(1), x.size(2), x.size(3),
-                          x.size(0) > 1 ? xc.strides()[0] : x.size(1) * x.size(2) * x.size(3),
-                          w.size(0), w.size(2), w.size(3), a[0], a[1], a[2], a[3], a[4], out.size(2), out.size(3)};
+  const int64_t C = last ? x.size(3) : x.size(1), H = last ? x.size(1) : x.size(2), W = last ? x.size(2) : x.size(3);
+  const int64_t Ho = last ? out.size(1) : out.size(2), Wo = last ? out.size(2) : out.size(3);
+  OnednnConvShape s{x.size(0), C, H, W, x.size(0) > 1 && !last ? xc.strides()[0] : C * H * W,
+                    w.size(0), w.size(2), w.size(3), a[0], a[1], a[2], a[3], a[4], Ho, Wo};
+  s.nhwc = last;
   const ConvElem e = bf16 ? ConvElem::bf16 : ConvElem::f32;
   const void* xp = bf16 ? static_cast<const void*>(xc.data<uint16_t>()) : xc.data<float>();
   const void* wp = bf16 ? static_cast<const void*>(wc.data<uint16_t>()) : wc.data<float>();
@@ -260,6 +265,8 @@ void conv2d_kernel(const OpCall& c, Tensor& out) {
       conv_uses_onednn(x.dtype() == DType::bf16, current_tuning()) &&
       conv2d_onednn(c, out, x.dtype() == DType::bf16, residual))
     return;
+  // The GEMM paths read channels-first images: channels-last ones by way of copies.
+  if (is_channels_last(c)) return run_channels_first(c, out, conv2d_kernel);
   conv2d_gemm(c, out);
   if (residual.defined()) add_residual(residual, out);
 }
@@ -274,6 +281,13 @@ bool conv_uses_onednn(bool bf16, const Tuning& t) {
     case ConvKernel::best: return onednn_conv_available(e) && onednn_conv_by_default(e);
   }
   return false;
+}
+
+bool prefers_channels_last(DType dtype) {
+  const Tuning& t = current_tuning();
+  if (t.image_layout != ImageLayoutChoice::best) return t.image_layout == ImageLayoutChoice::channels_last;
+  return (dtype == DType::f32 || dtype == DType::bf16) && conv_uses_onednn(dtype == DType::bf16, t) &&
+         onednn_conv_runs_channels_last(dtype == DType::bf16 ? ConvElem::bf16 : ConvElem::f32);
 }
 
 std::string conv_kernel_name(bool bf16) {

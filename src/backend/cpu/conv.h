@@ -5,6 +5,7 @@
 #include <string>
 
 #include "backend/cpu/tuning.h"
+#include "diffq/dtype.h"
 
 namespace diffq::backend::cpu {
 
@@ -15,5 +16,9 @@ bool conv_uses_onednn(bool bf16, const Tuning& t);
 
 // What computes conv2d of bf16 (else f32) here under the current tuning, for `diffq info`.
 std::string conv_kernel_name(bool bf16);
+
+// Whether convolutions of `dtype` run faster on channels-last images here (the CPU's answer to
+// ops::prefers_channels_last): under the current tuning's image_layout (tuning.h ImageLayoutChoice).
+bool prefers_channels_last(DType dtype);
 
 }  // namespace diffq::backend::cpu

@@ -6,6 +6,7 @@
 #include <emmintrin.h>
 #endif
 
+#include "backend/channels_last.h"
 #include "backend/cpu/common.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/strided.h"
@@ -54,9 +55,32 @@ void double_row(const T* src, T* dst, int64_t n) {
   for (; i < n; ++i) dst[2 * i] = dst[2 * i + 1] = src[i];
 }
 
+// Channels-last: x [N, H, W, C] -> [N, 2H, 2W, C]: each pixel's channels (a run of C elements) copied to
+// two neighbouring output pixels, the second output row a copy of the first.
+void upsample_channels_last(const Tensor& xin, Tensor& out) {
+  const Tensor x = xin.is_contiguous() ? xin : xin.contiguous();
+  const int64_t W = x.size(2);
+  const size_t px = size_t(x.size(3)) * dtype_size(x.dtype()), in_row = size_t(W) * px, out_row = 2 * in_row;
+  const auto* src = static_cast<const uint8_t*>(x.data_ptr());
+  auto* dst = static_cast<uint8_t*>(out.data_ptr());
+  parallel_for(x.size(0) * x.size(1), std::max<int64_t>(1, int64_t(16384 / std::max<size_t>(out_row, 1))),
+               [&](int64_t r0, int64_t r1) {
+                 for (int64_t r = r0; r < r1; ++r) {
+                   const uint8_t* s = src + size_t(r) * in_row;
+                   uint8_t* d = dst + 2 * size_t(r) * out_row;
+                   for (int64_t i = 0; i < W; ++i) {
+                     std::memcpy(d + 2 * size_t(i) * px, s + size_t(i) * px, px);
+                     std::memcpy(d + (2 * size_t(i) + 1) * px, s + size_t(i) * px, px);
+                   }
+                   std::memcpy(d + out_row, d, out_row);
+                 }
+               });
+}
+
 void upsample_kernel(const OpCall& c, Tensor& out) {
+  if (is_channels_last(c)) return upsample_channels_last(c.inputs[0], out);
   const Tensor& x = c.inputs[0];
-  const int64_t C = x.size(1), H = x.size(2), W = x.size(3), Ho = 2 * H, Wo = 2 * W;
+  const int64_t C = x.size(1), H = x.size(2), W = x.size(3), Wo = 2 * W;
   const size_t es = dtype_size(x.dtype());
   const auto& st = x.strides();
   auto* dst = static_cast<uint8_t*>(out.data_ptr());

@@ -9,8 +9,10 @@
 
 #include <cmath>
 #include <optional>
+#include <tuple>
 #include <vector>
 
+#include "backend/channels_last.h"
 #include "backend/cpu/common.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/simd-inl.h"
@@ -73,17 +75,18 @@ void ScaleShiftRow(const float* x, float* y, int64_t n, float mean, float scale,
   MapF32(x, y, n, [&](auto, auto v) { return hn::MulAdd(hn::Sub(v, vm), vs, vb); });
 }
 
-// out[i] = round((x[i] - mean) * scale + shift), or with silu: round(silu(round(...))), rounded to bf16
-// (bf16_out) or stored as f32: ScaleShiftRow then store_f32 (and the unary op's silu), in one pass.
-void ScaleShiftStoreRow(const float* x, void* out, bool bf16_out, int64_t n, float mean, float scale, float shift,
-                        bool silu) {
+// out[i] = round((x[i] - mean_i) * scale_i + shift_i), or with silu: round(silu(round(...))), rounded to
+// bf16 (bf16_out) or stored as f32: ScaleShiftRow then store_f32 (and the unary op's silu), in one pass.
+// params(i, len) gives lanes [i, i + len) of mean, scale and shift.
+template <class Params>
+HWY_INLINE void ScaleShiftStore(const float* x, void* out, bool bf16_out, int64_t n, bool silu, const Params& params) {
   const hn::ScalableTag<float> d;
   const hn::RebindToUnsigned<decltype(d)> du;
   const hn::RebindToSigned<decltype(d)> di;
   const hn::Rebind<uint16_t, decltype(d)> du16;
   const int64_t N = int64_t(hn::Lanes(d));
-  const auto vm = hn::Set(d, mean), vs = hn::Set(d, scale), vb = hn::Set(d, shift);
-  auto value = [&](hn::Vec<decltype(d)> v) {
+  auto value = [&](hn::Vec<decltype(d)> v, int64_t i, size_t len) {
+    const auto [vm, vs, vb] = params(d, i, len);
     v = hn::MulAdd(hn::Sub(v, vm), vs, vb);
     if (bf16_out) v = RoundToBf16(d, v);
     if (silu) v = Silu(d, v);
@@ -93,13 +96,13 @@ void ScaleShiftStoreRow(const float* x, void* out, bool bf16_out, int64_t n, flo
   auto* ob = static_cast<uint16_t*>(out);
   int64_t i = 0;
   for (; i + N <= n; i += N) {
-    const auto v = value(hn::LoadU(d, x + i));
+    const auto v = value(hn::LoadU(d, x + i), i, size_t(N));
     if (bf16_out) hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, hn::ShiftRight<16>(hn::BitCast(du, v)))), du16, ob + i);
     else hn::StoreU(v, d, of + i);
   }
   if (i == n) return;
   HWY_ALIGN float tail[kMaxFloatLanes];
-  hn::Store(value(LoadTail(d, x + i, size_t(n - i))), d, tail);
+  hn::Store(value(LoadTail(d, x + i, size_t(n - i)), i, size_t(n - i)), d, tail);
   for (int64_t j = 0; j < n - i; ++j) {
     if (bf16_out) {
       uint32_t u;
@@ -108,6 +111,40 @@ void ScaleShiftStoreRow(const float* x, void* out, bool bf16_out, int64_t n, flo
     } else {
       of[i + j] = tail[j];
     }
+  }
+}
+
+// One mean, scale and shift for the whole row (a channels-first channel).
+void ScaleShiftStoreRow(const float* x, void* out, bool bf16_out, int64_t n, float mean, float scale, float shift,
+                        bool silu) {
+  ScaleShiftStore(x, out, bf16_out, n, silu, [&](auto d, int64_t, size_t) {
+    return std::tuple{hn::Set(d, mean), hn::Set(d, scale), hn::Set(d, shift)};
+  });
+}
+
+// One per element (a channels-last pixel: per channel).
+void ScaleShiftStoreChannels(const float* x, void* out, bool bf16_out, int64_t n, const float* mean,
+                             const float* scale, const float* shift, bool silu) {
+  ScaleShiftStore(x, out, bf16_out, n, silu, [&](auto d, int64_t i, size_t len) {
+    if (len == hn::Lanes(d)) return std::tuple{hn::LoadU(d, mean + i), hn::LoadU(d, scale + i), hn::LoadU(d, shift + i)};
+    return std::tuple{LoadTail(d, mean + i, len), LoadTail(d, scale + i, len), LoadTail(d, shift + i, len)};
+  });
+}
+
+// s[c] += x[c] - k[c], q[c] += (x[c] - k[c])^2 over c in [0, n) (a channels-last pixel's shifted moments).
+void AccumulateShifted(const float* x, const float* k, float* s, float* q, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = int64_t(hn::Lanes(d));
+  int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto v = hn::Sub(hn::LoadU(d, x + i), hn::LoadU(d, k + i));
+    hn::StoreU(hn::Add(hn::LoadU(d, s + i), v), d, s + i);
+    hn::StoreU(hn::MulAdd(v, v, hn::LoadU(d, q + i)), d, q + i);
+  }
+  for (; i < n; ++i) {
+    const float v = x[i] - k[i];
+    s[i] += v;
+    q[i] += v * v;
   }
 }
 
@@ -122,6 +159,8 @@ HWY_EXPORT(SumAndSquares);
 HWY_EXPORT(NormalizeRow);
 HWY_EXPORT(ScaleShiftRow);
 HWY_EXPORT(ScaleShiftStoreRow);
+HWY_EXPORT(ScaleShiftStoreChannels);
+HWY_EXPORT(AccumulateShifted);
 
 void sum_and_squares_f32(const float* x, int64_t n, float shift, double* sum, double* sq) {
   HWY_DYNAMIC_DISPATCH(SumAndSquares)(x, n, shift, sum, sq);
@@ -175,11 +214,96 @@ void row_norm(const OpCall& c, Tensor& out, bool rms) {
 void layer_norm_kernel(const OpCall& c, Tensor& out) { row_norm(c, out, false); }
 void rms_norm_kernel(const OpCall& c, Tensor& out) { row_norm(c, out, true); }
 
+// Channels-last x [N, P, C] (f32 / bf16, contiguous): per image, each group's moments in one pass over the
+// pixels, shifted by the group's mean over the image's first pixel (s = sum(x - k), q = sum((x - k)^2):
+// mean = k + s / n, var = q / n - (s / n)^2): f32 per channel over chunks of kPixels pixels, the chunks'
+// sums in double in chunk order (the same bits at any thread count). Then every pixel's row of C
+// normalised per channel straight into out (one more read and the write).
+void group_norm_channels_last(const OpCall& c, Tensor& out) {
+  const Tensor& x = c.inputs[0];
+  const int64_t N = x.size(0), C = x.size(-1), G = c.attrs.i0, cg = C / G;
+  const int64_t P = x.numel() / std::max<int64_t>(N * C, 1), cnt = cg * P;
+  const auto w = optional_input(c, 1);
+  const auto b = optional_input(c, 2);
+  const DType xt = x.dtype(), ot = out.dtype();
+  const int64_t xes = int64_t(dtype_size(xt)), oes = int64_t(dtype_size(ot));
+  const auto* xb = static_cast<const uint8_t*>(x.data_ptr());
+  auto* ob = static_cast<uint8_t*>(out.data_ptr());
+  constexpr int64_t kPixels = 256;
+  const int64_t chunks = (P + kPixels - 1) / kPixels;
+  std::vector<float> shift(size_t(N * C)), mean(size_t(N * C)), scale(size_t(N * C)), bias(size_t(C), 0.f);
+  if (b) std::copy(b->data(), b->data() + C, bias.begin());
+  std::vector<double> part(size_t(N * chunks * 2 * C));  // per (image, chunk): s[C], q[C]
+  {
+    std::vector<float> first(static_cast<size_t>(C));
+    for (int64_t n = 0; n < N; ++n) {
+      load_f32(xb + n * P * C * xes, xt, 1, first.data(), C);
+      for (int64_t g = 0; g < G; ++g) {
+        double k = 0;
+        for (int64_t j = 0; j < cg; ++j) k += first[size_t(g * cg + j)];
+        for (int64_t j = 0; j < cg; ++j) shift[size_t(n * C + g * cg + j)] = float(k / double(cg));
+      }
+    }
+  }
+  parallel_for(N * chunks, 1, [&](int64_t t0, int64_t t1) {
+    thread_local std::vector<float> row, s, q;
+    row.resize(size_t(C));
+    s.resize(size_t(C));
+    q.resize(size_t(C));
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t n = t / chunks, p0 = (t % chunks) * kPixels, p1 = std::min(P, p0 + kPixels);
+      std::fill(s.begin(), s.end(), 0.f);
+      std::fill(q.begin(), q.end(), 0.f);
+      for (int64_t p = p0; p < p1; ++p) {
+        load_f32(xb + (n * P + p) * C * xes, xt, 1, row.data(), C);
+        HWY_DYNAMIC_DISPATCH(AccumulateShifted)(row.data(), shift.data() + n * C, s.data(), q.data(), C);
+      }
+      double* dst = part.data() + t * 2 * C;
+      for (int64_t ch = 0; ch < C; ++ch) dst[ch] = s[size_t(ch)], dst[C + ch] = q[size_t(ch)];
+    }
+  });
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t g = 0; g < G; ++g) {
+      double sum = 0, sq = 0;
+      for (int64_t k = 0; k < chunks; ++k)
+        for (int64_t j = 0; j < cg; ++j) {
+          const double* pt = part.data() + (n * chunks + k) * 2 * C;
+          sum += pt[g * cg + j];
+          sq += pt[C + g * cg + j];
+        }
+      const double d = sum / double(cnt);
+      const double m = double(shift[size_t(n * C + g * cg)]) + d;
+      const double rstd = 1.0 / std::sqrt(std::max(0.0, sq / double(cnt) - d * d) + c.attrs.f0);
+      for (int64_t j = 0; j < cg; ++j) {
+        const int64_t ch = g * cg + j;
+        mean[size_t(n * C + ch)] = float(m);
+        scale[size_t(n * C + ch)] = float(rstd * (w ? w->data()[ch] : 1.0));
+      }
+    }
+  const bool silu = c.attrs.flag;
+  parallel_for(N * P, std::max<int64_t>(1, 4096 / std::max<int64_t>(C, 1)), [&](int64_t r0, int64_t r1) {
+    thread_local std::vector<float> row;
+    row.resize(size_t(C));
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t n = r / P;
+      load_f32(xb + r * C * xes, xt, 1, row.data(), C);
+      HWY_DYNAMIC_DISPATCH(ScaleShiftStoreChannels)(row.data(), ob + r * C * oes, ot == DType::bf16, C,
+                                                    mean.data() + n * C, scale.data() + n * C, bias.data(), silu);
+    }
+  });
+}
+
 // One (image, group) block at a time, in cache: a contiguous input's block is widened into the
 // thread's scratch (f32 input: used in place), its two-pass statistics taken there, and each channel
 // normalized from there straight into out's dtype (one read and one write of the tensor in memory).
 // Other layouts go through a contiguous f32 copy first. Same arithmetic either way.
 void group_norm_kernel(const OpCall& c, Tensor& out) {
+  if (is_channels_last(c)) {
+    const DType xt = c.inputs[0].dtype(), ot = out.dtype();
+    if (c.inputs[0].is_contiguous() && (xt == DType::f32 || xt == DType::bf16) && (ot == DType::f32 || ot == DType::bf16))
+      return group_norm_channels_last(c, out);
+    return run_channels_first(c, out, group_norm_kernel);  // f16, views: the channels-first kernel on copies
+  }
   const Tensor& x = c.inputs[0];
   const int64_t N = x.size(0), C = x.size(1), G = c.attrs.i0, cg = C / G;
   const int64_t spatial = x.numel() / std::max<int64_t>(N * C, 1), block = cg * spatial;

@@ -38,7 +38,7 @@ struct Key {
   OnednnConvShape s;
   auto tie() const {
     return std::tie(in, out, bias, s.n, s.c, s.h, s.w, s.image_stride, s.o, s.kh, s.kw, s.stride, s.pad_l, s.pad_r,
-                    s.pad_t, s.pad_b, s.ho, s.wo);
+                    s.pad_t, s.pad_b, s.ho, s.wo, s.nhwc);
   }
   bool operator<(const Key& o) const { return tie() < o.tie(); }
 };
@@ -87,10 +87,12 @@ std::unique_ptr<Entry> make_entry(const Key& key) {
   const Dt in = dt_of(key.in), out = dt_of(key.out);
   using tag = memory::format_tag;
   try {
-    // diffq's layouts: images image_stride apart (overlapping windows allowed), weights OIHW, dst NCHW.
-    e->src_user = memory::desc({s.n, s.c, s.h, s.w}, in, memory::dims{s.image_stride, s.h * s.w, s.w, 1});
+    // diffq's layouts: images image_stride apart (overlapping windows allowed), weights OIHW, dst NCHW;
+    // or channels-last images and dst.
+    e->src_user = s.nhwc ? memory::desc({s.n, s.c, s.h, s.w}, in, tag::nhwc)
+                         : memory::desc({s.n, s.c, s.h, s.w}, in, memory::dims{s.image_stride, s.h * s.w, s.w, 1});
     e->wei_user = memory::desc({s.o, s.c, s.kh, s.kw}, in, tag::oihw);
-    e->dst_user = memory::desc({s.n, s.o, s.ho, s.wo}, out, tag::nchw);
+    e->dst_user = memory::desc({s.n, s.o, s.ho, s.wo}, out, s.nhwc ? tag::nhwc : tag::nchw);
     e->bias = memory::desc({s.o}, Dt::f32, tag::x);
     const memory::desc src_any({s.n, s.c, s.h, s.w}, in, tag::any), wei_any({s.o, s.c, s.kh, s.kw}, in, tag::any),
         dst_any({s.n, s.o, s.ho, s.wo}, out, tag::any);
@@ -259,6 +261,12 @@ std::string onednn_conv_impl(ConvElem in) {
   return e.prim ? e.impl : "unavailable: oneDNN offers only " + e.impl;
 }
 
+bool onednn_conv_runs_channels_last(ConvElem in) {
+  if (!cpu_has(in)) return false;
+  const Entry& e = probe(in);
+  return e.prim && e.src_nhwc && e.dst_nhwc;
+}
+
 namespace {
 
 // Runs e (for shape s) on src / dst already in e's layouts, with the weights w in e's layout.
@@ -332,7 +340,8 @@ Band make_band(const OnednnConvShape& s, int64_t image, int64_t r0, int64_t r1) 
 }
 
 // The conv split into bands of output rows over diffq's threads, each band one single-threaded oneDNN
-// call between its own transposes (NCHW rows -> NHWC -> NCHW rows), so no OpenMP team runs: an idle
+// call between its own transposes (NCHW rows -> NHWC -> NCHW rows; none for channels-last images, whose
+// band rows oneDNN reads and writes in place), so no OpenMP team runs: an idle
 // OpenMP team spins for milliseconds after each parallel call, taking the cores from the diffq threads
 // that run the ops between convs (docs/benchmarks.md "Fourth AMX session").
 // False (nothing computed) where some band's primitive does not run channels-last or oneDNN declines it.
@@ -354,7 +363,9 @@ bool run_banded(ConvElem in, ConvElem out, const OnednnConvShape& s, const void*
   ThreadState& t = thread_state();
   for (const Band& b : bands) {
     const Entry& e = entry_for({in, out, bias != nullptr, b.s});
-    if (!e.prim || !e.src_nhwc || !e.dst_nhwc) return false;
+    // channels-last: diffq's transposes (channels-first images) or none (channels-last images)
+    const bool src_last = s.nhwc ? e.src == e.src_user : e.src_nhwc, dst_last = s.nhwc ? e.dst == e.dst_user : e.dst_nhwc;
+    if (!e.prim || !src_last || !dst_last) return false;
     entries.push_back(&e);
   }
   // The weights once per layout (the bands share one as a rule, edge bands may differ), each layout's
@@ -373,6 +384,18 @@ bool run_banded(ConvElem in, ConvElem out, const OnednnConvShape& s, const void*
     for (int64_t bi = b0; bi < b1; ++bi) {
       const Band& b = bands[size_t(bi)];
       const Entry& e = *entries[size_t(bi)];
+      if (s.nhwc) {  // the band's input rows and output rows are contiguous runs of x and y: in place
+        const size_t at = size_t(b.image * s.o * out_plane + b.r0 * s.wo * s.o) * ob;
+        memory src(e.src, eng, const_cast<uint8_t*>(static_cast<const uint8_t*>(x)) +
+                                   size_t(b.image * s.image_stride + b.in0 * s.w * s.c) * ib);
+        memory dst(e.dst, eng, static_cast<uint8_t*>(y) + at);
+        execute(e, ts, src, dst, weights[size_t(bi)].get(), bias);
+        ts.stream.wait();
+        if (residual)  // the band's output, still in cache
+          add_row_into(dtype_of(out), static_cast<const uint8_t*>(residual) + at, static_cast<uint8_t*>(y) + at,
+                       b.s.ho * s.wo * s.o);
+        continue;
+      }
       memory src(e.src, eng, ts.src.get(e.src.get_size())), dst(e.dst, eng, ts.dst.get(e.dst.get_size()));
       const auto* xs = static_cast<const uint8_t*>(x) + size_t(b.image * s.image_stride + b.in0 * s.w) * ib;
       transpose_2d(ib, s.c, b.s.h * s.w, xs, plane, src.get_data_handle(), s.c);

@@ -15,7 +15,8 @@ namespace {
 
 // Tuning{} with DIFFQ_GEMM_KERNEL (best, diffq, diffq-widen, openblas or onednn) and DIFFQ_CONV_KERNEL
 // (best, onednn, implicit-gemm), DIFFQ_ATTENTION_KERNEL (best, onednn, bf16-dot, f32) and
-// DIFFQ_PACK_WEIGHTS (best, on, off) applied, read once.
+// DIFFQ_PACK_WEIGHTS (best, on, off) and DIFFQ_IMAGE_LAYOUT (best, channels-first, channels-last) applied,
+// read once.
 const Tuning& defaults() {
   static const Tuning t = [] {
     Tuning d;
@@ -75,6 +76,15 @@ const Tuning& defaults() {
       } else {
         check(v == "best", "tuning", "DIFFQ_PACK_WEIGHTS='", v, "' is not one of best, on, off");
       }
+    }
+    if (const char* env = std::getenv("DIFFQ_IMAGE_LAYOUT"); env && *env) {
+      const std::string v = env;
+      if (v == "channels-first")
+        d.image_layout = ImageLayoutChoice::channels_first;
+      else if (v == "channels-last")
+        d.image_layout = ImageLayoutChoice::channels_last;
+      else
+        check(v == "best", "tuning", "DIFFQ_IMAGE_LAYOUT='", v, "' is not one of best, channels-first, channels-last");
     }
     // The oneDNN attention tiles (AMX) take larger tiles than the vector ones: each key block is two
     // oneDNN calls whose fixed cost 48 x 256 tiles do not amortise (Wan self attention 465 -> ~720

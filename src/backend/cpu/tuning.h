@@ -61,6 +61,13 @@ enum class AttentionKernel : uint8_t {
 // DIFFQ_PACK_WEIGHTS=best|on|off overrides the default (best).
 enum class WeightPacking : uint8_t { best, on, off };
 
+// Which layout the models whose convolutions dominate (the VAEs) keep their images in on the CPU
+// (ops::prefers_channels_last). `best`: channels-last where oneDNN's convolution runs the dtype (it computes
+// channels-last natively; channels-first costs a transpose each way around every conv: docs/benchmarks.md
+// "Fifth AMX session"), else channels-first. DIFFQ_IMAGE_LAYOUT=best|channels-first|channels-last
+// overrides it. Both layouts compute the same values up to the group norm's summation order.
+enum class ImageLayoutChoice : uint8_t { best, channels_first, channels_last };
+
 inline constexpr int64_t kOnednnAttentionBq = 192, kOnednnAttentionBk = 512;
 
 struct Tuning {
@@ -69,6 +76,7 @@ struct Tuning {
   ConvKernel conv_kernel = ConvKernel::best;
   AttentionKernel attention_kernel = AttentionKernel::best;
   WeightPacking weight_packing = WeightPacking::best;
+  ImageLayoutChoice image_layout = ImageLayoutChoice::best;
   int gemm_parts_per_thread = 1;  // parts = threads * this (more, smaller parts balance uneven cores)
   // attention: query rows per tile (rounded up to a multiple of 6) and keys per block of the online
   // softmax (rounded up to 2 vectors); the process defaults are kOnednnAttentionBq x Bk where the oneDNN
@@ -80,7 +88,7 @@ struct Tuning {
 };
 
 // The calling thread's current tuning (the defaults, with DIFFQ_GEMM_KERNEL, DIFFQ_CONV_KERNEL,
-// DIFFQ_ATTENTION_KERNEL and DIFFQ_PACK_WEIGHTS, unless a ScopedTuning is alive on it).
+// DIFFQ_ATTENTION_KERNEL, DIFFQ_PACK_WEIGHTS and DIFFQ_IMAGE_LAYOUT, unless a ScopedTuning is alive on it).
 const Tuning& current_tuning();
 
 // Installs `t` on the calling thread for its lifetime; nests.

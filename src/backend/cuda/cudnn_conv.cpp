@@ -7,6 +7,7 @@
 // asymmetric one the input is padded by a copy (zero strips concatenated) and convolved unpadded. Where
 // no engine fuses the bias, the bias is added by a separate broadcast add. Each variant is tried once
 // per shape and the outcome cached (plan cache keyed by ConvPlanKey).
+#include "backend/channels_last.h"
 #include "backend/cuda/cudnn_ops.h"
 #include "backend/cuda/kernels.h"
 
@@ -99,6 +100,9 @@ std::shared_ptr<fe::graph::Graph> make_graph(const ConvPlanKey& k, int sm_versio
 }  // namespace
 
 void cudnn_conv2d(const ops::OpCall& c, Tensor& out) {
+  // channels-last: by way of channels-first copies (backend/channels_last.h); the CUDA device does not
+  // ask for it (DeviceInterface::prefers_channels_last), so the models' convolutions stay channels-first here.
+  if (is_channels_last(c)) return run_channels_first(c, out, cudnn_conv2d);
   const Tensor &x0 = c.inputs[0], &w0 = c.inputs[1];
   const Tensor b0 = c.inputs.size() > 2 ? c.inputs[2] : Tensor();
   const bool has_bias = b0.defined();

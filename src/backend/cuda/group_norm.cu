@@ -9,6 +9,7 @@
 //
 // Three launches: per-chunk moments (one block per chunk of a group, two passes over the chunk),
 // their merge per group (one thread per group), and the elementwise normalisation (grid-stride).
+#include "backend/channels_last.h"
 #include <cstdint>
 
 #include "backend/cuda/block_reduce.cuh"
@@ -80,6 +81,8 @@ __global__ void group_norm_apply_kernel(KernelInput x, KernelInput w, KernelInpu
 }
 
 void group_norm(const OpCall& c, Tensor& out) {
+  // channels-last: by way of channels-first copies (backend/channels_last.h)
+  if (is_channels_last(c)) return run_channels_first(c, out, group_norm);
   const Tensor& x = c.inputs[0];
   check(is_kernel_float(out.dtype()), "group_norm", "cuda: output ", out.str(), " is not supported");
   const int64_t N = x.size(0), C = x.size(1), G = c.attrs.i0;

@@ -3,6 +3,7 @@
 // src/backend/cpu/layout.cpp). One thread per output element; the source offset is
 // upsample_source_offset (index_math.cuh), which tests/cuda/test_cuda_kernel_math.cpp runs on the host
 // against the CPU backend.
+#include "backend/channels_last.h"
 #include <cstdint>
 
 #include "backend/cuda/index_math.cuh"
@@ -33,6 +34,8 @@ void launch(const Tensor& x, const Strides4& st, Tensor& out, int64_t n) {
 }
 
 void upsample_nearest2x(const OpCall& c, Tensor& out) {
+  // channels-last: by way of channels-first copies (backend/channels_last.h)
+  if (is_channels_last(c)) return run_channels_first(c, out, upsample_nearest2x);
   const Tensor& x = c.inputs[0];
   check(x.dim() == 4, "upsample_nearest2x", "cuda: expects [N, C, H, W], got ", x.str());
   const int64_t n = out.numel();

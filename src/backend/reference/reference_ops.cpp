@@ -45,6 +45,26 @@ std::vector<int64_t> unravel(int64_t i, const Shape& s) {
 
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
+// x [N, ..., C] -> [N, C, ...] (to_first), or [N, C, ...] -> [N, ..., C].
+Array move_channels(const Array& x, bool to_first) {
+  if (!x.defined) return x;
+  const size_t d = x.shape.size();
+  Shape s{x.shape[0]};
+  if (to_first) s.push_back(x.shape[d - 1]);
+  for (size_t i = to_first ? 1 : 2; i < (to_first ? d - 1 : d); ++i) s.push_back(x.shape[i]);
+  if (!to_first) s.push_back(x.shape[1]);
+  const int64_t N = x.shape[0], C = to_first ? x.shape[d - 1] : x.shape[1];
+  const int64_t P = int64_t(x.v.size()) / std::max<int64_t>(N * C, 1);
+  Array y = make(s);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t p = 0; p < P; ++p)
+      for (int64_t c = 0; c < C; ++c) {
+        const int64_t first = (n * C + c) * P + p, last = (n * P + p) * C + c;
+        y.v[size_t(to_first ? first : last)] = x.v[size_t(to_first ? last : first)];
+      }
+  return y;
+}
+
 }  // namespace
 
 Array from_tensor(const Tensor& t) {
@@ -409,9 +429,27 @@ Array absmax_blocks(const Array& x, int64_t block) {
   return y;
 }
 
+static Array run_channels_first(const ops::OpCall& c, std::vector<Array>& in);
+
 Array run(const ops::OpCall& c) {
   std::vector<Array> in;
   for (const Tensor& t : c.inputs) in.push_back(from_tensor(t));
+  // A channels-last image op: its images (x, conv2d's residual) moved to channels-first, computed there,
+  // and the result moved back.
+  const bool image_op = c.kind == OpKind::conv2d || c.kind == OpKind::group_norm ||
+                        c.kind == OpKind::upsample_nearest2x;
+  if (image_op && c.attrs.i1 == int64_t(ops::ImageLayout::channels_last)) {
+    ops::OpCall first = c;
+    first.attrs.i1 = int64_t(ops::ImageLayout::channels_first);
+    in[0] = move_channels(in[0], true);
+    if (in.size() > 3) in[3] = move_channels(in[3], true);
+    return move_channels(run_channels_first(first, in), false);
+  }
+  return run_channels_first(c, in);
+}
+
+// The op on channels-first images, inputs already converted.
+static Array run_channels_first(const ops::OpCall& c, std::vector<Array>& in) {
   auto opt = [&](size_t i) { return i < in.size() ? in[i] : Array{}; };
   // The norms' fused silu (attrs.flag): the norm's output rounded to x's dtype, then silu on it.
   auto then_silu = [&](Array y) {

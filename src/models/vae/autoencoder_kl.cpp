@@ -38,12 +38,26 @@ Encoder::Encoder(const AutoencoderKLConfig& c)
   register_module("conv_out", conv_out);
 }
 
+// Runs body on x in the layout x's device prefers for its dtype: x moved to channels-last and the
+// result back where that is channels-last (the images between are then [B, H, W, C]).
+namespace {
+template <class Body>
+Tensor in_preferred_layout(Module& m, const Tensor& x, const Body& body) {
+  const ops::ImageLayout layout = preferred_image_layout(x);
+  use_image_layout(m, layout);
+  if (layout == ops::ImageLayout::channels_first) return body(x);
+  return ops::to_channels_first(body(ops::to_channels_last(x)));
+}
+}  // namespace
+
 Tensor Encoder::forward(const Tensor& x) {  // x [B, in, H, W]
-  Tensor h = conv_in(x);                    // [B, C0, H, W]
-  for (auto& b : down_blocks) h = (*b)(h);  // [B, C_last, H/f, W/f]
-  h = mid_block(h);                         // [B, C_last, H/f, W/f]
-  h = conv_norm_out.with_silu(h);           // silu(norm(h)): [B, C_last, H/f, W/f]
-  return conv_out(h);                       // [B, 2*latent, H/f, W/f]
+  return in_preferred_layout(*this, x, [&](const Tensor& in) {
+    Tensor h = conv_in(in);                   // [B, C0, H, W]
+    for (auto& b : down_blocks) h = (*b)(h);  // [B, C_last, H/f, W/f]
+    h = mid_block(h);                         // [B, C_last, H/f, W/f]
+    h = conv_norm_out.with_silu(h);           // silu(norm(h)): [B, C_last, H/f, W/f]
+    return conv_out(h);                       // [B, 2*latent, H/f, W/f]
+  });
 }
 
 // ---- Decoder ---------------------------------------------------------------------------------------
@@ -70,11 +84,13 @@ Decoder::Decoder(const AutoencoderKLConfig& c)
 }
 
 Tensor Decoder::forward(const Tensor& z) {  // z [B, latent, h, w]
-  Tensor h = conv_in(z);                    // [B, C_last, h, w]
-  h = mid_block(h);                         // [B, C_last, h, w]
-  for (auto& b : up_blocks) h = (*b)(h);    // [B, C0, h*f, w*f]
-  h = conv_norm_out.with_silu(h);           // silu(norm(h)): [B, C0, h*f, w*f]
-  return conv_out(h);                       // [B, out, h*f, w*f]
+  return in_preferred_layout(*this, z, [&](const Tensor& in) {
+    Tensor h = conv_in(in);                   // [B, C_last, h, w]
+    h = mid_block(h);                         // [B, C_last, h, w]
+    for (auto& b : up_blocks) h = (*b)(h);    // [B, C0, h*f, w*f]
+    h = conv_norm_out.with_silu(h);           // silu(norm(h)): [B, C0, h*f, w*f]
+    return conv_out(h);                       // [B, out, h*f, w*f]
+  });
 }
 
 // ---- AutoencoderKL ---------------------------------------------------------------------------------

@@ -5,6 +5,20 @@
 namespace diffq::vae {
 
 
+// ---- image layout ----------------------------------------------------------------------------------
+
+void use_image_layout(Module& root, ops::ImageLayout layout) {
+  for (auto& [name, m] : root.named_modules()) {
+    if (auto* conv = dynamic_cast<Conv2d*>(m)) conv->layout = layout;
+    if (auto* norm = dynamic_cast<GroupNorm*>(m)) norm->layout = layout;
+  }
+}
+
+ops::ImageLayout preferred_image_layout(const Tensor& x) {
+  return ops::prefers_channels_last(x.device(), x.dtype()) ? ops::ImageLayout::channels_last
+                                                           : ops::ImageLayout::channels_first;
+}
+
 // ---- ResnetBlock2D ---------------------------------------------------------------------------------
 
 ResnetBlock2D::ResnetBlock2D(int64_t in_channels, int64_t out_channels, int64_t groups, double eps,
@@ -43,7 +57,7 @@ AsymmetricConv2d::AsymmetricConv2d(int64_t in_channels, int64_t out_channels, in
 
 Tensor AsymmetricConv2d::forward(const Tensor& x) {
   static const Tensor none;
-  return ops::conv2d(x, weight.dense(), has_bias ? bias.dense() : none, stride, pad);
+  return ops::conv2d(x, weight.dense(), has_bias ? bias.dense() : none, stride, pad, layout);
 }
 
 Downsample2D::Downsample2D(int64_t channels, int64_t out_channels)
@@ -61,9 +75,9 @@ Upsample2D::Upsample2D(int64_t channels, int64_t out_channels)
   register_module("conv", conv);
 }
 
-Tensor Upsample2D::forward(const Tensor& x) {  // x [B, C, H, W]
-  Tensor up = ops::upsample_nearest2x(x);      // [B, C, 2H, 2W]
-  return conv(up);                             // [B, Cout, 2H, 2W]
+Tensor Upsample2D::forward(const Tensor& x) {     // x [B, C, H, W] (or [B, H, W, C]: conv.layout)
+  Tensor up = ops::upsample_nearest2x(x, conv.layout);  // [B, C, 2H, 2W]
+  return conv(up);                                      // [B, Cout, 2H, 2W]
 }
 
 // ---- Attention -------------------------------------------------------------------------------------
@@ -84,12 +98,14 @@ SpatialSelfAttention::SpatialSelfAttention(int64_t channels, int64_t groups, dou
   register_module("to_out", to_out);
 }
 
-Tensor SpatialSelfAttention::forward(const Tensor& x) {  // x [B, C, H, W]
-  const int64_t B = x.shape()[0], C = x.shape()[1], H = x.shape()[2], W = x.shape()[3];
-  Tensor t = group_norm(x)                               // [B, C, H, W]
-                 .reshape({B, C, H * W})                 // [B, C, S]
-                 .transpose(1, 2)                        // [B, S, C]
-                 .contiguous();
+Tensor SpatialSelfAttention::forward(const Tensor& x) {  // x [B, C, H, W] (or [B, H, W, C]: group_norm.layout)
+  const bool last = group_norm.layout == ops::ImageLayout::channels_last;
+  const int64_t B = x.shape()[0], C = x.shape()[last ? 3 : 1], H = x.shape()[last ? 1 : 2], W = x.shape()[last ? 2 : 3];
+  Tensor t = last ? group_norm(x).reshape({B, H * W, C})  // [B, S, C]
+                  : group_norm(x)                         // [B, C, H, W]
+                        .reshape({B, C, H * W})           // [B, C, S]
+                        .transpose(1, 2)                  // [B, S, C]
+                        .contiguous();
   Tensor q = to_q(t).unsqueeze(1);  // [B, 1, S, C]: one head of dim C
   Tensor k = to_k(t).unsqueeze(1);  // [B, 1, S, C]
   Tensor v = to_v(t).unsqueeze(1);  // [B, 1, S, C]
@@ -97,7 +113,8 @@ Tensor SpatialSelfAttention::forward(const Tensor& x) {  // x [B, C, H, W]
   Tensor a = ops::sdpa(q, k, v).squeeze(1);  // [B, S, C], softmax(q k^T / sqrt(C)) v
   q = k = v = Tensor();
   a = to_out[0](a);                                    // [B, S, C]
-  a = a.transpose(1, 2).reshape({B, C, H, W});         // [B, C, H, W]
+  a = last ? a.reshape({B, H, W, C})                   // [B, H, W, C]
+           : a.transpose(1, 2).reshape({B, C, H, W});  // [B, C, H, W]
   Tensor out = ops::add(a, x);                         // residual
   if (rescale_output_factor != 1.0) out = ops::mul_scalar(out, 1.0 / rescale_output_factor);
   return out;

@@ -11,6 +11,13 @@
 
 namespace diffq::vae {
 
+// Sets the layout of every Conv2d and GroupNorm under root (the blocks below follow theirs): the image
+// tensors between them are then [B, H, W, C] (channels-last) or [B, C, H, W]. The shape comments below
+// name channels-first.
+void use_image_layout(Module& root, ops::ImageLayout layout);
+// The layout the device of x prefers for x's dtype (ops::prefers_channels_last).
+ops::ImageLayout preferred_image_layout(const Tensor& x);
+
 // ResnetBlock2D without temb: out = (shortcut(x) + conv2(silu(norm2(conv1(silu(norm1(x))))))) / s.
 class ResnetBlock2D : public Module {
  public:
