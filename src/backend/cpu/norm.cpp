@@ -7,7 +7,9 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <optional>
 #include <tuple>
 #include <vector>
@@ -75,17 +77,35 @@ void ScaleShiftRow(const float* x, float* y, int64_t n, float mean, float scale,
   MapF32(x, y, n, [&](auto, auto v) { return hn::MulAdd(hn::Sub(v, vm), vs, vb); });
 }
 
+// Lanes [i, i + len) of a row of f32, or of bf16 widened exactly (zeros past len).
+template <bool kBf16, class D>
+HWY_INLINE hn::Vec<D> LoadLanes(D d, const void* row, int64_t i, size_t len) {
+  if constexpr (kBf16) {
+    const hn::RebindToUnsigned<D> du;
+    const hn::Rebind<uint16_t, D> du16;
+    const auto* p = static_cast<const uint16_t*>(row) + i;
+    if (len == hn::Lanes(d)) return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(du16, p))));
+    HWY_ALIGN uint16_t buf[kMaxFloatLanes] = {};
+    std::memcpy(buf, p, len * 2);
+    return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::Load(du16, buf))));
+  } else {
+    const float* p = static_cast<const float*>(row) + i;
+    return len == hn::Lanes(d) ? hn::LoadU(d, p) : LoadTail(d, p, len);
+  }
+}
+
 // out[i] = round((x[i] - mean_i) * scale_i + shift_i), or with silu: round(silu(round(...))), rounded to
 // bf16 (bf16_out) or stored as f32: ScaleShiftRow then store_f32 (and the unary op's silu), in one pass.
-// params(i, len) gives lanes [i, i + len) of mean, scale and shift.
-template <class Params>
-HWY_INLINE void ScaleShiftStore(const float* x, void* out, bool bf16_out, int64_t n, bool silu, const Params& params) {
+// x: f32 (or bf16: kBf16, widened exactly); params(d, i, len) gives lanes [i, i + len) of mean, scale, shift.
+template <bool kBf16, class Params>
+HWY_INLINE void ScaleShiftStore(const void* x, void* out, bool bf16_out, int64_t n, bool silu, const Params& params) {
   const hn::ScalableTag<float> d;
   const hn::RebindToUnsigned<decltype(d)> du;
   const hn::RebindToSigned<decltype(d)> di;
   const hn::Rebind<uint16_t, decltype(d)> du16;
   const int64_t N = int64_t(hn::Lanes(d));
-  auto value = [&](hn::Vec<decltype(d)> v, int64_t i, size_t len) {
+  auto value = [&](int64_t i, size_t len) {
+    auto v = LoadLanes<kBf16>(d, x, i, len);
     const auto [vm, vs, vb] = params(d, i, len);
     v = hn::MulAdd(hn::Sub(v, vm), vs, vb);
     if (bf16_out) v = RoundToBf16(d, v);
@@ -96,13 +116,13 @@ HWY_INLINE void ScaleShiftStore(const float* x, void* out, bool bf16_out, int64_
   auto* ob = static_cast<uint16_t*>(out);
   int64_t i = 0;
   for (; i + N <= n; i += N) {
-    const auto v = value(hn::LoadU(d, x + i), i, size_t(N));
+    const auto v = value(i, size_t(N));
     if (bf16_out) hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, hn::ShiftRight<16>(hn::BitCast(du, v)))), du16, ob + i);
     else hn::StoreU(v, d, of + i);
   }
   if (i == n) return;
   HWY_ALIGN float tail[kMaxFloatLanes];
-  hn::Store(value(LoadTail(d, x + i, size_t(n - i)), i, size_t(n - i)), d, tail);
+  hn::Store(value(i, size_t(n - i)), d, tail);
   for (int64_t j = 0; j < n - i; ++j) {
     if (bf16_out) {
       uint32_t u;
@@ -114,38 +134,73 @@ HWY_INLINE void ScaleShiftStore(const float* x, void* out, bool bf16_out, int64_
   }
 }
 
-// One mean, scale and shift for the whole row (a channels-first channel).
+// One mean, scale and shift for the whole f32 row (a channels-first channel).
 void ScaleShiftStoreRow(const float* x, void* out, bool bf16_out, int64_t n, float mean, float scale, float shift,
                         bool silu) {
-  ScaleShiftStore(x, out, bf16_out, n, silu, [&](auto d, int64_t, size_t) {
+  ScaleShiftStore<false>(x, out, bf16_out, n, silu, [&](auto d, int64_t, size_t) {
     return std::tuple{hn::Set(d, mean), hn::Set(d, scale), hn::Set(d, shift)};
   });
 }
 
-// One per element (a channels-last pixel: per channel).
-void ScaleShiftStoreChannels(const float* x, void* out, bool bf16_out, int64_t n, const float* mean,
-                             const float* scale, const float* shift, bool silu) {
-  ScaleShiftStore(x, out, bf16_out, n, silu, [&](auto d, int64_t i, size_t len) {
+// Channels-last pixels: rows x[p, 0..C) of f32 or bf16 (bf16_in), p in [0, P), each normalised per channel
+// (mean[c], scale[c], shift[c]) into out's row p.
+void ScaleShiftStorePixels(const void* x, bool bf16_in, int64_t P, int64_t C, void* out, bool bf16_out,
+                           const float* mean, const float* scale, const float* shift, bool silu) {
+  auto params = [&](auto d, int64_t i, size_t len) {
     if (len == hn::Lanes(d)) return std::tuple{hn::LoadU(d, mean + i), hn::LoadU(d, scale + i), hn::LoadU(d, shift + i)};
     return std::tuple{LoadTail(d, mean + i, len), LoadTail(d, scale + i, len), LoadTail(d, shift + i, len)};
-  });
+  };
+  const size_t ies = bf16_in ? 2 : 4, oes = bf16_out ? 2 : 4;
+  for (int64_t p = 0; p < P; ++p) {
+    const void* row = static_cast<const uint8_t*>(x) + size_t(p * C) * ies;
+    void* dst = static_cast<uint8_t*>(out) + size_t(p * C) * oes;
+    if (bf16_in) ScaleShiftStore<true>(row, dst, bf16_out, C, silu, params);
+    else ScaleShiftStore<false>(row, dst, bf16_out, C, silu, params);
+  }
 }
 
-// s[c] += x[c] - k[c], q[c] += (x[c] - k[c])^2 over c in [0, n) (a channels-last pixel's shifted moments).
-void AccumulateShifted(const float* x, const float* k, float* s, float* q, int64_t n) {
+// Channels-last moments over pixels: s[c] = sum_p (x[p, c] - k[c]), q[c] = sum_p (x[p, c] - k[c])^2 for
+// x [P, C] of f32 or bf16 (widened exactly), in f32 lanes (two channel vectors per pass over the pixels).
+template <bool kBf16>
+void PixelMomentsT(const void* x, int64_t P, int64_t C, const float* k, float* s, float* q) {
   const hn::ScalableTag<float> d;
   const int64_t N = int64_t(hn::Lanes(d));
-  int64_t i = 0;
-  for (; i + N <= n; i += N) {
-    const auto v = hn::Sub(hn::LoadU(d, x + i), hn::LoadU(d, k + i));
-    hn::StoreU(hn::Add(hn::LoadU(d, s + i), v), d, s + i);
-    hn::StoreU(hn::MulAdd(v, v, hn::LoadU(d, q + i)), d, q + i);
+  const size_t es = kBf16 ? 2 : 4;
+  auto row = [&](int64_t p) { return static_cast<const uint8_t*>(x) + size_t(p * C) * es; };
+  int64_t c = 0;
+  for (; c + 2 * N <= C; c += 2 * N) {
+    const auto k0 = hn::LoadU(d, k + c), k1 = hn::LoadU(d, k + c + N);
+    auto s0 = hn::Zero(d), s1 = hn::Zero(d), q0 = hn::Zero(d), q1 = hn::Zero(d);
+    for (int64_t p = 0; p < P; ++p) {
+      const auto v0 = hn::Sub(LoadLanes<kBf16>(d, row(p), c, size_t(N)), k0);
+      const auto v1 = hn::Sub(LoadLanes<kBf16>(d, row(p), c + N, size_t(N)), k1);
+      s0 = hn::Add(s0, v0);
+      s1 = hn::Add(s1, v1);
+      q0 = hn::MulAdd(v0, v0, q0);
+      q1 = hn::MulAdd(v1, v1, q1);
+    }
+    hn::StoreU(s0, d, s + c);
+    hn::StoreU(s1, d, s + c + N);
+    hn::StoreU(q0, d, q + c);
+    hn::StoreU(q1, d, q + c + N);
   }
-  for (; i < n; ++i) {
-    const float v = x[i] - k[i];
-    s[i] += v;
-    q[i] += v * v;
+  for (; c < C; c += N) {
+    const size_t len = size_t(std::min(N, C - c));
+    const auto kv = LoadTail(d, k + c, len);
+    auto sv = hn::Zero(d), qv = hn::Zero(d);
+    for (int64_t p = 0; p < P; ++p) {
+      const auto v = hn::Sub(LoadLanes<kBf16>(d, row(p), c, len), kv);
+      sv = hn::Add(sv, v);
+      qv = hn::MulAdd(v, v, qv);
+    }
+    StoreTail(sv, d, s + c, len);
+    StoreTail(qv, d, q + c, len);
   }
+}
+
+void PixelMoments(const void* x, bool bf16, int64_t P, int64_t C, const float* k, float* s, float* q) {
+  if (bf16) PixelMomentsT<true>(x, P, C, k, s, q);
+  else PixelMomentsT<false>(x, P, C, k, s, q);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -159,8 +214,8 @@ HWY_EXPORT(SumAndSquares);
 HWY_EXPORT(NormalizeRow);
 HWY_EXPORT(ScaleShiftRow);
 HWY_EXPORT(ScaleShiftStoreRow);
-HWY_EXPORT(ScaleShiftStoreChannels);
-HWY_EXPORT(AccumulateShifted);
+HWY_EXPORT(ScaleShiftStorePixels);
+HWY_EXPORT(PixelMoments);
 
 void sum_and_squares_f32(const float* x, int64_t n, float shift, double* sum, double* sq) {
   HWY_DYNAMIC_DISPATCH(SumAndSquares)(x, n, shift, sum, sq);
@@ -245,19 +300,15 @@ void group_norm_channels_last(const OpCall& c, Tensor& out) {
       }
     }
   }
+  const bool bf16_in = xt == DType::bf16;
   parallel_for(N * chunks, 1, [&](int64_t t0, int64_t t1) {
-    thread_local std::vector<float> row, s, q;
-    row.resize(size_t(C));
+    thread_local std::vector<float> s, q;
     s.resize(size_t(C));
     q.resize(size_t(C));
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t n = t / chunks, p0 = (t % chunks) * kPixels, p1 = std::min(P, p0 + kPixels);
-      std::fill(s.begin(), s.end(), 0.f);
-      std::fill(q.begin(), q.end(), 0.f);
-      for (int64_t p = p0; p < p1; ++p) {
-        load_f32(xb + (n * P + p) * C * xes, xt, 1, row.data(), C);
-        HWY_DYNAMIC_DISPATCH(AccumulateShifted)(row.data(), shift.data() + n * C, s.data(), q.data(), C);
-      }
+      HWY_DYNAMIC_DISPATCH(PixelMoments)(xb + (n * P + p0) * C * xes, bf16_in, p1 - p0, C, shift.data() + n * C,
+                                         s.data(), q.data());
       double* dst = part.data() + t * 2 * C;
       for (int64_t ch = 0; ch < C; ++ch) dst[ch] = s[size_t(ch)], dst[C + ch] = q[size_t(ch)];
     }
@@ -281,14 +332,14 @@ void group_norm_channels_last(const OpCall& c, Tensor& out) {
       }
     }
   const bool silu = c.attrs.flag;
-  parallel_for(N * P, std::max<int64_t>(1, 4096 / std::max<int64_t>(C, 1)), [&](int64_t r0, int64_t r1) {
-    thread_local std::vector<float> row;
-    row.resize(size_t(C));
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t n = r / P;
-      load_f32(xb + r * C * xes, xt, 1, row.data(), C);
-      HWY_DYNAMIC_DISPATCH(ScaleShiftStoreChannels)(row.data(), ob + r * C * oes, ot == DType::bf16, C,
-                                                    mean.data() + n * C, scale.data() + n * C, bias.data(), silu);
+  // Runs of pixels of one image, ~4096 elements a task.
+  const int64_t run = std::max<int64_t>(1, 4096 / std::max<int64_t>(C, 1)), runs = (P + run - 1) / run;
+  parallel_for(N * runs, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t n = t / runs, p0 = (t % runs) * run, p1 = std::min(P, p0 + run);
+      HWY_DYNAMIC_DISPATCH(ScaleShiftStorePixels)(xb + (n * P + p0) * C * xes, bf16_in, p1 - p0, C,
+                                                  ob + (n * P + p0) * C * oes, ot == DType::bf16, mean.data() + n * C,
+                                                  scale.data() + n * C, bias.data(), silu);
     }
   });
 }
