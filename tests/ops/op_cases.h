@@ -471,6 +471,9 @@ inline void conv_layout_cases(Table& t) {
     t.add("concat", {I(sh({2, 3, 5}, 2), f32, T), I(sh({2, 3, 5}, 3), f32, S)}, cc, 0.0);
     t.add("concat", {I(sh({3, 4, 5}, 2), bf16, P), I(sh({3, 4, 5}, 1), bf16, O)}, cc, 0.0);
     t.add("concat", {I(sh({2, 3, 4}, 2), i64, E, Gen::small_int), I(sh({2, 3, 4}, 2), i64)}, cc, 0.0);
+    // contiguous inputs of runs over 256 KiB (copied in pieces over the threads), one a view
+    t.add("concat", {I(sh({2, 70, 1000}, 3), bf16), I(sh({2, 70, 1000}, 2), bf16, T), I(sh({2, 70, 1000}, 4), bf16)},
+          cc, 0.0);
   }
   t.add("concat", {I({5})}, [](const std::vector<Tensor>& x) { return ops::concat(x, 0); }, 0.0);
 

@@ -5,6 +5,7 @@
 // skipped) fails here; the op table (op_cases.h) holds it to the f64 reference.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -46,6 +47,26 @@ TEST(ChannelNormSilu, EqualsSiluOfChannelNormBitwise) {
         expect_bits_equal(fused, chain,
                           std::string(dtype_name(dt)) + (weight ? " weight" : "") + (view ? " view" : ""));
       }
+}
+
+// A bf16 channel_norm rounds as Diffusers' op-by-op bf16: F.normalize(x.float()).to(bf16) * scale * gamma,
+// each product rounded to bf16: equal, bit for bit, to that chain of diffq's own ops (the f32 normalisation
+// by channel_norm with scale 1 and no weight, a cast, the bf16 scalar and broadcast products), also with
+// the fused silu; 6000 pixels (several blocks and a tail) and a transposed view.
+TEST(ChannelNorm, Bf16RoundsAsTorchsOpByOpChain) {
+  Generator g(13);
+  for (bool view : {false, true})
+    for (bool silu : {false, true}) {
+      Tensor x = ops::mul_scalar(randn_tensor({1, 16, 3, 40, 50}, g, DType::f32), 4.0).to(DType::bf16);
+      if (view) x = x.transpose(3, 4);
+      const Tensor w = randn_tensor({16}, g, DType::f32).to(DType::bf16);
+      const double scale = std::sqrt(96.0);  // Wan's sqrt(C): not a power of two, so each rounding shows
+      const Tensor got = silu ? ops::channel_norm_silu(x, w, scale) : ops::channel_norm(x, w, scale);
+      Tensor chain = ops::channel_norm(x.to(DType::f32), Tensor(), 1.0).to(DType::bf16);
+      chain = ops::mul(ops::mul_scalar(chain, scale), w.view({1, 16, 1, 1, 1}));
+      if (silu) chain = ops::silu(chain);
+      expect_bits_equal(got, chain, std::string(view ? "view" : "contiguous") + (silu ? " silu" : ""));
+    }
 }
 
 }  // namespace

@@ -38,7 +38,7 @@ void WanCausalConv3d::prepare() {
   weight.set(relaid.permute({0, 2, 1, 3, 4}), Residency::host);  // viewed as [O, C, kt, kh, kw]
 }
 
-Tensor WanCausalConv3d::forward(const Tensor& x, const Tensor& cache) {  // x [T, C, H, W]
+Tensor WanCausalConv3d::forward(const Tensor& x, const Tensor& cache, const Tensor& residual) {  // x [T, C, H, W]
   check(x.dim() == 4 && x.size(1) == in_channels, "WanCausalConv3d", "expected frames [T, ", in_channels,
         ", H, W], got ", shape_str(x.shape()));
   const int64_t kt = kernel[0], C = in_channels, O = out_channels;
@@ -69,16 +69,20 @@ Tensor WanCausalConv3d::forward(const Tensor& x, const Tensor& cache) {  // x [T
   const Tensor windows(xin.storage(), {To, kt * C, H, W}, {stride[0] * plane, H * W, W, 1}, xin.offset(),
                        xin.dtype());  // [To, kt*C, H, W] (overlapping view)
   const int64_t p = padding[1];
+  if (residual.defined())  // residual + conv: [To, O, Ho, Wo]
+    return ops::conv2d_add(windows, w2, bias.dense(), stride[1], {p, p, p, p}, residual);
   return ops::conv2d(windows, w2, bias.dense(), stride[1], {p, p, p, p});  // [To, O, Ho, Wo]
 }
 
-Tensor cached_conv(WanCausalConv3d& conv, const Tensor& x, WanFeatCache& cache) {  // x [T, C, H, W]
+Tensor cached_conv(WanCausalConv3d& conv, const Tensor& x, WanFeatCache& cache, const Tensor& residual) {  // x [T, C, H, W]
   WanFeatCache::Slot& slot = cache.next();
   Tensor keep = last_frames(x, WanFeatCache::kCacheT);  // [<=2, C, H, W]
   const bool had = slot.state == WanFeatCache::State::frames;
   if (keep.size(0) < WanFeatCache::kCacheT && had)
     keep = ops::concat({last_frames(slot.frames, 1), keep}, 0);  // last frame of the previous chunk first
-  Tensor out = conv(x, had ? slot.frames : Tensor());
+  const bool fuse = residual.defined() && !CaptureHook::current();  // a capture records the module call alone
+  Tensor out = conv(x, had ? slot.frames : Tensor(), fuse ? residual : Tensor());
+  if (residual.defined() && !fuse) out = ops::add(residual, out);
   slot.frames = std::move(keep);
   slot.state = WanFeatCache::State::frames;
   return out;

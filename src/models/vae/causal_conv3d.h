@@ -49,11 +49,12 @@ class WanCausalConv3d : public Module {
   WanCausalConv3d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t padding = 0)
       : WanCausalConv3d(in_channels, out_channels, {kernel, kernel, kernel}, {1, 1, 1},
                         {padding, padding, padding}) {}
-  Tensor operator()(const Tensor& x, const Tensor& cache = {}) {
-    return call([&] { return forward(x, cache); });
+  Tensor operator()(const Tensor& x, const Tensor& cache = {}, const Tensor& residual = {}) {
+    return call([&] { return forward(x, cache, residual); });
   }
-  // x [T, C, H, W], cache [t, C, H, W] or undefined -> [T_out, O, H_out, W_out]
-  Tensor forward(const Tensor& x, const Tensor& cache = {});
+  // x [T, C, H, W], cache [t, C, H, W] or undefined -> [T_out, O, H_out, W_out]; with a residual (that
+  // shape, x's dtype): residual + the conv in one op (ops::conv2d_add: the two ops' values).
+  Tensor forward(const Tensor& x, const Tensor& cache = {}, const Tensor& residual = {});
   // Re-lays the loaded weight out as [O, kt, C, kh, kw] in memory (see above). Idempotent.
   void prepare();
 
@@ -66,7 +67,8 @@ class WanCausalConv3d : public Module {
 // The cached call every Wan block makes around a causal conv: remember the last CACHE_T frames of x
 // (topped up with the previous cache's last frame when x has only one), run the conv with the previous
 // cache in front, store the new cache.
-Tensor cached_conv(WanCausalConv3d& conv, const Tensor& x, WanFeatCache& cache);
+// With a residual: residual + the conv (one op, except while compile captures: then the two ops).
+Tensor cached_conv(WanCausalConv3d& conv, const Tensor& x, WanFeatCache& cache, const Tensor& residual = {});
 
 // The last n frames of x [T, ...] as a fresh contiguous tensor (Diffusers' x[:, :, -n:].clone()).
 Tensor last_frames(const Tensor& x, int64_t n);

@@ -46,8 +46,7 @@ Tensor WanResidualBlock::forward(const Tensor& x, WanFeatCache& cache, bool) {  
   Tensor y = norm1.with_silu(x);                             // silu(norm1(x)): [T, Cin, H, W]
   y = cached_conv(conv1, y, cache);                          // [T, Cout, H, W]
   y = norm2.with_silu(y);                                    // [T, Cout, H, W]
-  y = cached_conv(conv2, y, cache);                          // [T, Cout, H, W]
-  return ops::add(y, h);
+  return cached_conv(conv2, y, cache, h);                    // h + conv2(y): [T, Cout, H, W]
 }
 
 // ---- WanAttentionBlock ------------------------------------------------------------------------------
