@@ -15,8 +15,9 @@ struct MemoryStats {
   int64_t peak_bytes = 0;     // max of current_bytes since the last reset
   int64_t num_allocs = 0;     // allocations made since start
   // What the allocator holds from the device: a caching allocator's segments (live blocks plus the
-  // cache it reuses without asking the driver), like torch's reserved bytes. The CPU allocator keeps
-  // no cache of its own: there reserved equals current, and device mallocs are 0.
+  // cache it reuses without asking the driver), like torch's reserved bytes. The CPU allocator's adds the
+  // freed blocks over 32 MiB it keeps for reuse (at most 1 GiB: src/core/large_block_cache.h; its
+  // peak_reserved is the live peak), and its device mallocs are 0.
   int64_t reserved_bytes = 0;
   int64_t peak_reserved_bytes = 0;  // max of reserved_bytes since the last reset
   int64_t num_device_mallocs = 0;   // raw device allocations (cudaMalloc) since start

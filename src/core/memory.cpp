@@ -8,6 +8,7 @@
 #endif
 
 #include "backend/device_interface.h"
+#include "core/large_block_cache.h"
 #include "diffq/error.h"
 
 namespace diffq {
@@ -64,26 +65,52 @@ namespace {
 // in place. Memory is still returned where diffq knows it was released for good
 // (return_freed_memory_to_os: after loading, offloading). Measured: faults per fp32 bench run halved
 // (372k -> 191k, the rest is first-touching the weights), peak RSS unchanged or lower.
+//
+// Blocks above 32 MiB still come from mmap(): freed, they are kept in a LargeBlockCache (core/large_block_cache.h)
+// for the next allocation of their size instead of being unmapped, so large activations (the Wan VAE's
+// frames) stop page-faulting every op.
 class CpuAllocator final : public Allocator {
  public:
-  CpuAllocator() {
+  static constexpr size_t kHeapMax = size_t(32) << 20;     // glibc's mmap threshold, set below
+  static constexpr size_t kLargeCache = size_t(1) << 30;  // freed large blocks held at most
+
+  CpuAllocator() : large_(kLargeCache) {
 #if defined(__GLIBC__)
-    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_MMAP_THRESHOLD, int(kHeapMax));
     mallopt(M_TRIM_THRESHOLD, 1 << 30);
 #endif
   }
   void* allocate(size_t nbytes) override {
     const size_t rounded = (nbytes + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+    void* p = nullptr;
+    if (rounded > kHeapMax) {
+      p = large_.take(rounded);
+      if (!p) p = std::aligned_alloc(64, core::LargeBlockCache::block_size(rounded));
+    } else {
+      p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+    }
     if (!p) fail("memory", "cpu: out of memory allocating ", nbytes, " bytes");
     record_alloc(nbytes);
     return p;
   }
   void deallocate(void* p, size_t nbytes) override {
-    std::free(p);
+    const size_t rounded = (nbytes + 63) / 64 * 64;
+    if (p && rounded > kHeapMax)
+      large_.put(p, rounded);
+    else
+      std::free(p);
     record_free(nbytes);
   }
   Device device() const override { return Device::cpu(); }
+  MemoryStats stats() const override {
+    MemoryStats s = Allocator::stats();
+    s.reserved_bytes += int64_t(large_.cached_bytes());
+    return s;
+  }
+  void empty_cache() override { large_.release(); }
+
+ private:
+  core::LargeBlockCache large_;
 };
 
 Allocator& host_allocator() {
@@ -106,6 +133,7 @@ void reset_peak_memory_stats(Device d) { allocator_for(d).reset_peak(); }
 void empty_cache(Device d) { allocator_for(d).empty_cache(); }
 
 void return_freed_memory_to_os() {
+  host_allocator().empty_cache();  // the freed large blocks kept for reuse
 #if defined(__GLIBC__)
   malloc_trim(0);
 #endif

@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <optional>
 #include <vector>
 
@@ -19,7 +18,6 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/row_kernels.h"
 #include "backend/cpu/simd-inl.h"
-#include "backend/cpu/activation-inl.h"
 #include "backend/cpu/threads.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -63,81 +61,6 @@ void ScaleRows(const float* x, const float* inv, float scale, float w, float* y,
   }
 }
 
-// Row i of a block as f32 lanes: f32 rows read as they are, bf16 widened exactly (zeros past len).
-template <bool kBf16, class D>
-HWY_INLINE hn::Vec<D> LoadRow(D d, const void* row, int64_t i, size_t len) {
-  if constexpr (kBf16) {
-    const hn::RebindToUnsigned<D> du;
-    const hn::Rebind<uint16_t, D> du16;
-    const auto* p = static_cast<const uint16_t*>(row) + i;
-    if (len == hn::Lanes(d)) return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(du16, p))));
-    HWY_ALIGN uint16_t buf[kMaxFloatLanes] = {};
-    std::memcpy(buf, p, len * 2);
-    return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::Load(du16, buf))));
-  } else {
-    const float* p = static_cast<const float*>(row) + i;
-    return len == hn::Lanes(d) ? hn::LoadU(d, p) : LoadTail(d, p, len);
-  }
-}
-
-// A block of len pixels whose C channel rows start `stride` elements apart (f32 or bf16 x, f32 or bf16
-// out), in two passes over the rows: inv[p] = 1 / max(sqrt(sum_c x[c, p]^2), eps), then each row scaled
-// straight into out with ScaleRows's arithmetic and roundings (and silu of the rounded norm, then rounded
-// again: channel_norm_silu), bf16 widened and rounded in registers.
-template <bool kBf16>
-void ChannelNormBlockT(const void* x, int64_t C, int64_t stride, int64_t len, float eps, float scale, const float* w,
-                       void* out, bool bf16_out, bool silu, float* inv) {
-  const hn::ScalableTag<float> d;
-  const hn::RebindToUnsigned<decltype(d)> du;
-  const hn::RebindToSigned<decltype(d)> di;
-  const hn::Rebind<uint16_t, decltype(d)> du16;
-  const int64_t N = int64_t(hn::Lanes(d));
-  const size_t es = kBf16 ? 2 : 4, oes = bf16_out ? 2 : 4;
-  auto row = [&](int64_t ch) { return static_cast<const uint8_t*>(x) + size_t(ch * stride) * es; };
-  for (int64_t i = 0; i < len; i += N) hn::StoreU(hn::Zero(d), d, inv + i);  // inv holds len rounded up to N
-  for (int64_t ch = 0; ch < C; ++ch)
-    for (int64_t i = 0; i < len; i += N) {
-      const auto v = LoadRow<kBf16>(d, row(ch), i, size_t(std::min(N, len - i)));
-      hn::StoreU(hn::MulAdd(v, v, hn::LoadU(d, inv + i)), d, inv + i);
-    }
-  const auto veps = hn::Set(d, eps), one = hn::Set(d, 1.f);
-  for (int64_t i = 0; i < len; i += N) hn::StoreU(hn::Div(one, hn::Max(hn::Sqrt(hn::LoadU(d, inv + i)), veps)), d, inv + i);
-  for (int64_t ch = 0; ch < C; ++ch) {
-    const float wc = w ? w[ch] : 1.f;
-    const auto vs = hn::Set(d, scale), vw = hn::Set(d, wc), sw = hn::Set(d, scale * wc);
-    auto* dst = static_cast<uint8_t*>(out) + size_t(ch * stride) * oes;
-    for (int64_t i = 0; i < len; i += N) {
-      const size_t l = size_t(std::min(N, len - i));
-      auto v = hn::Mul(LoadRow<kBf16>(d, row(ch), i, l), hn::LoadU(d, inv + i));
-      v = bf16_out ? RoundToBf16(d, hn::Mul(RoundToBf16(d, hn::Mul(RoundToBf16(d, v), vs)), vw)) : hn::Mul(v, sw);
-      if (silu) {
-        v = Silu(d, v);
-        if (bf16_out) v = RoundToBf16(d, v);
-      }
-      if (bf16_out) {
-        const auto b = hn::DemoteTo(du16, hn::BitCast(di, hn::ShiftRight<16>(hn::BitCast(du, v))));
-        if (l == size_t(N)) {
-          hn::StoreU(b, du16, reinterpret_cast<uint16_t*>(dst) + i);
-        } else {
-          HWY_ALIGN uint16_t buf[kMaxFloatLanes];
-          hn::Store(b, du16, buf);
-          std::memcpy(reinterpret_cast<uint16_t*>(dst) + i, buf, l * 2);
-        }
-      } else if (l == size_t(N)) {
-        hn::StoreU(v, d, reinterpret_cast<float*>(dst) + i);
-      } else {
-        StoreTail(v, d, reinterpret_cast<float*>(dst) + i, l);
-      }
-    }
-  }
-}
-
-void ChannelNormBlock(const void* x, bool bf16_in, int64_t C, int64_t stride, int64_t len, float eps, float scale,
-                      const float* w, void* out, bool bf16_out, bool silu, float* inv) {
-  if (bf16_in) ChannelNormBlockT<true>(x, C, stride, len, eps, scale, w, out, bf16_out, silu, inv);
-  else ChannelNormBlockT<false>(x, C, stride, len, eps, scale, w, out, bf16_out, silu, inv);
-}
-
 }  // namespace HWY_NAMESPACE
 }  // namespace diffq::backend::cpu
 HWY_AFTER_NAMESPACE();
@@ -147,7 +70,6 @@ namespace diffq::backend::cpu {
 
 HWY_EXPORT(AddSquares);
 HWY_EXPORT(ScaleRows);
-HWY_EXPORT(ChannelNormBlock);
 
 namespace {
 
@@ -169,19 +91,6 @@ void channel_norm_kernel(const OpCall& c, Tensor& out) {
   const float eps = float(c.attrs.f0), scale = float(c.attrs.f1);
   const bool silu = c.attrs.flag;
   const int64_t blocks = (P + kBlock - 1) / kBlock;
-  if (in_place && xt != DType::f16 && (ot == DType::f32 || ot == DType::bf16)) {  // one vector pass per row
-    parallel_for(N * blocks, 1, [&](int64_t i0, int64_t i1) {
-      thread_local std::vector<float> inv;
-      inv.resize(size_t(kBlock + 64));  // the pixels rounded up to whole vectors of any width
-      for (int64_t i = i0; i < i1; ++i) {
-        const int64_t n = i / blocks, p0 = (i % blocks) * kBlock, len = std::min(kBlock, P - p0);
-        HWY_DYNAMIC_DISPATCH(ChannelNormBlock)(xbytes + (n * C * P + p0) * xes, xt == DType::bf16, C, P, len, eps,
-                                               scale, w ? w->data() : nullptr, obytes + (n * C * P + p0) * oes,
-                                               ot == DType::bf16, silu, inv.data());
-      }
-    });
-    return;
-  }
   parallel_for(N * blocks, 1, [&](int64_t i0, int64_t i1) {
     thread_local std::vector<float> acc, row, y;
     acc.resize(size_t(kBlock)), row.resize(size_t(kBlock)), y.resize(size_t(kBlock));
