@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "backend/cpu/tuning.h"
 #include "diffq/error.h"
 #include "diffq/memory.h"
 #include "io/safetensors.h"
@@ -195,6 +196,39 @@ TEST(Vae, Bf16ComputeMatchesDiffusersBf16) {
               << e32 << ", Diffusers bf16 " << torch32 << ")\n";
     EXPECT_LE(e, o.bound) << o.key;
     EXPECT_LE(e32, 1.25 * torch32) << o.key;
+  }
+}
+
+// The image layout (ops::ImageLayout) the VAE keeps its activations in follows the device's preference
+// call by call on one model: forced channels-first, channels-last, then channels-first again
+// (DIFFQ_IMAGE_LAYOUT's tuning), every Conv2d / GroupNorm of the decoder is relaid, the decode matches
+// Diffusers in either layout (f32: the layouts differ only in the group norm's summation order), and
+// back in channels-first it gives the first call's bits again.
+TEST(Vae, DecodeFollowsTheImageLayoutCallByCall) {
+  namespace cpu = diffq::backend::cpu;
+  auto m = load_tiny(DType::f32);
+  const Tensor z = reference().tensor("decode.in"), want = reference().tensor("decode.out");
+  Tensor first;
+  for (const auto choice : {cpu::ImageLayoutChoice::channels_first, cpu::ImageLayoutChoice::channels_last,
+                            cpu::ImageLayoutChoice::channels_first}) {
+    cpu::Tuning t = cpu::current_tuning();
+    t.image_layout = choice;
+    const cpu::ScopedTuning scope(t);
+    const Tensor got = m->decode(z);
+    const auto layout = choice == cpu::ImageLayoutChoice::channels_last ? ops::ImageLayout::channels_last
+                                                                         : ops::ImageLayout::channels_first;
+    EXPECT_EQ(m->decoder.conv_in.layout, layout);
+    EXPECT_EQ(m->decoder.conv_out.layout, layout);
+    EXPECT_EQ(m->decoder.up_blocks[0].resnets[0].norm1.layout, layout);
+    EXPECT_EQ(m->decoder.mid_block.attentions[0].group_norm.layout, layout);
+    EXPECT_LE(max_rel(got, want), 1e-4);
+    if (!first.defined()) {
+      first = got;
+    } else if (layout == ops::ImageLayout::channels_first) {
+      EXPECT_EQ(max_rel(got, first), 0.0) << "back in channels-first";
+    } else {
+      EXPECT_LE(max_rel(got, first), 1e-5) << "channels-last vs channels-first";
+    }
   }
 }
 

@@ -39,19 +39,20 @@ Encoder::Encoder(const AutoencoderKLConfig& c)
 }
 
 // Runs body on x in the layout x's device prefers for its dtype: x moved to channels-last and the
-// result back where that is channels-last (the images between are then [B, H, W, C]).
+// result back where that is channels-last (the images between are then [B, H, W, C]). The modules under
+// m are relaid only when the layout changes (conv_in, set with them, says which they have).
 namespace {
 template <class Body>
-Tensor in_preferred_layout(Module& m, const Tensor& x, const Body& body) {
+Tensor in_preferred_layout(Module& m, const Conv2d& conv_in, const Tensor& x, const Body& body) {
   const ops::ImageLayout layout = preferred_image_layout(x);
-  use_image_layout(m, layout);
+  if (conv_in.layout != layout) use_image_layout(m, layout);
   if (layout == ops::ImageLayout::channels_first) return body(x);
   return ops::to_channels_first(body(ops::to_channels_last(x)));
 }
 }  // namespace
 
 Tensor Encoder::forward(const Tensor& x) {  // x [B, in, H, W]
-  return in_preferred_layout(*this, x, [&](const Tensor& in) {
+  return in_preferred_layout(*this, conv_in, x, [&](const Tensor& in) {
     Tensor h = conv_in(in);                   // [B, C0, H, W]
     for (auto& b : down_blocks) h = (*b)(h);  // [B, C_last, H/f, W/f]
     h = mid_block(h);                         // [B, C_last, H/f, W/f]
@@ -84,7 +85,7 @@ Decoder::Decoder(const AutoencoderKLConfig& c)
 }
 
 Tensor Decoder::forward(const Tensor& z) {  // z [B, latent, h, w]
-  return in_preferred_layout(*this, z, [&](const Tensor& in) {
+  return in_preferred_layout(*this, conv_in, z, [&](const Tensor& in) {
     Tensor h = conv_in(in);                   // [B, C_last, h, w]
     h = mid_block(h);                         // [B, C_last, h, w]
     for (auto& b : up_blocks) h = (*b)(h);    // [B, C0, h*f, w*f]
