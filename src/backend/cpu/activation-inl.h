@@ -37,6 +37,32 @@ HWY_INLINE V Silu(D d, V x) {
   return hn::Mul(x, Sigmoid(d, x));
 }
 
+// 1 / d for d >= 1 (finite): on AVX-512 the 14-bit reciprocal estimate and one Newton step (~28 bits,
+// within an ulp or two of the quotient; the division costs more than the rest of a GELU), elsewhere the
+// division.
+template <class D, class V>
+HWY_INLINE V ReciprocalAtLeastOne(D d, V den) {
+#if HWY_TARGET <= HWY_AVX3
+  const V r = hn::ApproximateReciprocal(den);
+  return hn::MulAdd(r, hn::NegMulAdd(den, r, hn::Set(d, 1.f)), r);  // r + r (1 - den r)
+#else
+  return hn::Div(hn::Set(d, 1.f), den);
+#endif
+}
+
+// GELU with the tanh approximation, 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), computed as
+// x / (1 + exp(-2u)) (the same function, no cancellation where tanh(u) -> -1). Where f32's tanh(u) is
+// exactly -1 (u < -13 ln(2) / 2) the result is 0 * x as torch's formula gives (-0 for x < 0, NaN for
+// x = -inf); NaN stays NaN; +inf stays +inf.
+template <class D, class V>
+HWY_INLINE V GeluTanh(D d, V x) {
+  const V k0 = hn::Set(d, 0.7978845608028654f), k1 = hn::Set(d, 0.044715f);
+  const V u = hn::Mul(k0, hn::MulAdd(hn::Mul(k1, hn::Mul(x, x)), x, x));
+  const V e = hn::Exp(d, hn::Min(hn::Mul(hn::Set(d, -2.f), u), hn::Set(d, 88.f)));
+  const V y = hn::Mul(x, ReciprocalAtLeastOne(d, hn::Add(hn::Set(d, 1.f), e)));
+  return hn::IfThenElse(hn::Lt(u, hn::Set(d, -9.010913f)), hn::Mul(x, hn::Zero(d)), y);
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace diffq::backend::cpu
 HWY_AFTER_NAMESPACE();

@@ -70,22 +70,14 @@ void BinaryF32(int64_t fn, const float* a, bool a_bcast, const float* b, bool b_
 template <class F>
 HWY_INLINE void Bf16Loop(const uint16_t* a, const uint16_t* b, uint16_t* y, int64_t n, F f) {
   const hn::ScalableTag<float> d;
-  const hn::RebindToUnsigned<decltype(d)> du;
-  const hn::RebindToSigned<decltype(d)> di;
-  const hn::Rebind<uint16_t, decltype(d)> du16;
   const int64_t N = int64_t(hn::Lanes(d));
-  auto widen = [&](const uint16_t* p) { return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(du16, p)))); };
-  auto body = [&](const uint16_t* pa, const uint16_t* pb, uint16_t* py) {
-    const auto r = RoundToBf16(d, f(d, widen(pa), widen(pb)));
-    hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, hn::ShiftRight<16>(hn::BitCast(du, r)))), du16, py);
-  };
   int64_t i = 0;
-  for (; i + N <= n; i += N) body(a + i, b + i, y + i);
+  for (; i + N <= n; i += N) StoreBf16(d, f(d, LoadBf16(d, a + i), LoadBf16(d, b + i)), y + i);
   if (i == n) return;
   HWY_ALIGN uint16_t ta[kMaxFloatLanes] = {}, tb[kMaxFloatLanes] = {}, ty[kMaxFloatLanes];
   std::memcpy(ta, a + i, size_t(n - i) * 2);
   std::memcpy(tb, b + i, size_t(n - i) * 2);
-  body(ta, tb, ty);
+  StoreBf16(d, f(d, LoadBf16(d, ta), LoadBf16(d, tb)), ty);
   std::memcpy(y + i, ty, size_t(n - i) * 2);
 }
 

@@ -44,6 +44,39 @@ HWY_INLINE hn::Vec<D> RoundToBf16(D d, hn::Vec<D> v) {
   return hn::BitCast(d, hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), hn::Set(du, 0x7fc00000u), r));
 }
 
+// Lanes of bf16 bits at p widened to f32 (exact).
+template <class D>
+HWY_INLINE hn::Vec<D> LoadBf16(D d, const uint16_t* p) {
+  const hn::RebindToUnsigned<D> du;
+  const hn::Rebind<uint16_t, D> du16;
+  return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(du16, p))));
+}
+
+// v rounded to bf16 (RoundToBf16: torch's ties-to-even, NaN -> 0x7fc0) and stored as bits at p.
+template <class D>
+HWY_INLINE void StoreBf16(D d, hn::Vec<D> v, uint16_t* p) {
+  const hn::RebindToUnsigned<D> du;
+  const hn::RebindToSigned<D> di;
+  const hn::Rebind<uint16_t, D> du16;
+  const auto r = RoundToBf16(d, v);
+  hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, hn::ShiftRight<16>(hn::BitCast(du, r)))), du16, p);
+}
+
+// y[i] = bf16(f(x[i])) for n bf16 elements: f on the widened lanes, rounded once, in registers (no f32
+// staging rows); the tail through zero-filled lanes. x may equal y.
+template <class F>
+HWY_INLINE void MapBf16(const uint16_t* x, uint16_t* y, int64_t n, F f) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = int64_t(hn::Lanes(d));
+  int64_t i = 0;
+  for (; i + N <= n; i += N) StoreBf16(d, f(d, LoadBf16(d, x + i)), y + i);
+  if (i == n) return;
+  HWY_ALIGN uint16_t tx[kMaxFloatLanes] = {}, ty[kMaxFloatLanes];
+  std::memcpy(tx, x + i, size_t(n - i) * 2);
+  StoreBf16(d, f(d, LoadBf16(d, tx)), ty);
+  std::memcpy(y + i, ty, size_t(n - i) * 2);
+}
+
 // y[i] = f(x[i]) for a vector functor f(d, v); x may equal y.
 template <class F>
 HWY_INLINE void MapF32(const float* x, float* y, int64_t n, F f) {
