@@ -1,7 +1,7 @@
-// The CPU's bf16 unary path (contiguous bf16 rows widened, computed and rounded in registers, unary.cpp
-// UnaryBf16) against the same op on float32 copies rounded to bf16 afterwards (the f32 rows' arithmetic,
-// then the cast's round to nearest even), bit for bit: every UnaryFn, several parallel chunks with a vector
-// tail, NaN, infinities, signed zeros; and a strided bf16 view (the f32 staging rows) giving the same bits.
+// The CPU's bf16 unary op against the same op on float32 copies rounded to bf16 afterwards (the f32 rows'
+// arithmetic, then the cast's round to nearest even), bit for bit: every UnaryFn, rows longer than the
+// staging chunks with a vector tail, NaN, infinities, signed zeros; and a strided bf16 view giving the
+// same bits.
 // GELU (tanh) computed as x / (1 + exp(-2u)) against the f64 definition, its edges as torch's formula.
 #include <gtest/gtest.h>
 
@@ -34,7 +34,7 @@ constexpr ops::UnaryFn kAll[] = {ops::UnaryFn::silu, ops::UnaryFn::gelu_tanh, op
 
 TEST(UnaryBf16, EqualsTheFloat32OpRoundedBitwise) {
   Generator g(5);
-  // 3 x 8197: several of the kernel's 8192-element chunks and a vector tail.
+  // 3 x 8197: several of the 4096-element staging chunks per row and a vector tail.
   const Tensor x = operand(g, {3, 8197}, 4.0);
   for (const ops::UnaryFn fn : kAll) {
     const std::string what = "unary " + std::to_string(int(fn));

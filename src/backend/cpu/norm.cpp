@@ -121,7 +121,7 @@ HWY_INLINE void ScaleShiftStore(const void* x, void* out, bool bf16_out, int64_t
     else hn::StoreU(v, d, of + i);
   }
   if (i == n) return;
-  HWY_ALIGN float tail[kMaxFloatLanes];
+  HWY_ALIGN float tail[kMaxFloatLanes] = {};  // (initialised: GCC 12 cannot see the Store fill it)
   hn::Store(value(i, size_t(n - i)), d, tail);
   for (int64_t j = 0; j < n - i; ++j) {
     if (bf16_out) {

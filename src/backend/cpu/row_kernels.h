@@ -11,9 +11,6 @@
 namespace diffq::backend::cpu {
 
 void unary_row_f32(ops::UnaryFn fn, const float* x, float* y, int64_t n);
-// The same on bf16 rows of unit stride: widened exactly, unary_row_f32's math, rounded once to bf16 (the
-// bits of unary_row_f32 on the widened row then a round to bf16); y may be x.
-void unary_row_bf16(ops::UnaryFn fn, const uint16_t* x, uint16_t* y, int64_t n);
 // a_bcast / b_bcast: that operand is one value repeated over the row.
 void binary_row_f32(ops::BinaryFn fn, const float* a, bool a_bcast, const float* b, bool b_bcast, float* y,
                     int64_t n);

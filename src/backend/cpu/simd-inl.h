@@ -62,21 +62,6 @@ HWY_INLINE void StoreBf16(D d, hn::Vec<D> v, uint16_t* p) {
   hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, hn::ShiftRight<16>(hn::BitCast(du, r)))), du16, p);
 }
 
-// y[i] = bf16(f(x[i])) for n bf16 elements: f on the widened lanes, rounded once, in registers (no f32
-// staging rows); the tail through zero-filled lanes. x may equal y.
-template <class F>
-HWY_INLINE void MapBf16(const uint16_t* x, uint16_t* y, int64_t n, F f) {
-  const hn::ScalableTag<float> d;
-  const int64_t N = int64_t(hn::Lanes(d));
-  int64_t i = 0;
-  for (; i + N <= n; i += N) StoreBf16(d, f(d, LoadBf16(d, x + i)), y + i);
-  if (i == n) return;
-  HWY_ALIGN uint16_t tx[kMaxFloatLanes] = {}, ty[kMaxFloatLanes];
-  std::memcpy(tx, x + i, size_t(n - i) * 2);
-  StoreBf16(d, f(d, LoadBf16(d, tx)), ty);
-  std::memcpy(y + i, ty, size_t(n - i) * 2);
-}
-
 // y[i] = f(x[i]) for a vector functor f(d, v); x may equal y.
 template <class F>
 HWY_INLINE void MapF32(const float* x, float* y, int64_t n, F f) {
