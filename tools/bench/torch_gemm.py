@@ -41,18 +41,25 @@ def main():
     ap.add_argument("--dtypes", default="f32,bf16")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--min-time", type=float, default=0.2)
+    ap.add_argument("--shapes", default="",
+                    help="comma-separated MxNxK (e.g. 1152x3072x3072) instead of the default shapes")
+    ap.add_argument("--linear", action="store_true",
+                    help="torch.nn.functional.linear(a, b, bias) with a bias of N (as diffq's linear) instead of matmul")
     args = ap.parse_args()
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")] if args.shapes else SHAPES
     dtypes = {"f32": torch.float32, "bf16": torch.bfloat16}
     results = []
     torch.manual_seed(0)
     for threads in [int(t) for t in args.threads.split(",")]:
         torch.set_num_threads(threads)
         for dname in args.dtypes.split(","):
-            for m, n, k in SHAPES:
+            for m, n, k in shapes:
                 a = (torch.rand(m, k) * 2 - 1).to(dtypes[dname])
                 b = (torch.rand(n, k) * 2 - 1).to(dtypes[dname])
+                bias = (torch.rand(n) * 2 - 1).to(dtypes[dname])
+                call = (lambda: torch.nn.functional.linear(a, b, bias)) if args.linear else (lambda: torch.matmul(a, b.t()))
                 with torch.inference_mode():
-                    best, med, cpu = time_one(lambda: torch.matmul(a, b.t()), args.min_time, args.reps)
+                    best, med, cpu = time_one(call, args.min_time, args.reps)
                 flop = 2.0 * m * n * k
                 results.append(dict(m=m, n=n, k=k, dtype=dname, threads=threads, seconds_best=best,
                                     seconds_median=med, gflops_best=flop / best * 1e-9,
