@@ -155,43 +155,10 @@ std::vector<Shape> linear_shapes() {
           {256, 3072, 12288}, {64, 3072, 3072}};
 }
 
-// The packed linear with its weight cold, as a pipeline meets it (each layer's weight read once per pass,
-// the model larger than the caches): copies of the packed weight filling ~768 MiB, one per iteration in
-// turn, so each call reads its weight from memory.
-void diffq_linear_bf16_packed_cold(benchmark::State& state, const Shape& s, int threads) {
-  if (!cpu::onednn_bf16_packing_usable()) {
-    state.SkipWithError("oneDNN reads no packed bf16 weights here");
-    return;
-  }
-  cpu::set_num_threads(threads);
-  cpu::Tuning tuning = cpu::current_tuning();
-  tuning.gemm_kernel = cpu::GemmKernel::onednn;
-  const cpu::ScopedTuning scope(tuning);
-  const auto xv = random_bf16(size_t(s.m * s.k), 1), wv = random_bf16(size_t(s.n * s.k), 2);
-  auto x = hwy::AllocateAligned<uint16_t>(xv.size());
-  std::copy(xv.begin(), xv.end(), x.get());
-  const auto bias = random_f32(size_t(s.n), 3);
-  const size_t elems = size_t(cpu::onednn_packed_bf16_elems(s.n, s.k));
-  const size_t copies = std::clamp<size_t>((size_t(768) << 20) / (elems * 2), 2, 256);
-  std::vector<hwy::AlignedFreeUniquePtr<uint16_t[]>> wps;
-  for (size_t i = 0; i < copies; ++i) {
-    wps.push_back(hwy::AllocateAligned<uint16_t>(elems));
-    cpu::onednn_pack_bf16_weight(s.n, s.k, wv.data(), s.k, wps.back().get());
-  }
-  const auto y = hwy::AllocateAligned<uint16_t>(size_t(s.m * s.n));
-  size_t next = 0;
-  for (auto _ : state) {
-    if (!cpu::gemm_bf16_linear_packed(s.m, s.n, s.k, x.get(), s.k, wps[next].get(), bias.data(), y.get(), s.n)) {
-      state.SkipWithError("oneDNN declined the shape");
-      break;
-    }
-    next = (next + 1) % copies;
-    benchmark::DoNotOptimize(y.get());
-  }
-  cpu::set_num_threads(0);
-}
-
-template <bool kPacked>
+// Weights: plain, packed once (kPacked), or packed and cold (kCold) as a pipeline meets them (each layer's
+// weight read once per pass, the model larger than the caches): copies of the packed weight filling
+// ~768 MiB, one per iteration in turn, so each call reads its weight from memory.
+template <bool kPacked, bool kCold = false>
 void diffq_linear_bf16(benchmark::State& state, const Shape& s, int threads) {
   if (!cpu::onednn_bf16_packing_usable()) {
     state.SkipWithError("oneDNN reads no packed bf16 weights here");
@@ -210,11 +177,19 @@ void diffq_linear_bf16(benchmark::State& state, const Shape& s, int threads) {
   };
   const auto x = aligned(random_bf16(size_t(s.m * s.k), 1)), w = aligned(random_bf16(size_t(s.n * s.k), 2));
   const auto bias = random_f32(size_t(s.n), 3);
-  const auto wp = hwy::AllocateAligned<uint16_t>(kPacked ? size_t(cpu::onednn_packed_bf16_elems(s.n, s.k)) : 1);
+  const size_t elems = kPacked ? size_t(cpu::onednn_packed_bf16_elems(s.n, s.k)) : 1;
+  const size_t copies = kCold ? std::clamp<size_t>((size_t(768) << 20) / (elems * 2), 2, 256) : 1;
+  std::vector<hwy::AlignedFreeUniquePtr<uint16_t[]>> wps;
+  for (size_t i = 0; i < copies; ++i) {
+    wps.push_back(hwy::AllocateAligned<uint16_t>(elems));
+    if (kPacked) cpu::onednn_pack_bf16_weight(s.n, s.k, w.get(), s.k, wps.back().get());
+  }
   const auto y = hwy::AllocateAligned<uint16_t>(size_t(s.m * s.n));
-  if (kPacked) cpu::onednn_pack_bf16_weight(s.n, s.k, w.get(), s.k, wp.get());
+  size_t next = 0;
   for (auto _ : state) {
-    const bool ran = kPacked ? cpu::gemm_bf16_linear_packed(s.m, s.n, s.k, x.get(), s.k, wp.get(), bias.data(), y.get(), s.n)
+    const uint16_t* wp = wps[next].get();
+    next = (next + 1) % copies;
+    const bool ran = kPacked ? cpu::gemm_bf16_linear_packed(s.m, s.n, s.k, x.get(), s.k, wp, bias.data(), y.get(), s.n)
                              : cpu::gemm_bf16_linear_to_bf16(s.m, s.n, s.k, x.get(), s.k, w.get(), s.k, bias.data(), y.get(), s.n);
     if (!ran) {
       state.SkipWithError("oneDNN declined the shape");
@@ -232,7 +207,7 @@ int main(int argc, char** argv) {
     for (const Shape& s : linear_shapes()) {  // next to each other: a noisy machine hits both alike
       register_shape("diffq_linear_bf16_plain", s, t, diffq_linear_bf16<false>);
       register_shape("diffq_linear_bf16_packed", s, t, diffq_linear_bf16<true>);
-      register_shape("diffq_linear_bf16_packed_cold", s, t, diffq_linear_bf16_packed_cold);
+      register_shape("diffq_linear_bf16_packed_cold", s, t, diffq_linear_bf16<true, true>);
     }
   register_kernel_vs<false>("kernel_vs_f32");
   register_kernel_vs<true>("kernel_vs_bf16");

@@ -137,18 +137,12 @@ int main(int argc, char** argv) {
   // x 256 columns of a Wan linear, K 1536 or 8960), plain weights (copied into oneDNN's layout at every
   // call) against weights packed once: GEMM_BENCH_THREADS=1 for the per-call cost.
   const std::vector<Shape> slices = {{512, 256, 1536}, {512, 256, 8960}, {256, 256, 1536}};
-  register_gemm("onednn_slice_s8", [](benchmark::State& st, const Shape& s, int t) {
-    onednn_matmul(st, s, t, dnnl::memory::data_type::s8, false, 0);
-  }, slices);
-  register_gemm("onednn_slice_s8_prepacked", [](benchmark::State& st, const Shape& s, int t) {
-    onednn_matmul(st, s, t, dnnl::memory::data_type::s8, true, 0);
-  }, slices);
-  register_gemm("onednn_slice_bf16", [](benchmark::State& st, const Shape& s, int t) {
-    onednn_matmul(st, s, t, dnnl::memory::data_type::bf16, false, 0);
-  }, slices);
-  register_gemm("onednn_slice_bf16_prepacked", [](benchmark::State& st, const Shape& s, int t) {
-    onednn_matmul(st, s, t, dnnl::memory::data_type::bf16, true, 0);
-  }, slices);
+  for (const auto& [name, dt] : {std::pair{"s8", dnnl::memory::data_type::s8}, std::pair{"bf16", dnnl::memory::data_type::bf16}})
+    for (const bool prepacked : {false, true})
+      register_gemm(std::string("onednn_slice_") + name + (prepacked ? "_prepacked" : ""),
+                    [dt, prepacked](benchmark::State& st, const Shape& s, int t) {
+                      onednn_matmul(st, s, t, dt, prepacked, 0);
+                    }, slices);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   const auto* v = dnnl_version();
