@@ -39,7 +39,7 @@ TEST(UnaryBf16, EqualsTheFloat32OpRoundedBitwise) {
   for (const ops::UnaryFn fn : kAll) {
     const std::string what = "unary " + std::to_string(int(fn));
     expect_bits_equal(ops::unary(x, fn), ops::unary(x.to(DType::f32), fn).to(DType::bf16), what);
-    // a strided view runs the f32 staging rows: the same bits
+    // a strided view (the staging rows' strided loads): the same bits
     const Tensor xt = x.transpose(0, 1);
     expect_bits_equal(ops::unary(xt, fn), ops::unary(x, fn).transpose(0, 1), what + " (strided)");
   }

@@ -241,8 +241,6 @@ void Int8PackB(const int8_t* b, int64_t ldb, int64_t cols, int64_t kc, int16_t* 
 template <class D>
 HWY_INLINE void EpilogueVector(D df, const int32_t* t, hn::Vec<D> sx, const Int8Epilogue& ep, int64_t j, size_t at) {
   const hn::RebindToSigned<D> di;
-  const hn::RebindToUnsigned<D> du;
-  const hn::Rebind<uint16_t, D> du16;
   const bool bf = ep.out == DType::bf16;
   auto f = hn::Mul(hn::ConvertTo(df, hn::LoadU(di, t)), sx);
   if (bf) f = RoundToBf16(df, f);
@@ -250,8 +248,7 @@ HWY_INLINE void EpilogueVector(D df, const int32_t* t, hn::Vec<D> sx, const Int8
   if (ep.bias) f = hn::Add(f, hn::LoadU(df, ep.bias + j));
   if (bf) f = RoundToBf16(df, f);
   if (bf && !ep.store_f32)
-    hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, hn::ShiftRight<16>(hn::BitCast(du, f)))), du16,
-               static_cast<uint16_t*>(ep.y) + at);
+    StoreRoundedBf16(df, f, static_cast<uint16_t*>(ep.y) + at);
   else
     hn::StoreU(f, df, static_cast<float*>(ep.y) + at);
 }

@@ -81,13 +81,11 @@ void ScaleShiftRow(const float* x, float* y, int64_t n, float mean, float scale,
 template <bool kBf16, class D>
 HWY_INLINE hn::Vec<D> LoadLanes(D d, const void* row, int64_t i, size_t len) {
   if constexpr (kBf16) {
-    const hn::RebindToUnsigned<D> du;
-    const hn::Rebind<uint16_t, D> du16;
     const auto* p = static_cast<const uint16_t*>(row) + i;
-    if (len == hn::Lanes(d)) return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(du16, p))));
+    if (len == hn::Lanes(d)) return LoadBf16(d, p);
     HWY_ALIGN uint16_t buf[kMaxFloatLanes] = {};
     std::memcpy(buf, p, len * 2);
-    return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::Load(du16, buf))));
+    return LoadBf16(d, buf);
   } else {
     const float* p = static_cast<const float*>(row) + i;
     return len == hn::Lanes(d) ? hn::LoadU(d, p) : LoadTail(d, p, len);
@@ -100,9 +98,6 @@ HWY_INLINE hn::Vec<D> LoadLanes(D d, const void* row, int64_t i, size_t len) {
 template <bool kBf16, class Params>
 HWY_INLINE void ScaleShiftStore(const void* x, void* out, bool bf16_out, int64_t n, bool silu, const Params& params) {
   const hn::ScalableTag<float> d;
-  const hn::RebindToUnsigned<decltype(d)> du;
-  const hn::RebindToSigned<decltype(d)> di;
-  const hn::Rebind<uint16_t, decltype(d)> du16;
   const int64_t N = int64_t(hn::Lanes(d));
   auto value = [&](int64_t i, size_t len) {
     auto v = LoadLanes<kBf16>(d, x, i, len);
@@ -117,7 +112,7 @@ HWY_INLINE void ScaleShiftStore(const void* x, void* out, bool bf16_out, int64_t
   int64_t i = 0;
   for (; i + N <= n; i += N) {
     const auto v = value(i, size_t(N));
-    if (bf16_out) hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, hn::ShiftRight<16>(hn::BitCast(du, v)))), du16, ob + i);
+    if (bf16_out) StoreRoundedBf16(d, v, ob + i);
     else hn::StoreU(v, d, of + i);
   }
   if (i == n) return;

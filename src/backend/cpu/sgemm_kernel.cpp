@@ -6,6 +6,8 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include "backend/cpu/simd-inl.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -92,9 +94,7 @@ HWY_INLINE hn::Vec<D> Load8(D d, const float* p) {
 }
 template <class D>
 HWY_INLINE hn::Vec<D> Load8(D d, const uint16_t* p) {
-  const hn::RebindToUnsigned<D> du;
-  const hn::Rebind<uint16_t, D> d16;
-  return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, p))));
+  return LoadBf16(d, p);
 }
 
 // In-register transpose of 8 rows of 8 floats (vectors with 128-bit blocks): r[i][j] -> r[j][i].

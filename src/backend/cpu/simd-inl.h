@@ -52,14 +52,19 @@ HWY_INLINE hn::Vec<D> LoadBf16(D d, const uint16_t* p) {
   return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(du16, p))));
 }
 
-// v rounded to bf16 (RoundToBf16: torch's ties-to-even, NaN -> 0x7fc0) and stored as bits at p.
+// Lanes already holding bf16 values (RoundToBf16's results) stored as their bf16 bits at p.
 template <class D>
-HWY_INLINE void StoreBf16(D d, hn::Vec<D> v, uint16_t* p) {
+HWY_INLINE void StoreRoundedBf16(D d, hn::Vec<D> r, uint16_t* p) {
   const hn::RebindToUnsigned<D> du;
   const hn::RebindToSigned<D> di;
   const hn::Rebind<uint16_t, D> du16;
-  const auto r = RoundToBf16(d, v);
   hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, hn::ShiftRight<16>(hn::BitCast(du, r)))), du16, p);
+}
+
+// v rounded to bf16 (RoundToBf16: torch's ties-to-even, NaN -> 0x7fc0) and stored as bits at p.
+template <class D>
+HWY_INLINE void StoreBf16(D d, hn::Vec<D> v, uint16_t* p) {
+  StoreRoundedBf16(d, RoundToBf16(d, v), p);
 }
 
 // y[i] = f(x[i]) for a vector functor f(d, v); x may equal y.
