@@ -30,6 +30,17 @@ Tensor Linear::forward(const Tensor& x) {
   return adapter ? adapter->apply(x, y) : y;
 }
 
+Tensor Linear::with_gelu_tanh(const Tensor& x) {
+  if (CaptureHook::current() || adapter) return ops::gelu((*this)(x), /*tanh_approx=*/true);
+  return call([&] {
+    const Tensor& b = opt(bias, has_bias);
+    if (weight.is_quantized()) return ops::linear_q_act(x, weight.quantized(), b, ops::UnaryFn::gelu_tanh);
+    if (weight.pack_for_linear(x) && x.dtype() == weight.dtype())
+      return ops::linear_q_act(x, weight.packed(), b, ops::UnaryFn::gelu_tanh);
+    return ops::gelu(forward(x), /*tanh_approx=*/true);
+  });
+}
+
 LayerNorm::LayerNorm(int64_t dim, double e, bool elementwise_affine, bool b)
     : Module("LayerNorm"), eps(e), affine(elementwise_affine), has_bias(elementwise_affine && b),
       weight({dim}), bias({dim}) {

@@ -23,6 +23,12 @@ class Linear : public Module {
   Linear(int64_t in_features, int64_t out_features, bool bias = true);
   Tensor operator()(const Tensor& x) { return call1(x, &Linear::forward); }
   Tensor forward(const Tensor& x);  // [..., in] -> [..., out]
+  // gelu_tanh(this(x)) (the FFNs' GELU(approximate="tanh")) with the two ops' values: one op where the
+  // weight's kernel applies the activation to its output in cache (ops::linear_q_act: packed and int8dq
+  // weights on the CPU), else the linear and the unary op (an adapter's term is added before the GELU).
+  // While compile captures, the two ops (the linear through operator(), which may record it as an opaque
+  // node; compiled graphs fuse the GELU into their GEMM parts themselves).
+  Tensor with_gelu_tanh(const Tensor& x);
   int64_t in_features, out_features;
   Parameter weight;  // [out, in], dense or quantized
   Parameter bias;    // [out] (undefined shape [] when bias=false)

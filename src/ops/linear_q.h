@@ -8,6 +8,7 @@
 // allocate their own outputs); the dispatcher checks its shape, dtype and device.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -18,14 +19,30 @@
 
 namespace diffq::ops {
 
-void register_linear_q_kernel(DeviceKind d, std::string_view scheme, KernelFn fn);
+// applies_activation: the kernel also computes linear_q_act's activation (attrs.i1 = 1 + UnaryFn; 0 = none):
+// fn of each result element already rounded to x's dtype, rounded again, as the unary op after the linear
+// would. Only such kernels are handed a call with attrs.i1 != 0.
+void register_linear_q_kernel(DeviceKind d, std::string_view scheme, KernelFn fn, bool applies_activation = false);
 // The kernel for `scheme` on `d`: the scheme's own, else the device's "*", else nullptr.
 KernelFn find_linear_q_kernel(DeviceKind d, std::string_view scheme);
+// Whether the kernel linear_q finds for `scheme` on `d` was registered with applies_activation.
+bool linear_q_applies_activation(DeviceKind d, std::string_view scheme);
 // Removes and returns every kernel registered for `d` as (scheme, kernel): tests' fake devices take the
-// real device's kernels away for their lifetime and register them again after.
+// real device's kernels away for their lifetime and register them again after (without applies_activation).
 std::vector<std::pair<std::string, KernelFn>> take_linear_q_kernels(DeviceKind d);
 
 // x [..., K] (float) -> [..., N] in x's dtype.
 Tensor linear_q(const Tensor& x, const PackedWeight& w, const Tensor& bias = {});
+
+// unary(linear_q(x, w, bias), act) with the same values: one op where x's device's kernel for w's scheme
+// applies the activation while the output is in cache (the FFNs' GELU: the linear's output written and
+// read once, not three times), else the two ops. While a trace records, always the two ops (compiled
+// graphs fuse activations into their GEMM parts their own way).
+Tensor linear_q_act(const Tensor& x, const PackedWeight& w, const Tensor& bias, UnaryFn act);
+// The activation a linear_q call asks its kernel for (attrs.i1), if any.
+inline std::optional<UnaryFn> linear_q_activation(const OpCall& c) {
+  if (c.attrs.i1 <= 0) return std::nullopt;
+  return UnaryFn(c.attrs.i1 - 1);
+}
 
 }  // namespace diffq::ops

@@ -40,7 +40,8 @@ enum class OpKind : uint16_t {
   absmax_blocks,  // x[..., K]: absmax per block of attrs.i0 along the last dim -> [..., K/block] (f32)
   channel_norm,   // x[N, C, ...], w[C]?; attrs.f0 = eps, attrs.f1 = scale: x / max(||x[n, :, ...]||_2, eps) * scale * w;
                   // attrs.flag: silu of the result (rounded to x's dtype first, as the two ops)
-  linear_q,       // x[..., K], bias[N]?, W's packed tensors...; attrs.packed = W [N, K] (ops/linear_q.h)
+  linear_q,       // x[..., K], bias[N]?, W's packed tensors...; attrs.packed = W [N, K] (ops/linear_q.h);
+                  // attrs.i1 = 1 + UnaryFn: that activation of the result rounded to x's dtype (linear_q_act), 0: none
   mul_add,        // a, b, c (floats, numpy broadcasting): a * b + c in f32 from the exactly widened inputs,
                   // rounded once to attrs.dtype (attrs.flag: a * b rounded to attrs.dtype first, as torch's
                   // two ops in that dtype); no fused multiply-add (the chains it replaces round the product)

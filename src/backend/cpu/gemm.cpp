@@ -25,6 +25,7 @@
 #include "backend/cpu/bf16_dot_gemm.h"
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/onednn_gemm.h"
+#include "backend/cpu/row_kernels.h"
 #include "backend/cpu/sgemm_kernel.h"
 #include "backend/cpu/simd_targets.h"
 #include "backend/cpu/threads.h"
@@ -489,17 +490,21 @@ bool for_each_packed_slice(int64_t c0, int64_t c1, int64_t k, const F& f) {
 }  // namespace
 
 bool gemm_bf16_linear_packed(int64_t m, int64_t n, int64_t k, const uint16_t* x, int64_t ldx, const uint16_t* w_packed,
-                             const float* bias, uint16_t* y, int64_t ldy) {
+                             const float* bias, uint16_t* y, int64_t ldy, std::optional<ops::UnaryFn> act) {
   if (m <= 0 || n <= 0 || k <= 0) return false;
   std::atomic<bool> declined{false};
   for_each_part(m, n, k, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
     const int64_t rows = r1 - r0;
     const bool ok = for_each_packed_slice(c0, c1, k, [&](int64_t j0, int64_t j1) {
-      return packed_part(rows, j1 - j0, y + r0 * ldy + j0, ldy, [&](uint16_t* c, int64_t ldc) {
-        return onednn_linear_bf16_packed_part(rows, j1 - j0, k, x + r0 * ldx, ldx,
-                                              w_packed + onednn_packed_bf16_elems(j0, k), bias ? bias + j0 : nullptr,
-                                              c, ldc);
-      });
+      uint16_t* const dst = y + r0 * ldy + j0;
+      if (!packed_part(rows, j1 - j0, dst, ldy, [&](uint16_t* c, int64_t ldc) {
+            return onednn_linear_bf16_packed_part(rows, j1 - j0, k, x + r0 * ldx, ldx,
+                                                  w_packed + onednn_packed_bf16_elems(j0, k), bias ? bias + j0 : nullptr,
+                                                  c, ldc);
+          }))
+        return false;
+      if (act) unary_rows_in_place(*act, DType::bf16, dst, ldy, rows, j1 - j0);
+      return true;
     });
     if (!ok) declined = true;
   }, kPackedRowsPerPart);

@@ -7,6 +7,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
+
+#include "ops/op.h"
 #include <string>
 
 namespace diffq::backend::cpu {
@@ -87,8 +90,11 @@ bool gemm_bf16_linear_to_bf16(int64_t m, int64_t n, int64_t k, const uint16_t* x
 // split the rows (>= 64 a part), else the columns at multiples of kOnednnPackedCols, each part reading
 // its columns' packed blocks in place. The same values as gemm_bf16_linear_to_bf16 on the plain weight.
 // False where oneDNN declined a part's shape (y then partly written: the caller computes it otherwise).
+// act: linear_q_act's activation, applied to each slice of y right after oneDNN wrote it (row_kernels.h:
+// unary_rows_in_place, the unary op's values).
 bool gemm_bf16_linear_packed(int64_t m, int64_t n, int64_t k, const uint16_t* x, int64_t ldx, const uint16_t* w_packed,
-                             const float* bias, uint16_t* y, int64_t ldy);
+                             const float* bias, uint16_t* y, int64_t ldy,
+                             std::optional<ops::UnaryFn> act = std::nullopt);
 
 // The packed linear's f32 sums (bias added; rounded to bf16 values when round_bf16) part by part, as
 // gemm_bf16_parts delivers them (GemmParts below; same part split as gemm_bf16_linear_packed). Throws

@@ -15,6 +15,7 @@
 #include <hwy/highway.h>
 
 #include "backend/cpu/simd-inl.h"
+#include "backend/cpu/activation-inl.h"
 
 #include <algorithm>
 #include <cstring>
@@ -23,9 +24,11 @@
 #include "backend/cpu/aligned_buffer.h"
 #include "backend/cpu/int8_gemm.h"
 #include "backend/cpu/onednn_gemm.h"
+#include "backend/cpu/row_kernels.h"
 #include "backend/cpu/simd_targets.h"
 #include "backend/cpu/threads.h"
 #include "backend/cpu/tuning.h"
+#include "diffq/error.h"
 
 #ifndef DIFFQ_INT8_GEMM_ONCE
 #define DIFFQ_INT8_GEMM_ONCE
@@ -238,8 +241,11 @@ void Int8PackB(const int8_t* b, int64_t ldb, int64_t cols, int64_t kc, int16_t* 
 // One vector of the epilogue: the int32 products at t (output columns j, j + 1, ...) times the row's scale
 // sx, rounded to bf16 for bf16 outputs, times the column scales, plus the bias, stored at element `at` of
 // ep's output (bf16, or f32: rounded through bf16 where the output is bf16 but stored as f32).
+// gelu: linear_q_act's GELU (tanh) of the output value (already rounded to bf16 for bf16 outputs), in
+// registers: activation-inl.h's GeluTanh, lane by lane what the unary op computes on the stored value.
 template <class D>
-HWY_INLINE void EpilogueVector(D df, const int32_t* t, hn::Vec<D> sx, const Int8Epilogue& ep, int64_t j, size_t at) {
+HWY_INLINE void EpilogueVector(D df, const int32_t* t, hn::Vec<D> sx, const Int8Epilogue& ep, int64_t j, size_t at,
+                               bool gelu = false) {
   const hn::RebindToSigned<D> di;
   const bool bf = ep.out == DType::bf16;
   auto f = hn::Mul(hn::ConvertTo(df, hn::LoadU(di, t)), sx);
@@ -247,6 +253,10 @@ HWY_INLINE void EpilogueVector(D df, const int32_t* t, hn::Vec<D> sx, const Int8
   f = hn::Mul(f, hn::LoadU(df, ep.col_scale + j));
   if (ep.bias) f = hn::Add(f, hn::LoadU(df, ep.bias + j));
   if (bf) f = RoundToBf16(df, f);
+  if (gelu) {
+    f = GeluTanh(df, f);
+    if (bf) f = RoundToBf16(df, f);
+  }
   if (bf && !ep.store_f32)
     StoreRoundedBf16(df, f, static_cast<uint16_t*>(ep.y) + at);
   else
@@ -290,6 +300,8 @@ void Int8RowsEpilogue(const int32_t* t, int64_t ldt, int64_t i0, int64_t rows, i
     return;
   }
   int64_t done = 0;
+  // linear_q_act's GELU in registers on the full vectors (the same values as the unary op afterwards).
+  const bool gelu = ep->act == ops::UnaryFn::gelu_tanh && !ep->store_f32;
 #if HWY_TARGET != HWY_SCALAR
   const hn::ScalableTag<float> df;
   const int64_t L = int64_t(hn::Lanes(df));
@@ -299,11 +311,23 @@ void Int8RowsEpilogue(const int32_t* t, int64_t ldt, int64_t i0, int64_t rows, i
       const int64_t i = i0 + r;
       const auto sx = hn::Set(df, ep->row_scale[ep->per_tensor ? 0 : i]);
       const size_t at0 = size_t((i - ep->y_row0) * ep->ldy + j0 - ep->y_col0);
-      for (int64_t v0 = 0; v0 < done; v0 += L) EpilogueVector(df, t + r * ldt + v0, sx, *ep, j0 + v0, at0 + size_t(v0));
+      for (int64_t v0 = 0; v0 < done; v0 += L)
+        EpilogueVector(df, t + r * ldt + v0, sx, *ep, j0 + v0, at0 + size_t(v0), gelu);
     }
   }
+#else
+  (void)gelu;
 #endif
   if (done < cols) epilogue_scalar(i0, rows, j0 + done, cols - done, t + done, ldt, *ep);
+  // The activation of what the vectors did not take: the columns past them, or all for other functions.
+  if (ep->act) {
+    const int64_t from = gelu ? done : 0;
+    if (from < cols)
+      unary_rows_in_place(*ep->act, ep->out,
+                          static_cast<uint8_t*>(ep->y) +
+                              size_t((i0 - ep->y_row0) * ep->ldy + j0 + from - ep->y_col0) * dtype_size(ep->out),
+                          ep->ldy, rows, cols - from);
+  }
 }
 
 }  // namespace HWY_NAMESPACE
@@ -402,6 +426,13 @@ struct Int8A {
   int64_t lda = 0;
 };
 
+// linear_q_act's activation on rows [r0, r0 + rows) x columns [c0, c0 + cols) of ep's output, just written.
+void apply_activation(const Int8Epilogue* ep, int64_t r0, int64_t rows, int64_t c0, int64_t cols) {
+  if (!ep || !ep->act || rows <= 0 || cols <= 0) return;
+  const size_t at = size_t((r0 - ep->y_row0) * ep->ldy + c0 - ep->y_col0) * dtype_size(ep->out);
+  unary_rows_in_place(*ep->act, ep->out, static_cast<uint8_t*>(ep->y) + at, ep->ldy, rows, cols);
+}
+
 // One thread's share on oneDNN's VNNI / AMX-INT8 kernel: the share's A rows (read in place, or unpacked
 // from the strips to int8), C's int32 block by oneDNN, then the same epilogue as the tile path. False
 // where oneDNN has no native kernel for a call's shape: the caller then computes the whole share on the
@@ -424,7 +455,7 @@ bool run_part_onednn(int64_t m, int64_t n, int64_t k, const Int8A& a, const int8
           return false;
         // Row by row across the slice: each output row's part is written whole while in L1 (panel by
         // panel over all the rows, every row's line was fetched again for each panel).
-        rows_epilogue(cbuf, w, r0, rows, j0, w, ep, c, ldc);
+        rows_epilogue(cbuf, w, r0, rows, j0, w, ep, c, ldc);  // (and linear_q_act's activation)
       }
     }
     return true;
@@ -527,6 +558,8 @@ void run_part(int64_t m, int64_t n, int64_t k, const Int8A& a, const int8_t* b, 
         }
       }
     }
+    // The column block's finished rows, while they are in cache.
+    apply_activation(ep, s0 * kMR, std::min(m, s1 * kMR) - s0 * kMR, j0, nc);
   }
 }
 
@@ -545,6 +578,7 @@ void gemm_s8s8(int64_t m, int64_t n, int64_t k, const Int8A& a, const int8_t* b,
       else
         std::fill(c + i * ldc, c + i * ldc + n, 0);
     }
+    apply_activation(ep, 0, m, 0, n);
     return;
   }
   for_each_int8_part(m, n, k, [&](int64_t s0, int64_t s1, int64_t q0, int64_t q1) {
@@ -554,6 +588,7 @@ void gemm_s8s8(int64_t m, int64_t n, int64_t k, const Int8A& a, const int8_t* b,
 
 void gemm_s8s8_parts(int64_t m, int64_t n, int64_t k, const Int8A& a, const int8_t* b, int64_t ldb,
                      const Int8Epilogue& ep, const GemmParts& parts) {
+  check(!ep.act, "gemm", "an int8 GEMM delivered in parts applies no activation (the parts' consumer does)");
   if (m <= 0 || n <= 0) return;
   auto part = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1, const std::function<void(const Int8Epilogue&)>& run) {
     Int8Epilogue e = ep;

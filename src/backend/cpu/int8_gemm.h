@@ -16,10 +16,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "backend/cpu/gemm.h"
 #include "diffq/dtype.h"
+#include "ops/op.h"
 
 namespace diffq::backend::cpu {
 
@@ -54,6 +56,9 @@ struct Int8Epilogue {
   int64_t ldy = 0;  // elements
   bool store_f32 = false;
   int64_t y_row0 = 0, y_col0 = 0;
+  // linear_q_act's activation of the output (never with store_f32): applied to each block of y right after
+  // its epilogue, while in cache (row_kernels.h: unary_rows_in_place, the unary op's values).
+  std::optional<ops::UnaryFn> act;
 };
 
 // The GEMM on packed A. With ep == nullptr writes int32 C[m, n] (row stride ldc); otherwise writes

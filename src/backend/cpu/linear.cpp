@@ -222,7 +222,7 @@ Tensor bf16_gemm_rows(const Tensor& x_in, int64_t K, int64_t* M, int64_t* ldx) {
 }  // namespace
 
 bool linear_bf16_packed(const Tensor& x_in, const uint16_t* w_packed, int64_t N, int64_t K, const Tensor& bias,
-                        Tensor& out) {
+                        Tensor& out, std::optional<ops::UnaryFn> act) {
   int64_t M = 0, ldx = 0;
   const Tensor x = N > 0 ? bf16_gemm_rows(x_in, K, &M, &ldx) : Tensor();
   if (!x.defined()) return false;
@@ -232,7 +232,7 @@ bool linear_bf16_packed(const Tensor& x_in, const uint16_t* w_packed, int64_t N,
   std::optional<F32Input> b;
   if (bias.defined()) b.emplace(bias);
   if (!gemm_bf16_linear_packed(M, N, K, x.data<uint16_t>(), ldx, w_packed, b ? b->data() : nullptr,
-                               y.data<uint16_t>(), N))
+                               y.data<uint16_t>(), N, act))
     return false;
   out = std::move(y);
   return true;

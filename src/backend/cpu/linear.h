@@ -2,6 +2,8 @@
 // same operand preparation and the same GEMM calls as the linear kernel, so the same f32 values.
 #pragma once
 
+#include <optional>
+
 #include "backend/cpu/gemm.h"
 #include "diffq/tensor.h"
 
@@ -15,7 +17,9 @@ void linear_parts(const Tensor& x, const Tensor& w, const Tensor& bias, const Ge
 // y [..., N] (bf16) = x [..., K] @ W^T + bias for bf16 x whose rows are GEMM rows, W [N, K] packed for
 // oneDNN (onednn_gemm.h: onednn_pack_bf16_weight): the bias and one rounding inside oneDNN, as the bf16
 // linear kernel on the plain W. False (out untouched) where x is not such rows or oneDNN declines a part.
-bool linear_bf16_packed(const Tensor& x, const uint16_t* w_packed, int64_t N, int64_t K, const Tensor& bias, Tensor& out);
+// act: linear_q_act's activation of the result (the unary op's values), applied slice by slice in cache.
+bool linear_bf16_packed(const Tensor& x, const uint16_t* w_packed, int64_t N, int64_t K, const Tensor& bias, Tensor& out,
+                        std::optional<ops::UnaryFn> act = std::nullopt);
 // The same part by part for compile's GEMM epilogue: parts.end receives the f32 values already rounded
 // to bf16 (linear_q_parts' contract: what linear_bf16_packed writes). False, delivering nothing, where x
 // is not such rows.

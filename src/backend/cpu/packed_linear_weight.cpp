@@ -53,15 +53,17 @@ void packed_bf16_linear(const ops::OpCall& c, Tensor& out) {
   const Tensor& x = c.inputs[0];
   const Tensor bias = c.inputs.size() > 1 ? c.inputs[1] : Tensor();
   const Shape s = w->shape();
-  if (linear_bf16_packed(x, w->data(), s[0], s[1], bias, out)) return;
+  const std::optional<ops::UnaryFn> act = ops::linear_q_activation(c);
+  if (linear_bf16_packed(x, w->data(), s[0], s[1], bias, out, act)) return;
   // Not bf16 GEMM rows (or a part oneDNN declines): the dense linear on the weight unpacked for this call.
   out = ops::linear(x, w->dequantize(DType::bf16), bias);
+  if (act) out = ops::unary(out, *act);
 }
 
 }  // namespace
 
 void register_packed_linear_weight() {
-  ops::register_linear_q_kernel(DeviceKind::cpu, kPackedBf16Scheme, packed_bf16_linear);
+  ops::register_linear_q_kernel(DeviceKind::cpu, kPackedBf16Scheme, packed_bf16_linear, /*applies_activation=*/true);
   ops::register_weight_packer(DeviceKind::cpu, [](const Tensor& w, DType x_dtype) -> std::shared_ptr<ops::PackedWeight> {
     if (!cpu_packs_linear_weight(w, x_dtype)) return nullptr;
     return std::make_shared<PackedBf16Weight>(w);

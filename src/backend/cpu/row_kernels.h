@@ -6,11 +6,16 @@
 
 #include <cstdint>
 
+#include "diffq/dtype.h"
 #include "ops/op.h"
 
 namespace diffq::backend::cpu {
 
 void unary_row_f32(ops::UnaryFn fn, const float* x, float* y, int64_t n);
+// rows x cols of y (dtype dt, rows `ld` elements apart, unit column stride) = fn(y) in place, as the unary op
+// computes it (widened to f32, rounded once back to dt): linear_q_act's activation, applied by the linear
+// kernels to a block of their output while it is in cache.
+void unary_rows_in_place(ops::UnaryFn fn, DType dt, void* y, int64_t ld, int64_t rows, int64_t cols);
 // a_bcast / b_bcast: that operand is one value repeated over the row.
 void binary_row_f32(ops::BinaryFn fn, const float* a, bool a_bcast, const float* b, bool b_bcast, float* y,
                     int64_t n);

@@ -124,7 +124,7 @@ Tensor AdaNorm::norm(const Tensor& x) const { return ops::layer_norm(x, {}, {}, 
 FeedForward::FeedForward(int64_t dim) : Module("FeedForward"), net(dim) { register_module("net", net); }
 
 Tensor FeedForward::forward(const Tensor& x) {
-  return net.out(ops::gelu(net.gelu.proj(x), /*tanh_approx=*/true));  // [B, S, D]
+  return net.out(net.gelu.proj.with_gelu_tanh(x));  // GELU(tanh) of the projection, then out: [B, S, D]
 }
 
 // ---------------------------------------------------------------- attention
@@ -250,7 +250,7 @@ std::pair<Tensor, Tensor> FluxSingleTransformerBlock::forward(const Tensor& img,
   const Tensor h = ops::concat({txt, img}, 1);                                   // [B, S, D]
   const std::vector<Tensor> m = norm.modulation(temb);                           // shift, scale, gate [B, D]
   const Tensor h_hat = modulate(norm.norm(h), m[0], m[1]);                       // [B, S, D]
-  const Tensor mlp = ops::gelu(proj_mlp(h_hat), /*tanh_approx=*/true);           // [B, S, 4D]
+  const Tensor mlp = proj_mlp.with_gelu_tanh(h_hat);                            // GELU(tanh): [B, S, 4D]
   const Tensor a = attn.output_hook ? attn.output_hook(attn.hook_id, [&] {
     return std::vector<Tensor>{attn.self_attention(h_hat, cos, sin)};
   })[0] : attn.self_attention(h_hat, cos, sin);                                   // [B, S, D]

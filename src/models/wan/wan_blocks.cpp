@@ -47,7 +47,7 @@ TextProjection::TextProjection(int64_t in, int64_t dim)
   register_module("linear_2", linear_2);
 }
 
-Tensor TextProjection::forward(const Tensor& x) { return linear_2(ops::gelu(linear_1(x), /*tanh_approx=*/true)); }
+Tensor TextProjection::forward(const Tensor& x) { return linear_2(linear_1.with_gelu_tanh(x)); }
 
 WanConditionEmbedder::WanConditionEmbedder(int64_t d, int64_t fd, int64_t text_dim)
     : Module("WanTimeTextImageEmbedding"), dim(d), freq_dim(fd), time_embedder(fd, d), time_proj(d, 6 * d),
@@ -103,7 +103,7 @@ WanFeedForward::WanFeedForward(int64_t dim, int64_t inner) : Module("FeedForward
 }
 
 Tensor WanFeedForward::forward(const Tensor& x) {
-  return net.out(ops::gelu(net.gelu.proj(x), /*tanh_approx=*/true));  // [B, N, D]
+  return net.out(net.gelu.proj.with_gelu_tanh(x));  // GELU(tanh) of the projection, then out: [B, N, D]
 }
 
 // ---------------------------------------------------------------- block

@@ -167,8 +167,10 @@ Int8Call prepare(const Tensor& x, const Tensor& bias, const AffineInt8Weight& w)
 
 }  // namespace
 
-Tensor int8_dynamic_linear(const Tensor& x, const Tensor& bias, const AffineInt8Weight& w) {
+Tensor int8_dynamic_linear(const Tensor& x, const Tensor& bias, const AffineInt8Weight& w,
+                           std::optional<ops::UnaryFn> act) {
   Int8Call c = prepare(x, bias, w);
+  c.ep.act = act;
   Shape out_shape = x.shape();
   out_shape.back() = c.n;
   Tensor y = Tensor::empty(out_shape, x.dtype());

@@ -7,10 +7,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "backend/cpu/gemm.h"
 #include "diffq/tensor.h"
+#include "ops/op.h"
 
 namespace diffq::quant::torchao {
 class AffineInt8Weight;
@@ -23,7 +25,9 @@ namespace diffq::backend::cpu {
 void quantize_activations_int8(const float* x, int64_t m, int64_t k, DType dt, bool per_tensor, int8_t* q,
                                std::vector<float>& scale);
 
-Tensor int8_dynamic_linear(const Tensor& x, const Tensor& bias, const quant::torchao::AffineInt8Weight& w);
+// act: linear_q_act's activation of the output, applied block by block right after the epilogue.
+Tensor int8_dynamic_linear(const Tensor& x, const Tensor& bias, const quant::torchao::AffineInt8Weight& w,
+                           std::optional<ops::UnaryFn> act = std::nullopt);
 // The same values part by part (compile's GEMM epilogue): parts.end gets f32 values already rounded to
 // x's dtype, the int8 GEMM's thread shares as parts.
 void int8_dynamic_linear_parts(const Tensor& x, const Tensor& bias, const quant::torchao::AffineInt8Weight& w,

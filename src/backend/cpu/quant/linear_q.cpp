@@ -3,7 +3,8 @@
 //   "*"                        the weight's tile linear plan with the CPU's row dequantizers (tile_linear.h,
 //                              dequant_rows.h), rounded once to x's dtype; a weight without a plan is
 //                              dequantized to x's dtype and runs the dense linear op;
-//   torchao_int8dq             the dynamic int8 linear (int8_dynamic_linear.h);
+//   torchao_int8dq             the dynamic int8 linear (int8_dynamic_linear.h), linear_q_act's activation
+//                              applied block by block after its epilogue;
 //   bnb_int8                   LLM.int8 (bnb_int8_linear.h), or "*" in the dequantize_fp mode;
 //   nunchaku_svdq_w4a4_int4    the W4A4 int8-GEMM linear (nunchaku_linear.h).
 // The same values part by part, for compile's GEMM prologue: linear_q_parts.h.
@@ -51,7 +52,7 @@ void torchao_int8dq(const OpCall& c, Tensor& out) {
   const auto& w = weight_of<quant::torchao::AffineInt8Weight>(c, "torchao_int8dq");
   check(w.act_granularity().has_value(), "linear_q", "cpu: the torchao_int8dq kernel was given a ", w.scheme(),
         " weight");
-  out = int8_dynamic_linear(c.inputs[0], bias_of(c), w);
+  out = int8_dynamic_linear(c.inputs[0], bias_of(c), w, ops::linear_q_activation(c));
 }
 
 void bnb_int8(const OpCall& c, Tensor& out) {
@@ -70,7 +71,7 @@ void nunchaku_svdq(const OpCall& c, Tensor& out) {
 
 void register_linear_q_kernels() {
   ops::register_linear_q_kernel(DeviceKind::cpu, "*", any_scheme);
-  ops::register_linear_q_kernel(DeviceKind::cpu, "torchao_int8dq", torchao_int8dq);
+  ops::register_linear_q_kernel(DeviceKind::cpu, "torchao_int8dq", torchao_int8dq, /*applies_activation=*/true);
   ops::register_linear_q_kernel(DeviceKind::cpu, "bnb_int8", bnb_int8);
   ops::register_linear_q_kernel(DeviceKind::cpu, "nunchaku_svdq_w4a4_int4", nunchaku_svdq);
 }
