@@ -57,8 +57,8 @@ void linear_int8dq(benchmark::State& state, const Shape& s, int threads) {
 
 // The FFN's up projection + GELU(tanh): two ops, or one (kFused).
 template <bool kFused>
-void ffn_up_gelu(benchmark::State& state, const Shape& s, int threads, const diffq::ops::PackedWeight& w,
-                 const Tensor& x, const Tensor& b) {
+void ffn_up_gelu(benchmark::State& state, int threads, const diffq::ops::PackedWeight& w, const Tensor& x,
+                 const Tensor& b) {
   cpu::set_num_threads(threads);
   for (auto _ : state) {
     if (kFused)
@@ -73,7 +73,7 @@ void ffn_up_gelu_int8dq(benchmark::State& state, const Shape& s, int threads) {
   const Inputs in = make_inputs(s);
   tao::Granularity row;
   row.type = tao::Granularity::PerRow;
-  ffn_up_gelu<kFused>(state, s, threads, *tao::AffineInt8Weight::quantize_int8(in.w, row, row), in.x, in.b);
+  ffn_up_gelu<kFused>(state, threads, *tao::AffineInt8Weight::quantize_int8(in.w, row, row), in.x, in.b);
 }
 template <bool kFused>
 void ffn_up_gelu_bf16(benchmark::State& state, const Shape& s, int threads) {
@@ -82,7 +82,7 @@ void ffn_up_gelu_bf16(benchmark::State& state, const Shape& s, int threads) {
     return;
   }
   const Inputs in = make_inputs(s);
-  ffn_up_gelu<kFused>(state, s, threads, cpu::PackedBf16Weight(in.w), in.x, in.b);
+  ffn_up_gelu<kFused>(state, threads, cpu::PackedBf16Weight(in.w), in.x, in.b);
 }
 // The FFNs' up projections: wan-small (1280 video tokens, 1536 -> 8960), FLUX's width at 256 x 256
 // (1152 tokens, 3072 -> 12288).

@@ -18,26 +18,27 @@ Linear::Linear(int64_t in, int64_t out, bool b)
   if (has_bias) register_parameter("bias", bias);
 }
 
+// The packed form the linear runs on: the quantized weight, the dense one packed once for this device's GEMM
+// (ops/weight_packing.h), or none (the dense linear).
+const ops::PackedWeight* Linear::packed_for(const Tensor& x) {
+  if (weight.is_quantized()) return &weight.quantized();
+  if (weight.pack_for_linear(x) && x.dtype() == weight.dtype()) return &weight.packed();
+  return nullptr;
+}
+
 Tensor Linear::forward(const Tensor& x) {
   const Tensor& b = opt(bias, has_bias);
-  Tensor y;
-  if (weight.is_quantized())
-    y = weight.quantized().linear(x, b);
-  else if (weight.pack_for_linear(x) && x.dtype() == weight.dtype())
-    y = ops::linear_q(x, weight.packed(), b);  // packed once for this device's GEMM (ops/weight_packing.h)
-  else
-    y = ops::linear(x, weight.dense(), b);
+  const ops::PackedWeight* w = packed_for(x);
+  const Tensor y = w ? ops::linear_q(x, *w, b) : ops::linear(x, weight.dense(), b);
   return adapter ? adapter->apply(x, y) : y;
 }
 
 Tensor Linear::with_gelu_tanh(const Tensor& x) {
   if (CaptureHook::current() || adapter) return ops::gelu((*this)(x), /*tanh_approx=*/true);
   return call([&] {
-    const Tensor& b = opt(bias, has_bias);
-    if (weight.is_quantized()) return ops::linear_q_act(x, weight.quantized(), b, ops::UnaryFn::gelu_tanh);
-    if (weight.pack_for_linear(x) && x.dtype() == weight.dtype())
-      return ops::linear_q_act(x, weight.packed(), b, ops::UnaryFn::gelu_tanh);
-    return ops::gelu(forward(x), /*tanh_approx=*/true);
+    const ops::PackedWeight* w = packed_for(x);
+    if (!w) return ops::gelu(ops::linear(x, weight.dense(), opt(bias, has_bias)), /*tanh_approx=*/true);
+    return ops::linear_q_act(x, *w, opt(bias, has_bias), ops::UnaryFn::gelu_tanh);
   });
 }
 

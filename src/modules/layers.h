@@ -34,6 +34,9 @@ class Linear : public Module {
   Parameter bias;    // [out] (undefined shape [] when bias=false)
   bool has_bias;
   std::shared_ptr<LinearAdapter> adapter;  // null: none (set by src/lora)
+
+ private:
+  const ops::PackedWeight* packed_for(const Tensor& x);
 };
 
 class LayerNorm : public Module {

@@ -73,6 +73,11 @@ void coalesce_dims(Shape& shape, std::vector<Shape>& strides);
 // shape), in chunks of at most kMapChunk elements, in parallel. f(src, dst, n) may alias src == dst.
 inline constexpr int64_t kMapChunk = 4096;
 void map_f32(const Tensor& x, Tensor& out, const std::function<void(const float*, float*, int64_t)>& f);
+// One chunk of map_f32: n <= kMapChunk elements of src (dtype xt, element stride `stride`) widened to f32
+// (read in place for unit-stride f32), f into dst (dtype ot, contiguous) rounded once. dst may be src
+// where the layouts agree (an in-place row).
+void map_f32_chunk(const void* src, DType xt, int64_t stride, void* dst, DType ot, int64_t n,
+                   const std::function<void(const float*, float*, int64_t)>& f);
 
 // Integer element access (exact for every integer dtype and boolean).
 int64_t load_int(const void* base, DType t, int64_t i);

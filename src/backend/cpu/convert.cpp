@@ -173,6 +173,22 @@ void coalesce_dims(Shape& shape, std::vector<Shape>& strides) {
   strides = std::move(nst);
 }
 
+void map_f32_chunk(const void* src, DType xt, int64_t stride, void* dst, DType ot, int64_t n,
+                   const std::function<void(const float*, float*, int64_t)>& f) {
+  float in_buf[kMapChunk], out_buf[kMapChunk];
+  const float* in = static_cast<const float*>(src);
+  if (xt != DType::f32 || stride != 1) {
+    load_f32(src, xt, stride, in_buf, n);
+    in = in_buf;
+  }
+  if (ot == DType::f32) {
+    f(in, static_cast<float*>(dst), n);
+  } else {
+    f(in, out_buf, n);
+    store_f32(out_buf, dst, ot, n);
+  }
+}
+
 void map_f32(const Tensor& x, Tensor& out, const std::function<void(const float*, float*, int64_t)>& f) {
   Shape shape = x.shape();
   std::vector<Shape> st = {x.strides(), contiguous_strides(shape)};
@@ -180,26 +196,13 @@ void map_f32(const Tensor& x, Tensor& out, const std::function<void(const float*
   const RowIterator rows(shape, st[0]);
   const int64_t len = rows.row_len(), per_row = (len + kMapChunk - 1) / kMapChunk;
   const DType xt = x.dtype(), ot = out.dtype();
-  const bool direct_in = xt == DType::f32 && rows.row_stride() == 1;
   auto* dst = static_cast<uint8_t*>(out.data_ptr());
   const int64_t oes = int64_t(dtype_size(ot)), xes = int64_t(dtype_size(xt));
   parallel_for(rows.num_rows() * per_row, 2, [&](int64_t b, int64_t e) {
-    float in_buf[kMapChunk], out_buf[kMapChunk];
     for (int64_t it = b; it < e; ++it) {
       const int64_t r = it / per_row, c0 = (it % per_row) * kMapChunk, n = std::min(kMapChunk, len - c0);
       const uint8_t* src = elem_ptr(x, x.offset() + rows.row_offset(r)) + c0 * rows.row_stride() * xes;
-      const float* in = reinterpret_cast<const float*>(src);
-      if (!direct_in) {
-        load_f32(src, xt, rows.row_stride(), in_buf, n);
-        in = in_buf;
-      }
-      const int64_t o = r * len + c0;
-      if (ot == DType::f32) {
-        f(in, reinterpret_cast<float*>(dst) + o, n);
-      } else {
-        f(in, out_buf, n);
-        store_f32(out_buf, dst + o * oes, ot, n);
-      }
+      map_f32_chunk(src, xt, rows.row_stride(), dst + (r * len + c0) * oes, ot, n, f);
     }
   });
 }

@@ -8,9 +8,9 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <string>
 
 #include "ops/op.h"
-#include <string>
 
 namespace diffq::backend::cpu {
 

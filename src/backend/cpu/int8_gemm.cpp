@@ -92,6 +92,14 @@ inline void epilogue_scalar(int64_t i0, int64_t mr, int64_t j0, int64_t nr, cons
   }
 }
 
+// linear_q_act's activation on rows [r0, r0 + rows) x columns [c0, c0 + cols) of ep's output, just written
+// (the unary op's values, row_kernels.h).
+inline void apply_activation(const Int8Epilogue* ep, int64_t r0, int64_t rows, int64_t c0, int64_t cols) {
+  if (!ep || !ep->act || rows <= 0 || cols <= 0) return;
+  const size_t at = size_t((r0 - ep->y_row0) * ep->ldy + c0 - ep->y_col0) * dtype_size(ep->out);
+  unary_rows_in_place(*ep->act, ep->out, static_cast<uint8_t*>(ep->y) + at, ep->ldy, rows, cols);
+}
+
 }  // namespace diffq::backend::cpu::int8_gemm_detail
 #endif
 
@@ -320,14 +328,8 @@ void Int8RowsEpilogue(const int32_t* t, int64_t ldt, int64_t i0, int64_t rows, i
 #endif
   if (done < cols) epilogue_scalar(i0, rows, j0 + done, cols - done, t + done, ldt, *ep);
   // The activation of what the vectors did not take: the columns past them, or all for other functions.
-  if (ep->act) {
-    const int64_t from = gelu ? done : 0;
-    if (from < cols)
-      unary_rows_in_place(*ep->act, ep->out,
-                          static_cast<uint8_t*>(ep->y) +
-                              size_t((i0 - ep->y_row0) * ep->ldy + j0 + from - ep->y_col0) * dtype_size(ep->out),
-                          ep->ldy, rows, cols - from);
-  }
+  const int64_t from = gelu ? done : 0;
+  apply_activation(ep, i0, rows, j0 + from, cols - from);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -425,13 +427,6 @@ struct Int8A {
   const int8_t* rows = nullptr;
   int64_t lda = 0;
 };
-
-// linear_q_act's activation on rows [r0, r0 + rows) x columns [c0, c0 + cols) of ep's output, just written.
-void apply_activation(const Int8Epilogue* ep, int64_t r0, int64_t rows, int64_t c0, int64_t cols) {
-  if (!ep || !ep->act || rows <= 0 || cols <= 0) return;
-  const size_t at = size_t((r0 - ep->y_row0) * ep->ldy + c0 - ep->y_col0) * dtype_size(ep->out);
-  unary_rows_in_place(*ep->act, ep->out, static_cast<uint8_t*>(ep->y) + at, ep->ldy, rows, cols);
-}
 
 // One thread's share on oneDNN's VNNI / AMX-INT8 kernel: the share's A rows (read in place, or unpacked
 // from the strips to int8), C's int32 block by oneDNN, then the same epilogue as the tile path. False

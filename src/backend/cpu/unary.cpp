@@ -83,21 +83,14 @@ void unary_row_f32(ops::UnaryFn fn, const float* x, float* y, int64_t n) {
 }
 
 void unary_rows_in_place(ops::UnaryFn fn, DType dt, void* y, int64_t ld, int64_t rows, int64_t cols) {
+  // The unary kernel's chunks (map_f32_chunk), in place.
+  const auto f = [fn](const float* x, float* out, int64_t n) { unary_row_f32(fn, x, out, n); };
   const int64_t es = int64_t(dtype_size(dt));
-  for (int64_t r = 0; r < rows; ++r) {
-    auto* row = static_cast<uint8_t*>(y) + r * ld * es;
-    if (dt == DType::f32) {  // map_f32's direct f32 rows
-      unary_row_f32(fn, reinterpret_cast<const float*>(row), reinterpret_cast<float*>(row), cols);
-      continue;
-    }
-    float buf[kMapChunk];  // map_f32's staging: load_f32, the row function, store_f32
+  for (int64_t r = 0; r < rows; ++r)
     for (int64_t c0 = 0; c0 < cols; c0 += kMapChunk) {
-      const int64_t n = std::min(kMapChunk, cols - c0);
-      load_f32(row + c0 * es, dt, 1, buf, n);
-      unary_row_f32(fn, buf, buf, n);
-      store_f32(buf, row + c0 * es, dt, n);
+      auto* p = static_cast<uint8_t*>(y) + (r * ld + c0) * es;
+      map_f32_chunk(p, dt, 1, p, dt, std::min(kMapChunk, cols - c0), f);
     }
-  }
 }
 
 namespace {
