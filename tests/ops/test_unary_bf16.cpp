@@ -1,16 +1,21 @@
 // The CPU's bf16 unary op against the same op on float32 copies rounded to bf16 afterwards (the f32 rows'
 // arithmetic, then the cast's round to nearest even), bit for bit: every UnaryFn, rows longer than the
 // staging chunks with a vector tail, NaN, infinities, signed zeros; and a strided bf16 view giving the
-// same bits.
+// same bits. Every one of the 65536 bf16 values on every SIMD target this CPU runs (the bf16 op and
+// the linears' in-place activation rows read a table of the function built per target: row_kernels.h
+// bf16_unary_table).
 // GELU (tanh) computed as x / (1 + exp(-2u)) against the f64 definition, its edges as torch's formula.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "backend/cpu/row_kernels.h"
+#include "backend/cpu/simd_targets.h"
 #include "core/random.h"
 #include "expect_bits.h"
 #include "ops/ops.h"
@@ -43,6 +48,32 @@ TEST(UnaryBf16, EqualsTheFloat32OpRoundedBitwise) {
     const Tensor xt = x.transpose(0, 1);
     expect_bits_equal(ops::unary(xt, fn), ops::unary(x, fn).transpose(0, 1), what + " (strided)");
   }
+}
+
+TEST(UnaryBf16, EveryBf16ValueOnEverySimdTarget) {
+  // All 65536 bit patterns (NaNs, infinities, subnormals, both zeros), in place and into a new tensor, after
+  // switching the dispatch between targets (each target's table is its own row kernels').
+  std::vector<uint16_t> bits(1 << 16);
+  for (size_t i = 0; i < bits.size(); ++i) bits[i] = uint16_t(i);
+  Tensor x = Tensor::empty({int64_t(bits.size())}, DType::bf16);
+  std::memcpy(x.data_ptr(), bits.data(), bits.size() * 2);
+  const char* env = std::getenv("DIFFQ_SIMD_TARGET");
+  const std::string restore = env ? env : "";
+  for (const std::string& target : backend::cpu::simd_targets_supported()) {
+    backend::cpu::force_simd_target(target);
+    for (const ops::UnaryFn fn : kAll) {
+      const std::string what = target + " unary " + std::to_string(int(fn));
+      const Tensor want = ops::unary(x.to(DType::f32), fn).to(DType::bf16);
+      expect_bits_equal(ops::unary(x, fn), want, what);
+      Tensor y = x.clone();  // linear_q_act's in-place rows: 256 rows of 250 of 256 elements
+      backend::cpu::unary_rows_in_place(fn, DType::bf16, y.data_ptr(), 256, 256, 250);
+      const Tensor yv = y.reshape({256, 256}).slice(1, 0, 250), wv = want.reshape({256, 256}).slice(1, 0, 250);
+      expect_bits_equal(yv, wv, what + " (in place)");
+      expect_bits_equal(y.reshape({256, 256}).slice(1, 250, 256), x.reshape({256, 256}).slice(1, 250, 256),
+                        what + " (in place: the columns past the rows untouched)");
+    }
+  }
+  backend::cpu::force_simd_target(restore);
 }
 
 double gelu_tanh_f64(double x) {

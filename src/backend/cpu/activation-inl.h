@@ -63,6 +63,17 @@ HWY_INLINE V GeluTanh(D d, V x) {
   return hn::IfThenElse(hn::Lt(u, hn::Set(d, -9.010913f)), hn::Mul(x, hn::Zero(d)), y);
 }
 
+// f of v's lanes where they are bf16 values (f32 with the low 16 bits zero), by f's table of bf16 values
+// (row_kernels.h bf16_unary_table: the unary op's bits): entry bits >> 16 of the 16-bit entries, read as
+// 4 bytes at byte offset 2 x entry, the low half kept (the table's last entry pads the read).
+template <class D, class V>
+HWY_INLINE V Bf16TableLookup(D d, V v, const uint16_t* table) {
+  const hn::RebindToUnsigned<D> du;
+  const hn::RebindToSigned<D> di;
+  const auto off = hn::BitCast(di, hn::ShiftLeft<1>(hn::ShiftRight<16>(hn::BitCast(du, v))));
+  return hn::BitCast(d, hn::ShiftLeft<16>(hn::GatherOffset(di, reinterpret_cast<const int32_t*>(table), off)));
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace diffq::backend::cpu
 HWY_AFTER_NAMESPACE();

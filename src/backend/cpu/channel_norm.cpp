@@ -90,6 +90,7 @@ void channel_norm_kernel(const OpCall& c, Tensor& out) {
   auto* obytes = static_cast<uint8_t*>(out.data_ptr());
   const float eps = float(c.attrs.f0), scale = float(c.attrs.f1);
   const bool silu = c.attrs.flag;
+  const uint16_t* silu_table = silu && ot == DType::bf16 ? bf16_unary_table(ops::UnaryFn::silu) : nullptr;
   const int64_t blocks = (P + kBlock - 1) / kBlock;
   parallel_for(N * blocks, 1, [&](int64_t i0, int64_t i1) {
     thread_local std::vector<float> acc, row, y;
@@ -110,8 +111,13 @@ void channel_norm_kernel(const OpCall& c, Tensor& out) {
         float* yr = ot == DType::f32 ? reinterpret_cast<float*>(dst) : y.data();
         HWY_DYNAMIC_DISPATCH(ScaleRows)(src(ch), acc.data(), scale, w ? w->data()[ch] : 1.f, yr, len,
                                         ot == DType::bf16);
-        if (silu) {  // channel_norm_silu: silu of the norm rounded to out's dtype (bf16: ScaleRows rounded it)
-          if (ot != DType::f32 && ot != DType::bf16) {
+        if (silu && ot == DType::bf16) {  // channel_norm_silu: silu of the norm rounded (by ScaleRows), by table
+          store_f32(yr, dst, ot, len);
+          bf16_table_row(silu_table, reinterpret_cast<uint16_t*>(dst), 1, reinterpret_cast<uint16_t*>(dst), len);
+          continue;
+        }
+        if (silu) {  // channel_norm_silu: silu of the norm rounded to out's dtype
+          if (ot != DType::f32) {
             store_f32(yr, dst, ot, len);
             load_f32(dst, ot, 1, yr, len);
           }

@@ -73,6 +73,10 @@ void coalesce_dims(Shape& shape, std::vector<Shape>& strides);
 // shape), in chunks of at most kMapChunk elements, in parallel. f(src, dst, n) may alias src == dst.
 inline constexpr int64_t kMapChunk = 4096;
 void map_f32(const Tensor& x, Tensor& out, const std::function<void(const float*, float*, int64_t)>& f);
+// map_f32's walk over x and out with another chunk step: chunk(src, stride, dst, n) for n <= kMapChunk
+// elements of x at src (element stride `stride`, x's dtype) into out at dst (contiguous, out's dtype).
+void for_each_map_chunk(const Tensor& x, Tensor& out,
+                        const std::function<void(const uint8_t*, int64_t, uint8_t*, int64_t)>& chunk);
 // One chunk of map_f32: n <= kMapChunk elements of src (dtype xt, element stride `stride`) widened to f32
 // (read in place for unit-stride f32), f into dst (dtype ot, contiguous) rounded once. dst may be src
 // where the layouts agree (an in-place row).

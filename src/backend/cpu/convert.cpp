@@ -190,19 +190,26 @@ void map_f32_chunk(const void* src, DType xt, int64_t stride, void* dst, DType o
 }
 
 void map_f32(const Tensor& x, Tensor& out, const std::function<void(const float*, float*, int64_t)>& f) {
+  const DType xt = x.dtype(), ot = out.dtype();
+  for_each_map_chunk(x, out, [&](const uint8_t* src, int64_t stride, uint8_t* dst, int64_t n) {
+    map_f32_chunk(src, xt, stride, dst, ot, n, f);
+  });
+}
+
+void for_each_map_chunk(const Tensor& x, Tensor& out,
+                        const std::function<void(const uint8_t*, int64_t, uint8_t*, int64_t)>& chunk) {
   Shape shape = x.shape();
   std::vector<Shape> st = {x.strides(), contiguous_strides(shape)};
   coalesce_dims(shape, st);
   const RowIterator rows(shape, st[0]);
   const int64_t len = rows.row_len(), per_row = (len + kMapChunk - 1) / kMapChunk;
-  const DType xt = x.dtype(), ot = out.dtype();
   auto* dst = static_cast<uint8_t*>(out.data_ptr());
-  const int64_t oes = int64_t(dtype_size(ot)), xes = int64_t(dtype_size(xt));
+  const int64_t oes = int64_t(dtype_size(out.dtype())), xes = int64_t(dtype_size(x.dtype()));
   parallel_for(rows.num_rows() * per_row, 2, [&](int64_t b, int64_t e) {
     for (int64_t it = b; it < e; ++it) {
       const int64_t r = it / per_row, c0 = (it % per_row) * kMapChunk, n = std::min(kMapChunk, len - c0);
       const uint8_t* src = elem_ptr(x, x.offset() + rows.row_offset(r)) + c0 * rows.row_stride() * xes;
-      map_f32_chunk(src, xt, rows.row_stride(), dst + (r * len + c0) * oes, ot, n, f);
+      chunk(src, rows.row_stride(), dst + (r * len + c0) * oes, n);
     }
   });
 }

@@ -249,11 +249,12 @@ void Int8PackB(const int8_t* b, int64_t ldb, int64_t cols, int64_t kc, int16_t* 
 // One vector of the epilogue: the int32 products at t (output columns j, j + 1, ...) times the row's scale
 // sx, rounded to bf16 for bf16 outputs, times the column scales, plus the bias, stored at element `at` of
 // ep's output (bf16, or f32: rounded through bf16 where the output is bf16 but stored as f32).
-// gelu: linear_q_act's GELU (tanh) of the output value (already rounded to bf16 for bf16 outputs), in
-// registers: activation-inl.h's GeluTanh, lane by lane what the unary op computes on the stored value.
+// linear_q_act's activation of the output value in registers, lane by lane what the unary op computes on the
+// stored value: gelu, GELU (tanh) of f32 outputs by activation-inl.h's GeluTanh; table, any function of bf16
+// outputs by the unary op's table of bf16 values (row_kernels.h bf16_unary_table), gathered.
 template <class D>
 HWY_INLINE void EpilogueVector(D df, const int32_t* t, hn::Vec<D> sx, const Int8Epilogue& ep, int64_t j, size_t at,
-                               bool gelu = false) {
+                               bool gelu = false, const uint16_t* table = nullptr) {
   const hn::RebindToSigned<D> di;
   const bool bf = ep.out == DType::bf16;
   auto f = hn::Mul(hn::ConvertTo(df, hn::LoadU(di, t)), sx);
@@ -261,10 +262,8 @@ HWY_INLINE void EpilogueVector(D df, const int32_t* t, hn::Vec<D> sx, const Int8
   f = hn::Mul(f, hn::LoadU(df, ep.col_scale + j));
   if (ep.bias) f = hn::Add(f, hn::LoadU(df, ep.bias + j));
   if (bf) f = RoundToBf16(df, f);
-  if (gelu) {
-    f = GeluTanh(df, f);
-    if (bf) f = RoundToBf16(df, f);
-  }
+  if (gelu) f = GeluTanh(df, f);  // f32 outputs only (Int8RowsEpilogue)
+  if (table) f = Bf16TableLookup(df, f, table);
   if (bf && !ep.store_f32)
     StoreRoundedBf16(df, f, static_cast<uint16_t*>(ep.y) + at);
   else
@@ -308,8 +307,11 @@ void Int8RowsEpilogue(const int32_t* t, int64_t ldt, int64_t i0, int64_t rows, i
     return;
   }
   int64_t done = 0;
-  // linear_q_act's GELU in registers on the full vectors (the same values as the unary op afterwards).
-  const bool gelu = ep->act == ops::UnaryFn::gelu_tanh && !ep->store_f32;
+  // linear_q_act's activation in registers on the full vectors (the same values as the unary op afterwards):
+  // GELU of f32 outputs, any function of bf16 outputs by table (a gather costs a fraction of GELU's exp and
+  // division: docs/benchmarks.md "Eighth AMX session").
+  const bool gelu = ep->act == ops::UnaryFn::gelu_tanh && !ep->store_f32 && ep->out == DType::f32;
+  const uint16_t* table = ep->act && !ep->store_f32 && ep->out == DType::bf16 ? bf16_unary_table(*ep->act) : nullptr;
 #if HWY_TARGET != HWY_SCALAR
   const hn::ScalableTag<float> df;
   const int64_t L = int64_t(hn::Lanes(df));
@@ -320,15 +322,16 @@ void Int8RowsEpilogue(const int32_t* t, int64_t ldt, int64_t i0, int64_t rows, i
       const auto sx = hn::Set(df, ep->row_scale[ep->per_tensor ? 0 : i]);
       const size_t at0 = size_t((i - ep->y_row0) * ep->ldy + j0 - ep->y_col0);
       for (int64_t v0 = 0; v0 < done; v0 += L)
-        EpilogueVector(df, t + r * ldt + v0, sx, *ep, j0 + v0, at0 + size_t(v0), gelu);
+        EpilogueVector(df, t + r * ldt + v0, sx, *ep, j0 + v0, at0 + size_t(v0), gelu, table);
     }
   }
 #else
-  (void)gelu;
+  (void)gelu, (void)table;
 #endif
   if (done < cols) epilogue_scalar(i0, rows, j0 + done, cols - done, t + done, ldt, *ep);
-  // The activation of what the vectors did not take: the columns past them, or all for other functions.
-  const int64_t from = gelu ? done : 0;
+  // The activation of what the vectors did not take: the columns past them, or all for f32 outputs' other
+  // functions and for f16.
+  const int64_t from = gelu || table ? done : 0;
   apply_activation(ep, i0, rows, j0 + from, cols - from);
 }
 

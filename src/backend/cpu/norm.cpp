@@ -93,10 +93,12 @@ HWY_INLINE hn::Vec<D> LoadLanes(D d, const void* row, int64_t i, size_t len) {
 }
 
 // out[i] = round((x[i] - mean_i) * scale_i + shift_i), or with silu: round(silu(round(...))), rounded to
-// bf16 (bf16_out) or stored as f32: ScaleShiftRow then store_f32 (and the unary op's silu), in one pass.
+// bf16 (bf16_out) or stored as f32: ScaleShiftRow then store_f32 (and the unary op's silu: on bf16 outputs
+// its table, silu_table = bf16_unary_table(silu)), in one pass.
 // x: f32 (or bf16: kBf16, widened exactly); params(d, i, len) gives lanes [i, i + len) of mean, scale, shift.
 template <bool kBf16, class Params>
-HWY_INLINE void ScaleShiftStore(const void* x, void* out, bool bf16_out, int64_t n, bool silu, const Params& params) {
+HWY_INLINE void ScaleShiftStore(const void* x, void* out, bool bf16_out, int64_t n, bool silu, const uint16_t* silu_table,
+                                const Params& params) {
   const hn::ScalableTag<float> d;
   const int64_t N = int64_t(hn::Lanes(d));
   auto value = [&](int64_t i, size_t len) {
@@ -104,7 +106,7 @@ HWY_INLINE void ScaleShiftStore(const void* x, void* out, bool bf16_out, int64_t
     const auto [vm, vs, vb] = params(d, i, len);
     v = hn::MulAdd(hn::Sub(v, vm), vs, vb);
     if (bf16_out) v = RoundToBf16(d, v);
-    if (silu) v = Silu(d, v);
+    if (silu) v = bf16_out ? Bf16TableLookup(d, v, silu_table) : Silu(d, v);
     return bf16_out ? RoundToBf16(d, v) : v;
   };
   auto* of = static_cast<float*>(out);
@@ -132,7 +134,8 @@ HWY_INLINE void ScaleShiftStore(const void* x, void* out, bool bf16_out, int64_t
 // One mean, scale and shift for the whole f32 row (a channels-first channel).
 void ScaleShiftStoreRow(const float* x, void* out, bool bf16_out, int64_t n, float mean, float scale, float shift,
                         bool silu) {
-  ScaleShiftStore<false>(x, out, bf16_out, n, silu, [&](auto d, int64_t, size_t) {
+  const uint16_t* table = silu && bf16_out ? bf16_unary_table(ops::UnaryFn::silu) : nullptr;
+  ScaleShiftStore<false>(x, out, bf16_out, n, silu, table, [&](auto d, int64_t, size_t) {
     return std::tuple{hn::Set(d, mean), hn::Set(d, scale), hn::Set(d, shift)};
   });
 }
@@ -146,11 +149,12 @@ void ScaleShiftStorePixels(const void* x, bool bf16_in, int64_t P, int64_t C, vo
     return std::tuple{LoadTail(d, mean + i, len), LoadTail(d, scale + i, len), LoadTail(d, shift + i, len)};
   };
   const size_t ies = bf16_in ? 2 : 4, oes = bf16_out ? 2 : 4;
+  const uint16_t* table = silu && bf16_out ? bf16_unary_table(ops::UnaryFn::silu) : nullptr;
   for (int64_t p = 0; p < P; ++p) {
     const void* row = static_cast<const uint8_t*>(x) + size_t(p * C) * ies;
     void* dst = static_cast<uint8_t*>(out) + size_t(p * C) * oes;
-    if (bf16_in) ScaleShiftStore<true>(row, dst, bf16_out, C, silu, params);
-    else ScaleShiftStore<false>(row, dst, bf16_out, C, silu, params);
+    if (bf16_in) ScaleShiftStore<true>(row, dst, bf16_out, C, silu, table, params);
+    else ScaleShiftStore<false>(row, dst, bf16_out, C, silu, table, params);
   }
 }
 

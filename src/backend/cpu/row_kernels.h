@@ -16,6 +16,14 @@ void unary_row_f32(ops::UnaryFn fn, const float* x, float* y, int64_t n);
 // computes it (widened to f32, rounded once back to dt): linear_q_act's activation, applied by the linear
 // kernels to a block of their output while it is in cache.
 void unary_rows_in_place(ops::UnaryFn fn, DType dt, void* y, int64_t ld, int64_t rows, int64_t cols);
+// fn on bf16 values as a table of the 65536 bf16 bit patterns: entry b is the unary op's bf16 result for
+// the bf16 input b (the f32 row kernel on the exact widening, rounded once), built on first use for the
+// SIMD target dispatch runs then (targets may differ in the last bit before rounding). One entry past
+// the end (0) keeps 4-byte reads at any entry inside the table. A lookup costs a fraction of the
+// functions' arithmetic (GELU: exp, a division) and gives the same bits.
+const uint16_t* bf16_unary_table(ops::UnaryFn fn);
+// y[i] = table[x[i * stride]] for i < n; y may be x (stride 1).
+void bf16_table_row(const uint16_t* table, const uint16_t* x, int64_t stride, uint16_t* y, int64_t n);
 // a_bcast / b_bcast: that operand is one value repeated over the row.
 void binary_row_f32(ops::BinaryFn fn, const float* a, bool a_bcast, const float* b, bool b_bcast, float* y,
                     int64_t n);

@@ -19,6 +19,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
+#include <mutex>
+#include <numeric>
+#include <vector>
 
 #include "backend/cpu/common.h"
 #include "backend/cpu/kernels.h"
@@ -58,6 +62,31 @@ void UnaryF32(int64_t fn, const float* x, float* y, int64_t n) {
   }
 }
 
+// This target's bf16 table of fn (row_kernels.h bf16_unary_table): the statics are per target, each
+// filled by its own row kernels through the unary op's chunk step (map_f32_chunk).
+const uint16_t* Bf16UnaryTable(int64_t fn) {
+  constexpr int64_t kFns = int64_t(ops::UnaryFn::square) + 1, kValues = int64_t(1) << 16;
+  static std::once_flag once[kFns];
+  static std::unique_ptr<uint16_t[]> tables[kFns];
+  std::call_once(once[fn], [fn] {
+    const auto f = [fn](const float* x, float* y, int64_t n) {
+      const auto u = ops::UnaryFn(fn);
+      if (u == ops::UnaryFn::gelu_erf || u == ops::UnaryFn::sin || u == ops::UnaryFn::cos)
+        unary_row_f32(u, x, y, n);  // C library loops, the same on every target
+      else
+        UnaryF32(fn, x, y, n);
+    };
+    std::vector<uint16_t> bits(static_cast<size_t>(kValues));
+    std::iota(bits.begin(), bits.end(), uint16_t(0));
+    auto t = std::make_unique<uint16_t[]>(size_t(kValues + 1));
+    for (int64_t c0 = 0; c0 < kValues; c0 += kMapChunk)
+      map_f32_chunk(bits.data() + c0, DType::bf16, 1, t.get() + c0, DType::bf16, kMapChunk, f);
+    t[size_t(kValues)] = 0;
+    tables[fn] = std::move(t);
+  });
+  return tables[fn].get();
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace diffq::backend::cpu
 HWY_AFTER_NAMESPACE();
@@ -66,6 +95,14 @@ HWY_AFTER_NAMESPACE();
 namespace diffq::backend::cpu {
 
 HWY_EXPORT(UnaryF32);
+HWY_EXPORT(Bf16UnaryTable);
+
+const uint16_t* bf16_unary_table(ops::UnaryFn fn) { return HWY_DYNAMIC_DISPATCH(Bf16UnaryTable)(int64_t(fn)); }
+
+void bf16_table_row(const uint16_t* table, const uint16_t* x, int64_t stride, uint16_t* y, int64_t n) {
+  // Plain loads: as fast as AVX-512 / AVX2 gathers here (a scratch comparison on the AMX Xeon), on any CPU.
+  for (int64_t i = 0; i < n; ++i) y[i] = table[x[i * stride]];
+}
 
 void unary_row_f32(ops::UnaryFn fn, const float* x, float* y, int64_t n) {
   switch (fn) {
@@ -83,6 +120,14 @@ void unary_row_f32(ops::UnaryFn fn, const float* x, float* y, int64_t n) {
 }
 
 void unary_rows_in_place(ops::UnaryFn fn, DType dt, void* y, int64_t ld, int64_t rows, int64_t cols) {
+  if (dt == DType::bf16) {  // the unary kernel's table
+    const uint16_t* table = bf16_unary_table(fn);
+    for (int64_t r = 0; r < rows; ++r) {
+      auto* p = static_cast<uint16_t*>(y) + r * ld;
+      bf16_table_row(table, p, 1, p, cols);
+    }
+    return;
+  }
   // The unary kernel's chunks (map_f32_chunk), in place.
   const auto f = [fn](const float* x, float* out, int64_t n) { unary_row_f32(fn, x, out, n); };
   const int64_t es = int64_t(dtype_size(dt));
@@ -97,9 +142,14 @@ namespace {
 
 void unary_kernel(const OpCall& c, Tensor& out) {
   const auto fn = ops::UnaryFn(c.attrs.i0);
-  // Through f32 staging rows (convert.cpp map_f32) also for contiguous bf16: in the pipelines' GELU a
-  // bf16 -> bf16 loop in registers ran slower than converting a chunk, computing it in L1 and rounding it
-  // back (docs/benchmarks.md "Sixth AMX session").
+  if (c.inputs[0].dtype() == DType::bf16 && out.dtype() == DType::bf16) {  // by the function's table
+    const uint16_t* table = bf16_unary_table(fn);
+    for_each_map_chunk(c.inputs[0], out, [table](const uint8_t* x, int64_t stride, uint8_t* y, int64_t n) {
+      bf16_table_row(table, reinterpret_cast<const uint16_t*>(x), stride, reinterpret_cast<uint16_t*>(y), n);
+    });
+    return;
+  }
+  // Other dtypes through f32 staging rows (convert.cpp map_f32).
   map_f32(c.inputs[0], out, [fn](const float* x, float* y, int64_t n) { unary_row_f32(fn, x, y, n); });
 }
 
