@@ -18,7 +18,9 @@
 #include "backend/cpu/activation-inl.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "backend/cpu/aligned_buffer.h"
@@ -68,6 +70,24 @@ inline void pack_b_scalar(const int8_t* b, int64_t ldb, int64_t cols, int64_t kc
   }
 }
 
+// The epilogue's steps after the first rounding of one element of column j (f = round(out, acc x sx)):
+// times the column's scale, plus its bias (the caller rounds to the output).
+inline float finish_value(float f, const Int8Epilogue& ep, int64_t j) {
+  float v = f * ep.col_scale[j];
+  if (ep.bias) v += ep.bias[j];
+  return v;
+}
+
+// Int8ScaledRowsEpilogue's columns past its vectors: t (bf16, row stride ldt) holds round(bf16, acc x sx)
+// of ep's output rows [i0, i0 + mr) x columns [j0, j0 + nr); finished into ep's bf16 output.
+inline void epilogue_finish_bf16_scalar(int64_t i0, int64_t mr, int64_t j0, int64_t nr, const uint16_t* t,
+                                        int64_t ldt, const Int8Epilogue& ep) {
+  for (int64_t r = 0; r < mr; ++r)
+    for (int64_t j = 0; j < nr; ++j)
+      static_cast<uint16_t*>(ep.y)[size_t((i0 + r - ep.y_row0) * ep.ldy + j0 + j - ep.y_col0)] =
+          f32_to_bf16(finish_value(bf16_to_f32(t[r * ldt + j]), ep, j0 + j));
+}
+
 // The epilogue of rows [i0, i0 + mr) x columns [j0, j0 + nr) from an int32 tile (row stride ldt),
 // element by element (the reference, and the vector path's edges).
 inline void epilogue_scalar(int64_t i0, int64_t mr, int64_t j0, int64_t nr, const int32_t* t, int64_t ldt,
@@ -76,8 +96,7 @@ inline void epilogue_scalar(int64_t i0, int64_t mr, int64_t j0, int64_t nr, cons
     const int64_t i = i0 + r;
     const float sx = ep.row_scale[ep.per_tensor ? 0 : i];
     for (int64_t j = 0; j < nr; ++j) {
-      float v = round_through(ep.out, float(t[r * ldt + j]) * sx) * ep.col_scale[j0 + j];
-      if (ep.bias) v += ep.bias[j0 + j];
+      const float v = finish_value(round_through(ep.out, float(t[r * ldt + j]) * sx), ep, j0 + j);
       const size_t at = size_t((i - ep.y_row0) * ep.ldy + j0 + j - ep.y_col0);
       if (ep.store_f32) {
         static_cast<float*>(ep.y)[at] = round_through(ep.out, v);
@@ -246,19 +265,16 @@ void Int8PackB(const int8_t* b, int64_t ldb, int64_t cols, int64_t kc, int16_t* 
   pack_b_scalar(b, ldb, cols, kc, done_pairs, dst);
 }
 
-// One vector of the epilogue: the int32 products at t (output columns j, j + 1, ...) times the row's scale
-// sx, rounded to bf16 for bf16 outputs, times the column scales, plus the bias, stored at element `at` of
-// ep's output (bf16, or f32: rounded through bf16 where the output is bf16 but stored as f32).
+// The epilogue's steps after the first rounding, on one vector f = round(out, float(acc) x sx) of output
+// columns j, j + 1, ...: times the column scales, plus the bias, rounded to bf16 for bf16 outputs, stored at
+// element `at` of ep's output (bf16, or f32: rounded through bf16 where the output is bf16 but stored as f32).
 // linear_q_act's activation of the output value in registers, lane by lane what the unary op computes on the
 // stored value: gelu, GELU (tanh) of f32 outputs by activation-inl.h's GeluTanh; table, any function of bf16
 // outputs by the unary op's table of bf16 values (row_kernels.h bf16_unary_table), gathered.
 template <class D>
-HWY_INLINE void EpilogueVector(D df, const int32_t* t, hn::Vec<D> sx, const Int8Epilogue& ep, int64_t j, size_t at,
-                               bool gelu = false, const uint16_t* table = nullptr) {
-  const hn::RebindToSigned<D> di;
+HWY_INLINE void FinishVector(D df, hn::Vec<D> f, const Int8Epilogue& ep, int64_t j, size_t at, bool gelu,
+                             const uint16_t* table) {
   const bool bf = ep.out == DType::bf16;
-  auto f = hn::Mul(hn::ConvertTo(df, hn::LoadU(di, t)), sx);
-  if (bf) f = RoundToBf16(df, f);
   f = hn::Mul(f, hn::LoadU(df, ep.col_scale + j));
   if (ep.bias) f = hn::Add(f, hn::LoadU(df, ep.bias + j));
   if (bf) f = RoundToBf16(df, f);
@@ -268,6 +284,17 @@ HWY_INLINE void EpilogueVector(D df, const int32_t* t, hn::Vec<D> sx, const Int8
     StoreRoundedBf16(df, f, static_cast<uint16_t*>(ep.y) + at);
   else
     hn::StoreU(f, df, static_cast<float*>(ep.y) + at);
+}
+
+// One vector of the epilogue: the int32 products at t (output columns j, j + 1, ...) times the row's scale
+// sx, rounded to bf16 for bf16 outputs, then FinishVector.
+template <class D>
+HWY_INLINE void EpilogueVector(D df, const int32_t* t, hn::Vec<D> sx, const Int8Epilogue& ep, int64_t j, size_t at,
+                               bool gelu = false, const uint16_t* table = nullptr) {
+  const hn::RebindToSigned<D> di;
+  auto f = hn::Mul(hn::ConvertTo(df, hn::LoadU(di, t)), sx);
+  if (ep.out == DType::bf16) f = RoundToBf16(df, f);
+  FinishVector(df, f, ep, j, at, gelu, table);
 }
 
 // The epilogue of one finished tile (row stride ldt) at rows [i0, i0 + mr), columns [j0, j0 + nr <= kNR):
@@ -335,6 +362,28 @@ void Int8RowsEpilogue(const int32_t* t, int64_t ldt, int64_t i0, int64_t rows, i
   apply_activation(ep, i0, rows, j0 + from, cols - from);
 }
 
+// The epilogue of a block whose first step oneDNN did (onednn_gemm_s8s8_row_scaled_bf16_part): t (bf16,
+// row stride ldt) holds round(bf16, float(acc) x sx) of ep's output rows [i0, i0 + rows) x columns
+// [j0, j0 + cols); the rest as Int8RowsEpilogue after its first rounding (FinishVector; the columns past
+// the last full vector element by element) into ep's bf16 output, and linear_q_act's activation.
+void Int8ScaledRowsEpilogue(const uint16_t* t, int64_t ldt, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
+                            const Int8Epilogue* ep) {
+  const uint16_t* table = ep->act ? bf16_unary_table(*ep->act) : nullptr;
+  int64_t done = 0;
+#if HWY_TARGET != HWY_SCALAR
+  const hn::ScalableTag<float> df;
+  const int64_t L = int64_t(hn::Lanes(df));
+  done = cols / L * L;
+  for (int64_t r = 0; r < rows; ++r) {
+    const size_t at0 = size_t((i0 + r - ep->y_row0) * ep->ldy + j0 - ep->y_col0);
+    for (int64_t v0 = 0; v0 < done; v0 += L)
+      FinishVector(df, LoadBf16(df, t + r * ldt + v0), *ep, j0 + v0, at0 + size_t(v0), false, table);
+  }
+#endif
+  if (done < cols) epilogue_finish_bf16_scalar(i0, rows, j0 + done, cols - done, t + done, ldt, *ep);
+  if (table) apply_activation(ep, i0, rows, j0 + done, cols - done);
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace diffq::backend::cpu
 HWY_AFTER_NAMESPACE();
@@ -343,6 +392,7 @@ HWY_AFTER_NAMESPACE();
 namespace diffq::backend::cpu {
 
 HWY_EXPORT(Int8Tile);
+HWY_EXPORT(Int8ScaledRowsEpilogue);
 HWY_EXPORT(Int8PackB);
 HWY_EXPORT(Int8TileEpilogue);
 HWY_EXPORT(Int8RowsEpilogue);
@@ -438,9 +488,32 @@ struct Int8A {
 bool run_part_onednn(int64_t m, int64_t n, int64_t k, const Int8A& a, const int8_t* b, int64_t ldb, int32_t* c,
                      int64_t ldc, const Int8Epilogue* ep, int64_t s0, int64_t s1, int64_t q0, int64_t q1) {
   const auto rows_epilogue = HWY_DYNAMIC_DISPATCH(Int8RowsEpilogue);
-  const int16_t* const ap = a.strips;
+  const auto scaled_epilogue = HWY_DYNAMIC_DISPATCH(Int8ScaledRowsEpilogue);
   thread_local std::vector<int8_t> abuf;
   thread_local AlignedBuffer<int32_t> cbufs;  // aligned: oneDNN's AMX tiles store unaligned C rows slowly
+  thread_local AlignedBuffer<uint16_t> bbufs;  // the bf16 blocks (oneDNN's row-scaled store takes dense rows)
+  // rows x cols of the product of int8 rows (stride lda) and B's columns from c0, at output rows from r0, and
+  // the epilogue: bf16 outputs with the first rounding in oneDNN's store (a bf16 block: half the bytes of int32
+  // C, and a shorter epilogue), else the int32 block and the whole epilogue.
+  const auto product = [&](const int8_t* arows, int64_t lda, int64_t r0, int64_t rows, int64_t c0, int64_t cols) {
+    // oneDNN's bf16 store (vcvtneps2bf16) takes denormal products as zero where the epilogue's rounding keeps
+    // them: only blocks whose products cannot be denormal (|acc| >= 1: no row scale a nonzero denormal).
+    const float* s = ep ? ep->row_scale + (ep->per_tensor ? 0 : r0) : nullptr;
+    const auto denormal = [](float v) { return v != 0.f && std::fabs(v) < std::numeric_limits<float>::min(); };
+    if (ep && ep->out == DType::bf16 && !ep->store_f32 && std::none_of(s, s + (ep->per_tensor ? 1 : rows), denormal)) {
+      uint16_t* const block = bbufs.get(size_t(rows * cols));
+      if (onednn_gemm_s8s8_row_scaled_bf16_part(rows, cols, k, arows, lda, b + c0 * ldb, ldb, s, ep->per_tensor,
+                                                block)) {
+        scaled_epilogue(block, cols, r0, rows, c0, cols, ep);
+        return true;
+      }
+    }
+    int32_t* const cbuf = cbufs.get(size_t(rows * cols));
+    if (!onednn_gemm_s8s8s32_part(rows, cols, k, arows, lda, b + c0 * ldb, ldb, cbuf, cols)) return false;
+    rows_epilogue(cbuf, cols, r0, rows, c0, cols, ep, c, ldc);  // (and linear_q_act's activation)
+    return true;
+  };
+  const int16_t* const ap = a.strips;
   const int64_t se = int8_packed_strip_elems(k), c0 = q0 * kNR, c1 = std::min(n, q1 * kNR), cols = c1 - c0;
   if (a.rows) {
     const int64_t r_begin = s0 * kMR, r_end = std::min(m, s1 * kMR);
@@ -448,12 +521,9 @@ bool run_part_onednn(int64_t m, int64_t n, int64_t k, const Int8A& a, const int8
       const int64_t j1 = std::min(c1, j0 + kOnednnSliceCols), w = j1 - j0;
       for (int64_t r0 = r_begin; r0 < r_end; r0 += kOnednnSliceRows) {
         const int64_t rows = std::min(kOnednnSliceRows, r_end - r0);
-        int32_t* const cbuf = cbufs.get(size_t(rows * w));
-        if (!onednn_gemm_s8s8s32_part(rows, w, k, a.rows + r0 * a.lda, a.lda, b + j0 * ldb, ldb, cbuf, w))
-          return false;
-        // Row by row across the slice: each output row's part is written whole while in L1 (panel by
-        // panel over all the rows, every row's line was fetched again for each panel).
-        rows_epilogue(cbuf, w, r0, rows, j0, w, ep, c, ldc);  // (and linear_q_act's activation)
+        // The epilogue row by row across the slice: each output row's part is written whole while in L1
+        // (panel by panel over all the rows, every row's line was fetched again for each panel).
+        if (!product(a.rows + r0 * a.lda, a.lda, r0, rows, j0, w)) return false;
       }
     }
     return true;
@@ -463,7 +533,6 @@ bool run_part_onednn(int64_t m, int64_t n, int64_t k, const Int8A& a, const int8
     const int64_t se_end = std::min(s1, sb + step);
     const int64_t r0 = sb * kMR, r1 = std::min(m, se_end * kMR), rows = r1 - r0;
     if (rows <= 0) break;
-    int32_t* const cbuf = cbufs.get(size_t(rows * cols));
     abuf.resize(size_t(rows * k));
     // Strip s, pair p: words 2r, 2r + 1 = a[6s + r, 2p], a[6s + r, 2p + 1]. Each strip read front to back
     // once, its rows written side by side (a row at a time, the strip would be read six times with a
@@ -482,8 +551,7 @@ bool run_part_onednn(int64_t m, int64_t n, int64_t k, const Int8A& a, const int8
       if (k % 2)
         for (int64_t r = 0; r < rs; ++r) dst[r][k - 1] = int8_t(strip[2 * r]);
     }
-    if (!onednn_gemm_s8s8s32_part(rows, cols, k, abuf.data(), k, b + c0 * ldb, ldb, cbuf, cols)) return false;
-    rows_epilogue(cbuf, cols, r0, rows, c0, cols, ep, c, ldc);
+    if (!product(abuf.data(), k, r0, rows, c0, cols)) return false;
   }
   return true;
 }

@@ -1,6 +1,7 @@
 #include "backend/cpu/onednn_gemm.h"
 
 #include <dnnl.hpp>
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -25,13 +26,18 @@ struct Key {
   bool ta, tb;
   int64_t m, n, k, lda, ldb, ldc;
   float alpha, beta;
-  bool bf16_dst = false;  // C is bf16 (rounded once by oneDNN), not f32
+  bool bf16_dst = false;  // C is bf16 (rounded once by oneDNN), not f32 (s32 for s8)
   bool bias = false;      // + an f32 bias row (the linear's), before the rounding
   bool packed_b = false;  // B in oneDNN's blocked layout (kPackedTag; ldb unused), not strided rows
+  // C = (A B) x s before the rounding to C's type, s an f32 per row of C (1) or one value (2): a binary
+  // multiply post-op (its src1 passed at execute). The descriptors are then 3-D ([1, m, .]): oneDNN 3.2's
+  // brgemm takes a per-row operand as a per-batch-row one (a reference kernel in 2-D), and only with dense
+  // C rows (ldc = n).
+  uint8_t row_scale = 0;
   bool operator==(const Key& o) const {
-    return std::tie(kind, ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, bf16_dst, bias, packed_b) ==
+    return std::tie(kind, ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, bf16_dst, bias, packed_b, row_scale) ==
            std::tie(o.kind, o.ta, o.tb, o.m, o.n, o.k, o.lda, o.ldb, o.ldc, o.alpha, o.beta, o.bf16_dst, o.bias,
-                    o.packed_b);
+                    o.packed_b, o.row_scale);
   }
 };
 
@@ -42,7 +48,7 @@ struct KeyHash {
   size_t operator()(const Key& x) const {
     size_t h = size_t(x.kind) * 4 + size_t(x.ta) * 2 + size_t(x.tb);
     for (int64_t v : {x.m, x.n, x.k, x.lda, x.ldb, x.ldc}) h = h * 1000003u ^ size_t(v);
-    return h * 8 + size_t(x.packed_b) * 4 + size_t(x.bf16_dst) * 2 + size_t(x.bias);
+    return (h * 8 + size_t(x.packed_b) * 4 + size_t(x.bf16_dst) * 2 + size_t(x.bias)) * 3 + x.row_scale;
   }
 };
 
@@ -50,7 +56,7 @@ struct KeyHash {
 struct Entry {
   std::unique_ptr<dnnl::matmul> prim;
   std::string impl;  // oneDNN's implementation name (also when it is not used)
-  memory::desc a, b, c, bias;
+  memory::desc a, b, c, bias, scale;  // scale: the row-scale post-op's operand (Key::row_scale)
   size_t scratch_bytes = 0;
   float alpha = 1.0f;  // oneDNN 3.x: the weights' scale, passed at execute (2.6: an output scale in the attr)
 };
@@ -66,16 +72,27 @@ std::unique_ptr<Entry> make_entry(const Key& key) {
   auto e = std::make_unique<Entry>();
   const auto in = key.kind == Kind::s8 ? memory::data_type::s8
                   : key.kind == Kind::f32 ? memory::data_type::f32 : memory::data_type::bf16;
-  e->a = memory::desc({key.m, key.k}, in, key.ta ? memory::dims{1, key.lda} : memory::dims{key.lda, 1});
+  const auto out = key.bf16_dst ? memory::data_type::bf16 : key.kind == Kind::s8 ? memory::data_type::s32
+                                                                                 : memory::data_type::f32;
+  // [rows, cols] at element strides st; with a row scale as [1, rows, cols] (the batch stride the matrix's
+  // extent: what oneDNN reads as a plain abc / acb layout)
+  const auto desc = [&key](int64_t rows, int64_t cols, memory::data_type t, const memory::dims& st) {
+    if (!key.row_scale) return memory::desc({rows, cols}, t, st);
+    return memory::desc({1, rows, cols}, t, {std::max(rows * st[0], cols * st[1]), st[0], st[1]});
+  };
+  e->a = desc(key.m, key.k, in, key.ta ? memory::dims{1, key.lda} : memory::dims{key.lda, 1});
   e->b = key.packed_b ? memory::desc({key.k, key.n}, in, kPackedTag)
-                      : memory::desc({key.k, key.n}, in, key.tb ? memory::dims{1, key.ldb} : memory::dims{key.ldb, 1});
-  e->c = memory::desc({key.m, key.n},
-                      key.kind == Kind::s8 ? memory::data_type::s32
-                      : key.bf16_dst       ? memory::data_type::bf16
-                                           : memory::data_type::f32,
-                      memory::dims{key.ldc, 1});
+                      : desc(key.k, key.n, in, key.tb ? memory::dims{1, key.ldb} : memory::dims{key.ldb, 1});
+  e->c = desc(key.m, key.n, out, memory::dims{key.ldc, 1});
   if (key.bias) e->bias = memory::desc({1, key.n}, memory::data_type::f32, memory::dims{key.n, 1});
   dnnl::primitive_attr attr;
+  if (key.row_scale) {
+    e->scale = key.row_scale == 1 ? memory::desc({1, key.m, 1}, memory::data_type::f32, memory::dims{key.m, 1, 1})
+                                  : memory::desc({1, 1, 1}, memory::data_type::f32, memory::dims{1, 1, 1});
+    dnnl::post_ops po;
+    po.append_binary(dnnl::algorithm::binary_mul, e->scale);
+    attr.set_post_ops(po);
+  }
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // per-thread scratch: concurrent parts never share
   // alpha: 2.6's output scale, 3.x's scale of the weights (one value, mask 0); both multiply the f32 (or
   // s32) accumulator once before the sum post-op adds beta * C, so the two versions compute alike.
@@ -139,7 +156,8 @@ bool cpu_has_bf16_matrix() {
 }
 
 // Runs the cached primitive of `key` on this thread; false where oneDNN has no native kernel for it.
-bool run_cached(const Key& key, const void* a, const void* b, void* c, const float* bias = nullptr) {
+bool run_cached(const Key& key, const void* a, const void* b, void* c, const float* bias = nullptr,
+                const float* row_scale = nullptr) {
   const Entry& e = entry_for(key);
   if (!e.prim) return false;
   ThreadState& t = thread_state();
@@ -148,6 +166,8 @@ bool run_cached(const Key& key, const void* a, const void* b, void* c, const flo
   memory am(e.a, eng, const_cast<void*>(a)), bm(e.b, eng, const_cast<void*>(b)), cm(e.c, eng, c);
   std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
   if (key.bias) args.emplace(DNNL_ARG_BIAS, memory(e.bias, eng, const_cast<float*>(bias)));
+  if (key.row_scale)
+    args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, memory(e.scale, eng, const_cast<float*>(row_scale)));
   if (e.scratch_bytes > 0)
     args.emplace(DNNL_ARG_SCRATCHPAD, memory(memory::desc({int64_t(e.scratch_bytes)}, memory::data_type::u8,
                                                           memory::dims{1}), eng, t.scratch.data()));
@@ -304,6 +324,14 @@ bool onednn_bf16_packing_usable() {
 bool onednn_gemm_s8s8s32_part(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const int8_t* b,
                               int64_t ldb, int32_t* c, int64_t ldc) {
   return cpu_has_int8_matrix() && run_cached({Kind::s8, false, true, m, n, k, lda, ldb, ldc, 1.f, 0.f}, a, b, c);
+}
+
+bool onednn_gemm_s8s8_row_scaled_bf16_part(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda,
+                                           const int8_t* b, int64_t ldb, const float* s, bool one_scale, uint16_t* c) {
+  Key key{Kind::s8, false, true, m, n, k, lda, ldb, n, 1.f, 0.f};
+  key.bf16_dst = true;
+  key.row_scale = one_scale ? 2 : 1;
+  return cpu_has_int8_matrix() && run_cached(key, a, b, c, nullptr, s);
 }
 
 bool onednn_sgemm_part(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,

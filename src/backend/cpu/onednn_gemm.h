@@ -75,6 +75,12 @@ bool onednn_int8_available();
 std::string onednn_int8_impl();
 bool onednn_gemm_s8s8s32_part(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const int8_t* b,
                               int64_t ldb, int32_t* c, int64_t ldc);
+// The same product with torchao int8dq's first rounding inside oneDNN's store: C[m, n] (bf16, dense rows) =
+// bf16(float(A B^T) x s[i]) (s per row of C; one_scale: s[0] for all), the int8 epilogue's first step (a
+// binary multiply post-op: the s32 -> f32 conversion, one f32 product, one round to nearest even; but
+// vcvtneps2bf16 takes denormal products as zero). oneDNN writes half the bytes of the int32 C.
+bool onednn_gemm_s8s8_row_scaled_bf16_part(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda,
+                                           const int8_t* b, int64_t ldb, const float* s, bool one_scale, uint16_t* c);
 
 // f32: the same for f32 operands (oneDNN's AVX-512 brgemm / jit GEMM); false without AVX-512.
 std::string onednn_f32_impl();
