@@ -268,6 +268,37 @@ std::vector<float> special_row(int64_t k, uint32_t seed) {
   return x;
 }
 
+// The row's largest magnitude (the symmetric scale's input) on bf16 bits and f32 lanes against the min / max
+// folds: NaNs of either sign and payload never win, infinities do, denormals and signed zeros, all-NaN and
+// empty rows give 0, lengths around the vector widths.
+TEST(Int8Kernels, RowAbsMaxMatchesTheMinMaxFolds) {
+  const uint16_t specials[] = {0x7fc0, 0xffc0, 0x7f81, 0xffff, 0x7f80, 0xff80, 0x8000, 0x0000, 0x0001, 0x8003,
+                               0x007f, 0x3f80, 0xc2c8, 0x7f7f, 0xff7f};
+  std::mt19937 rng(11);
+  for (int64_t k : {0, 1, 5, 15, 16, 17, 31, 32, 33, 64, 100, 1536}) {
+    for (int variant = 0; variant < 4; ++variant) {
+      std::vector<uint16_t> xb(static_cast<size_t>(k));
+      for (auto& v : xb) v = f32_to_bf16(std::uniform_real_distribution<float>(-3.0f, 3.0f)(rng));
+      if (variant == 1)  // specials sprinkled over the row
+        for (size_t i = 0; i < xb.size(); i += 7) xb[i] = specials[(i / 7) % std::size(specials)];
+      if (variant == 2)  // every NaN pattern class only
+        for (size_t i = 0; i < xb.size(); ++i) xb[i] = specials[i % 4];
+      if (variant == 3 && k > 0) xb[size_t(k - 1)] = 0x7f80;  // inf in the tail
+      std::vector<float> xf(xb.size());
+      for (size_t i = 0; i < xb.size(); ++i) xf[i] = bf16_to_f32(xb[i]);
+      EXPECT_EQ(cpu::int8_row_abs_max(xb.data(), DType::bf16, k), cpu::int8_row_abs_max_reference(xb.data(), DType::bf16, k))
+          << "bf16 k=" << k << " variant " << variant;
+      EXPECT_EQ(cpu::int8_row_abs_max(xf.data(), DType::f32, k), cpu::int8_row_abs_max_reference(xf.data(), DType::f32, k))
+          << "f32 k=" << k << " variant " << variant;
+    }
+  }
+  const float nans[] = {NAN, -NAN, NAN};
+  EXPECT_EQ(cpu::int8_row_abs_max_reference(nans, DType::f32, 3), 0.0f);
+  const float row[] = {-5.0f, NAN, 2.0f, -INFINITY};
+  EXPECT_EQ(cpu::int8_row_abs_max_reference(row, DType::f32, 3), 5.0f);
+  EXPECT_EQ(cpu::int8_row_abs_max_reference(row, DType::f32, 4), INFINITY);
+}
+
 TEST(Int8Kernels, ActivationRowsMatchReference) {
   for (int64_t k : {1, 3, 7, 8, 9, 16, 31, 64, 100}) {
     const auto xf = special_row(k, uint32_t(k));
@@ -275,11 +306,7 @@ TEST(Int8Kernels, ActivationRowsMatchReference) {
     for (int64_t i = 0; i < k; ++i) xb[size_t(i)] = f32_to_bf16(xf[size_t(i)]);
     for (DType src : {DType::f32, DType::bf16}) {
       const void* x = src == DType::f32 ? static_cast<const void*>(xf.data()) : xb.data();
-      float mn, mx, rmn, rmx;
-      cpu::int8_row_min_max(x, src, k, &mn, &mx);
-      cpu::int8_row_min_max_reference(x, src, k, &rmn, &rmx);
-      EXPECT_EQ(mn, rmn) << k;
-      EXPECT_EQ(mx, rmx) << k;
+      EXPECT_EQ(cpu::int8_row_abs_max(x, src, k), cpu::int8_row_abs_max_reference(x, src, k)) << k;
       for (float recip : {1.0f, 10.0f, 0.37f}) {  // 1.0: the .5 values round half to even
         std::vector<int8_t> q(static_cast<size_t>(k));
         cpu::int8_quantize_row_reference(x, src, k, recip, q.data());

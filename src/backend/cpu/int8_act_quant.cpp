@@ -48,27 +48,40 @@ HWY_INLINE hn::Vec<D> LoadF32(D df, const void* x, DType src, int64_t i) {
   return hn::LoadU(df, static_cast<const float*>(x) + i);
 }
 
-void Int8RowMinMax(const void* x, DType src, int64_t k, float* mn_out, float* mx_out) {
+float Int8RowAbsMax(const void* x, DType src, int64_t k) {
+  int64_t c = 0;
+  if (src == DType::bf16) {  // on the bits: |x| orders as the bits without the sign; NaNs lie above inf's
+    const hn::ScalableTag<uint16_t> du;
+    const int64_t L = int64_t(hn::Lanes(du));
+    const auto* p = static_cast<const uint16_t*>(x);
+    const auto magnitude = hn::Set(du, 0x7fff), inf = hn::Set(du, 0x7f80);
+    auto acc = hn::Zero(du);
+    for (; c + L <= k; c += L) {
+      const auto u = hn::And(hn::LoadU(du, p + c), magnitude);
+      acc = hn::Max(acc, hn::IfThenZeroElse(hn::Gt(u, inf), u));
+    }
+    uint16_t m = hn::GetLane(hn::MaxOfLanes(du, acc));
+    for (; c < k; ++c) {
+      const uint16_t u = p[c] & 0x7fff;
+      if (u <= 0x7f80) m = std::max(m, u);
+    }
+    return bf16_to_f32(m);
+  }
   const hn::ScalableTag<float> df;
   const int64_t L = int64_t(hn::Lanes(df));
-  auto mn = hn::Set(df, INFINITY), mx = hn::Set(df, -INFINITY);
-  int64_t c = 0;
+  const auto* p = static_cast<const float*>(x);
+  auto acc = hn::Zero(df);
   for (; c + L <= k; c += L) {
-    const auto v = LoadF32(df, x, src, c);
-    mn = hn::IfThenElse(hn::Lt(v, mn), v, mn);  // std::min(mn, v)
-    mx = hn::IfThenElse(hn::Lt(mx, v), v, mx);  // std::max(mx, v)
+    const auto v = hn::Abs(hn::LoadU(df, p + c));
+    acc = hn::IfThenElse(hn::Gt(v, acc), v, acc);  // NaN compares false: never wins
   }
-  HWY_ALIGN float lmn[hn::MaxLanes(df)], lmx[hn::MaxLanes(df)];
-  hn::Store(mn, df, lmn);
-  hn::Store(mx, df, lmx);
-  float a = INFINITY, b = -INFINITY;
-  for (int64_t l = 0; l < L; ++l) a = std::min(a, lmn[l]), b = std::max(b, lmx[l]);
-  for (; c < k; ++c) {
-    const float v = load_one(x, src, c);
-    a = std::min(a, v), b = std::max(b, v);
-  }
-  *mn_out = a;
-  *mx_out = b;
+  HWY_ALIGN float lanes[hn::MaxLanes(df)];
+  hn::Store(acc, df, lanes);
+  float m = 0.0f;
+  for (int64_t l = 0; l < L; ++l) m = std::max(m, lanes[l]);
+  for (; c < k; ++c)
+    if (std::fabs(p[c]) > m) m = std::fabs(p[c]);
+  return m;
 }
 
 // Codes of x[0, k) into q (k entries) as T: int16 (a row for the tile's packed strips) or int8 (the
@@ -104,24 +117,21 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace diffq::backend::cpu {
 
-HWY_EXPORT(Int8RowMinMax);
+HWY_EXPORT(Int8RowAbsMax);
 HWY_EXPORT(Int8QuantizeRow);
 HWY_EXPORT(Int8QuantizeRowS8);
 
 using namespace int8_act_detail;
 
-void int8_row_min_max(const void* x, DType src, int64_t k, float* mn, float* mx) {
-  HWY_DYNAMIC_DISPATCH(Int8RowMinMax)(x, src, k, mn, mx);
-}
+float int8_row_abs_max(const void* x, DType src, int64_t k) { return HWY_DYNAMIC_DISPATCH(Int8RowAbsMax)(x, src, k); }
 
-void int8_row_min_max_reference(const void* x, DType src, int64_t k, float* mn, float* mx) {
-  float a = INFINITY, b = -INFINITY;
+float int8_row_abs_max_reference(const void* x, DType src, int64_t k) {
+  float a = INFINITY, b = -INFINITY;  // the row's min and max, as torch's aminmax (NaN never wins)
   for (int64_t c = 0; c < k; ++c) {
     const float v = load_one(x, src, c);
     a = std::min(a, v), b = std::max(b, v);
   }
-  *mn = a;
-  *mx = b;
+  return std::max(-std::min(a, 0.0f), std::max(b, 0.0f));
 }
 
 void int8_quantize_row_packed(const void* x, DType src, int64_t k, float recip, int16_t* strip, int64_t r) {

@@ -40,9 +40,8 @@ void quantize_activations_int8(const float* x, int64_t m, int64_t k, DType dt, b
   scale.assign(size_t(m), 0.0f);
   core::parallel_for(m, 8, [&](int64_t a, int64_t b) {
     for (int64_t r = a; r < b; ++r) {
-      float mn = INFINITY, mx = -INFINITY;
-      int8_row_min_max_reference(x + r * k, DType::f32, k, &mn, &mx);
-      scale[size_t(r)] = params(mn, mx);
+      const float am = int8_row_abs_max_reference(x + r * k, DType::f32, k);
+      scale[size_t(r)] = params(-am, am);
       quantize_row(r, scale[size_t(r)]);
     }
   });
@@ -51,7 +50,7 @@ void quantize_activations_int8(const float* x, int64_t m, int64_t k, DType dt, b
 namespace {
 
 // Per-call buffers, kept per calling thread (no heap traffic in the steady state).
-thread_local std::vector<float> ws, bv, xs, mins, maxs;
+thread_local std::vector<float> ws, bv, xs, absmax;
 thread_local std::vector<int16_t> apack;
 thread_local std::vector<int8_t> arows;
 
@@ -106,23 +105,21 @@ Int8Call prepare(const Tensor& x, const Tensor& bias, const AffineInt8Weight& w)
   int16_t* const ap = apack.data();
   int8_t* const aq = arows.data();
   float* const xsp = xs.data();
+  // Symmetric: the scale depends on the rows' min and max only through the largest magnitude.
   if (per_tensor) {
-    mins.resize(size_t(m));
-    maxs.resize(size_t(m));
-    float* const mnp = mins.data();
-    float* const mxp = maxs.data();
+    absmax.resize(size_t(m));
+    float* const amp = absmax.data();
     core::parallel_for(m, 8, [&](int64_t a, int64_t b) {
-      for (int64_t i = a; i < b; ++i) int8_row_min_max(row(i), src, k, mnp + i, mxp + i);
+      for (int64_t i = a; i < b; ++i) amp[i] = int8_row_abs_max(row(i), src, k);
     });
-    float mn = INFINITY, mx = -INFINITY;
-    for (int64_t i = 0; i < m; ++i) mn = std::min(mn, mnp[i]), mx = std::max(mx, mxp[i]);
-    xsp[0] = params(mn, mx);
+    float am = 0.0f;
+    for (int64_t i = 0; i < m; ++i) am = std::max(am, amp[i]);
+    xsp[0] = params(-am, am);
   }
   auto row_scale = [&](int64_t i) {
     if (!per_tensor) {
-      float mn, mx;
-      int8_row_min_max(row(i), src, k, &mn, &mx);
-      xsp[i] = params(mn, mx);
+      const float am = int8_row_abs_max(row(i), src, k);
+      xsp[i] = params(-am, am);
     }
     return reciprocal_in(DType::f32, xsp[per_tensor ? 0 : i]);
   };
