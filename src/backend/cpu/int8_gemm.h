@@ -56,8 +56,9 @@ struct Int8Epilogue {
   int64_t ldy = 0;  // elements
   bool store_f32 = false;
   int64_t y_row0 = 0, y_col0 = 0;
-  // linear_q_act's activation of the output (never with store_f32): applied to each block of y right after
-  // its epilogue, while in cache (row_kernels.h: unary_rows_in_place, the unary op's values).
+  // linear_q_act's activation of the output (never with store_f32), the unary op's values: in the epilogue's
+  // registers (bf16 outputs by the function's table, f32 GELU), else applied to each block of y right after
+  // its epilogue, while in cache (row_kernels.h: unary_rows_in_place).
   std::optional<ops::UnaryFn> act;
 };
 
