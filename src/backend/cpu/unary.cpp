@@ -34,16 +34,32 @@ namespace diffq::backend::cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// f with NaN lanes passed through: Highway's emulated targets (EMU128, SCALAR) convert float lanes to int32
+// with C++ casts inside Exp / Expm1, undefined for NaN (UBSan flags it); there f runs on those lanes replaced
+// by 0 and they keep their NaN. The x86 targets' conversions are defined: f runs as it is.
+template <class F>
+HWY_INLINE auto NanPassing(F f) {
+  return [f](auto d, auto v) {
+#if HWY_TARGET == HWY_EMU128 || HWY_TARGET == HWY_SCALAR
+    const auto nan = hn::IsNaN(v);
+    return hn::IfThenElse(nan, v, f(d, hn::IfThenZeroElse(nan, v)));
+#else
+    return f(d, v);
+#endif
+  };
+}
+
 void UnaryF32(int64_t fn, const float* x, float* y, int64_t n) {
   switch (fn) {
     case 0:  // silu
-      return MapF32(x, y, n, [](auto d, auto v) { return Silu(d, v); });
+      return MapF32(x, y, n, NanPassing([](auto d, auto v) { return Silu(d, v); }));
     case 1:  // gelu_tanh: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (activation-inl.h)
-      return MapF32(x, y, n, [](auto d, auto v) { return GeluTanh(d, v); });
+      return MapF32(x, y, n, NanPassing([](auto d, auto v) { return GeluTanh(d, v); }));
     case 3:  // quick_gelu
-      return MapF32(x, y, n, [](auto d, auto v) { return hn::Mul(v, Sigmoid(d, hn::Mul(hn::Set(d, 1.702f), v))); });
+      return MapF32(x, y, n,
+                    NanPassing([](auto d, auto v) { return hn::Mul(v, Sigmoid(d, hn::Mul(hn::Set(d, 1.702f), v))); }));
     case 4:  // exp
-      return MapF32(x, y, n, [](auto d, auto v) { return ExpSafe(d, v); });
+      return MapF32(x, y, n, NanPassing([](auto d, auto v) { return ExpSafe(d, v); }));
     case 5:  // neg
       return MapF32(x, y, n, [](auto, auto v) { return hn::Neg(v); });
     case 6:  // sqrt
@@ -51,9 +67,9 @@ void UnaryF32(int64_t fn, const float* x, float* y, int64_t n) {
     case 7:  // rsqrt
       return MapF32(x, y, n, [](auto d, auto v) { return hn::Div(hn::Set(d, 1.f), hn::Sqrt(v)); });
     case 8:  // tanh
-      return MapF32(x, y, n, [](auto d, auto v) { return hn::Tanh(d, v); });
+      return MapF32(x, y, n, NanPassing([](auto d, auto v) { return hn::Tanh(d, v); }));
     case 9:  // sigmoid
-      return MapF32(x, y, n, [](auto d, auto v) { return Sigmoid(d, v); });
+      return MapF32(x, y, n, NanPassing([](auto d, auto v) { return Sigmoid(d, v); }));
     case 12:  // abs
       return MapF32(x, y, n, [](auto, auto v) { return hn::Abs(v); });
     case 13:  // square
