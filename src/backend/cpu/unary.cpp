@@ -79,19 +79,14 @@ void UnaryF32(int64_t fn, const float* x, float* y, int64_t n) {
 }
 
 // This target's bf16 table of fn (row_kernels.h bf16_unary_table): the statics are per target, each
-// filled by its own row kernels through the unary op's chunk step (map_f32_chunk).
+// filled through the unary op's chunk step (map_f32_chunk) and row function (unary_row_f32, whose dispatch
+// runs this same target: this function is only reached through the dispatch).
 const uint16_t* Bf16UnaryTable(int64_t fn) {
   constexpr int64_t kFns = int64_t(ops::UnaryFn::square) + 1, kValues = int64_t(1) << 16;
   static std::once_flag once[kFns];
   static std::unique_ptr<uint16_t[]> tables[kFns];
   std::call_once(once[fn], [fn] {
-    const auto f = [fn](const float* x, float* y, int64_t n) {
-      const auto u = ops::UnaryFn(fn);
-      if (u == ops::UnaryFn::gelu_erf || u == ops::UnaryFn::sin || u == ops::UnaryFn::cos)
-        unary_row_f32(u, x, y, n);  // C library loops, the same on every target
-      else
-        UnaryF32(fn, x, y, n);
-    };
+    const auto f = [fn](const float* x, float* y, int64_t n) { unary_row_f32(ops::UnaryFn(fn), x, y, n); };
     std::vector<uint16_t> bits(static_cast<size_t>(kValues));
     std::iota(bits.begin(), bits.end(), uint16_t(0));
     auto t = std::make_unique<uint16_t[]>(size_t(kValues + 1));
