@@ -245,6 +245,7 @@ BenchTimings time_generations(const BenchArgs& a, const GenerateFn& generate) {
       return true;
     });
     if (timed) t.latencies.push_back(std::chrono::duration<double>(clock::now() - start).count());
+    if (r + 1 == a.warmup) reset_op_profile();  // DIFFQ_PROFILE_OPS' table: the timed runs only
   }
   // One reading of the generations' peak for both fields: two readings (the JSON built between them
   // allocates) made the generations' peak exceed the whole process' by a few KB under ASan.

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "diffq/runtime.h"
 #include "ops/packed_weight.h"
 
 namespace diffq::ops {
@@ -60,6 +61,17 @@ class Profile {
     e.flops += flops;
   }
 
+  void clear() {
+    std::lock_guard<std::mutex> l(m_);
+    entries_.clear();
+  }
+  int64_t calls() {
+    std::lock_guard<std::mutex> l(m_);
+    int64_t n = 0;
+    for (const auto& [key, e] : entries_) n += e.calls;
+    return n;
+  }
+
  private:
   std::mutex m_;
   std::map<Key, Entry> entries_;
@@ -91,6 +103,10 @@ bool op_profile_shapes() {
 void op_profile_record(OpKind kind, DType dtype, const std::string& shapes, double flops, double seconds) {
   profile().add({kind, dtype, shapes}, flops, seconds);
 }
+
+void op_profile_reset() { profile().clear(); }
+
+int64_t op_profile_calls() { return profile().calls(); }
 
 std::string op_profile_shapes_of(const OpCall& call) {
   std::string s;
@@ -124,3 +140,5 @@ double op_profile_flops(const OpCall& call) {
 }
 
 }  // namespace diffq::ops
+
+void diffq::reset_op_profile() { ops::op_profile_reset(); }

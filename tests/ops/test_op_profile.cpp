@@ -2,6 +2,7 @@
 // for attention, 0 where not counted; and the shapes key.
 #include <gtest/gtest.h>
 
+#include "diffq/runtime.h"
 #include "ops/op_profile.h"
 
 using namespace diffq;
@@ -20,4 +21,15 @@ TEST(OpProfile, FlopsOfLinearAndAttention) {
   EXPECT_EQ(ops::op_profile_shapes_of(att), "[1, 2, 6, 4] [1, 2, 7, 4] [1, 2, 7, 5] -");
   ops::OpCall add{ops::OpKind::binary, {Tensor::zeros({4}, DType::f32), Tensor::zeros({4}, DType::f32)}, {}};
   EXPECT_DOUBLE_EQ(ops::op_profile_flops(add), 0.0);
+}
+
+TEST(OpProfile, ResetForgetsTheCallsRecordedSoFar) {
+  ops::op_profile_record(ops::OpKind::binary, DType::f32, "", 0.0, 1e-6);
+  ops::op_profile_record(ops::OpKind::linear, DType::bf16, "[2, 8] [3, 8]", 96.0, 2e-6);
+  EXPECT_GE(ops::op_profile_calls(), 2);
+  reset_op_profile();
+  EXPECT_EQ(ops::op_profile_calls(), 0);
+  ops::op_profile_record(ops::OpKind::binary, DType::f32, "", 0.0, 1e-6);
+  EXPECT_EQ(ops::op_profile_calls(), 1);
+  reset_op_profile();  // (nothing printed at exit for this test binary)
 }
