@@ -11,11 +11,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <ostream>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "backend/cpu/attention_bf16_dot.h"
 #include "backend/cpu/attention_onednn.h"
 #include "backend/cpu/attention_tiles.h"
 #include "backend/cpu/bf16_dot_gemm.h"
@@ -394,6 +396,37 @@ TEST(SdpaKernel, Exp2IsWithinOneUlp) {
   }
   EXPECT_LE(worst, bound) << target;
   for (size_t i = normal; i < x.size(); ++i) EXPECT_EQ(y[i], 0.f) << x[i];
+  EXPECT_EQ(y[0], 1.f);
+}
+
+// The bf16 tiles' exponential (vdpbf16ps and oneDNN tiles' softmax, AVX-512): within 3 ulps of 2^x for normal
+// results, exactly 1 at 0, NaN kept; below 2^-126 (x down to -inf) at most the smallest normal (denormal or 0,
+// which P's bf16 rounding and the row sums take as nothing).
+TEST(SdpaKernel, Bf16TilesExp2IsWithinThreeUlps) {
+  if (!cpu::bf16_dot_gemm_usable()) GTEST_SKIP() << "the bf16 tiles need AVX512-BF16 (and AVX-512 F/BW/VL)";
+  std::vector<float> x;
+  for (float v = 0.f; v >= -126.f; v -= 0.000731f) x.push_back(v);
+  for (int i = 0; i <= 126; ++i) x.push_back(-float(i));
+  for (int i = 0; i < 126; ++i) x.push_back(-float(i) - 0.5f);
+  const size_t normal = x.size();
+  for (const float v : {-126.5f, -127.f, -127.5f, -200.f, -1e30f, -INFINITY}) x.push_back(v);
+  const size_t tiny_end = x.size();
+  x.push_back(std::numeric_limits<float>::quiet_NaN());
+  while (x.size() % 16) x.push_back(0.f);
+  std::vector<float> y(x.size());
+  cpu::attention_bf16_exp2_for_test(x.data(), y.data(), int64_t(x.size()));
+  double worst = 0;
+  for (size_t i = 0; i < normal; ++i) {
+    const double want = std::exp2(double(x[i]));
+    const double ulp = std::nextafter(float(want), INFINITY) - float(want);
+    worst = std::max(worst, std::abs(double(y[i]) - want) / ulp);
+  }
+  EXPECT_LE(worst, 3.0);
+  for (size_t i = normal; i < tiny_end; ++i) {
+    EXPECT_GE(y[i], 0.f) << x[i];
+    EXPECT_LE(y[i], std::numeric_limits<float>::min()) << x[i];
+  }
+  EXPECT_TRUE(std::isnan(y[tiny_end]));
   EXPECT_EQ(y[0], 1.f);
 }
 

@@ -42,21 +42,22 @@ inline const uint16_t* row_of(const AttentionOperand& t, int64_t b, int64_t h, i
   return reinterpret_cast<const uint16_t*>(t.at(b, h, r, 0));
 }
 
-// The f32 tiles' Exp2NonPositive (attention.cpp), the same operations in the same order.
+// 2^x for x <= 0 (NaN stays NaN): 2^f by a degree-5 polynomial on f = x - round(x) in [-1/2, 1/2] (minimax
+// for the relative error with the constant term 1, so 2^0 = 1), scaled by 2^round(x) (vscalefps): within 3
+// ulps of 2^x (P is rounded to bf16; torch's flash attention takes its exp within 20). Three operations
+// fewer than the f32 tiles' Exp2NonPositive. x is first clamped to -127: -inf (a masked key) gives a
+// denormal at most, which the bf16 rounding of P (denormals as zero) and the sum both take as nothing.
 DIFFQ_BF16_DOT_TARGET inline __m512 exp2_nonpositive(__m512 x) {
   x = _mm512_max_ps(_mm512_set1_ps(-127.0f), x);
-  const __m512 magic = _mm512_set1_ps(12582912.0f + 127.0f);
-  const __m512 t = _mm512_add_ps(x, magic);
-  const __m512 f = _mm512_sub_ps(x, _mm512_sub_ps(t, magic));
-  const __m512 two_n = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_castps_si512(t), 23));
-  __m512 p = _mm512_set1_ps(1.5353361959569156e-4f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3398875016719103e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.61843691766262e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5503323674201965e-2f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.24022647738456726f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.6931471824645996f));
+  const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(x, n);  // exact
+  __m512 p = _mm512_set1_ps(0.0013264709850773215f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.009671507403254509f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.05550733581185341f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.24022242426872253f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.6931470036506653f));
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-  return _mm512_mul_ps(p, two_n);
+  return _mm512_scalef_ps(p, n);
 }
 
 DIFFQ_BF16_DOT_TARGET inline float lanes_max(__m512 v) {
@@ -97,6 +98,11 @@ DIFFQ_BF16_DOT_TARGET inline void micro(const uint32_t* __restrict a, int64_t a_
 }
 
 }  // namespace
+
+// For tests: y = exp2_nonpositive(x) (n a multiple of 16).
+DIFFQ_BF16_DOT_TARGET void attention_bf16_exp2_for_test(const float* x, float* y, int64_t n) {
+  for (int64_t j = 0; j < n; j += 16) _mm512_storeu_ps(y + j, exp2_nonpositive(_mm512_loadu_ps(x + j)));
+}
 
 // Row r of S (n keys, readable and writable up to n rounded up to 16): s = s * scale + add * log2(e)
 // (add may be null); returns the max over [0, n).
