@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend/cpu/attention_amx.h"
 #include "backend/cpu/attention_onednn.h"
 #include "backend/cpu/bf16_dot_gemm.h"
 #include "backend/cpu/threads.h"
@@ -132,6 +133,7 @@ int main(int argc, char** argv) {
                                                                        {"f32", cpu::AttentionKernel::f32}};
   if (cpu::bf16_dot_gemm_usable()) kernels.emplace_back("bf16-dot", cpu::AttentionKernel::bf16_dot);
   if (cpu::attention_onednn_usable()) kernels.emplace_back("onednn", cpu::AttentionKernel::onednn);
+  if (cpu::attention_amx_usable()) kernels.emplace_back("amx", cpu::AttentionKernel::amx);
   for (const int t : thread_counts())
     for (const Case& c : bf16_cases)
       for (const auto& [kname, k] : kernels) {

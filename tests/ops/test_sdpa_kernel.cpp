@@ -17,10 +17,12 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/attention_amx.h"
 #include "backend/cpu/attention_bf16_dot.h"
 #include "backend/cpu/attention_onednn.h"
 #include "backend/cpu/attention_tiles.h"
 #include "backend/cpu/bf16_dot_gemm.h"
+#include "backend/cpu/cpu_features.h"
 #include "backend/cpu/onednn_gemm.h"
 #include "backend/cpu/simd_targets.h"
 #include "backend/cpu/threads.h"
@@ -301,6 +303,44 @@ INSTANTIATE_TEST_SUITE_P(
 
 // The key blocks split the keys evenly where a multiple of 64 near the tuning's block divides them, else
 // keep the tuning's block.
+// bf16 inputs on the AMX tiles (attention_amx.h: both products on AMX tiles written for attention, the
+// vdpbf16ps tiles' softmax rows, P in bf16), forced: the oneDNN tiles' cases (head dims and value widths
+// padded to 32, keys to 32, query rows to 32: odd sizes, D 0 and 1, one key, one query, masks of every
+// kind, strided rows), more than one block of 256 keys, every tiling; 1 and 2 threads give the same bits.
+class SdpaAmx : public ::testing::TestWithParam<Case> {};
+
+TEST_P(SdpaAmx, MatchesTheF64Reference) {
+  if (!cpu::attention_amx_usable())
+    GTEST_SKIP() << "the AMX attention tiles need AMX-BF16 (amx_bf16 " << cpu::cpu_features().amx_bf16
+                 << ", tile state granted " << cpu::amx_tiles_permitted() << ") and AVX512-BF16 for the softmax rows";
+  expect_matches_reference(GetParam(), {{0, 0}, {1, 1}, {6, 16}, {7, 33}, {13, 100}, {64, 4096}},
+                           cpu::GemmKernel::best, cpu::AttentionKernel::amx);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, SdpaAmx,
+    ::testing::Values(Case{"a_flux_joint", 1, 3, 96, 96, 128, 128, DType::bf16, MaskKind::none, 0, true},
+                      Case{"a_flux_joint_odd", 1, 2, 77, 77, 128, 128, DType::bf16, MaskKind::none, 0, true},
+                      Case{"a_flux_joint_long", 1, 2, 300, 300, 128, 128, DType::bf16, MaskKind::none, 0, true},
+                      Case{"a_wan_self_long_masked", 1, 2, 70, 530, 64, 96, DType::bf16, MaskKind::key_padding},
+                      Case{"a_wan_self", 1, 2, 130, 130, 128, 128, DType::bf16},
+                      Case{"a_wan_self_odd", 2, 2, 61, 61, 128, 128, DType::bf16},
+                      Case{"a_wan_cross", 1, 2, 50, 512, 128, 128, DType::bf16},
+                      Case{"a_wan_small_self", 1, 1, 40, 1280, 128, 128, DType::bf16},
+                      Case{"a_wan_cross_padded", 1, 2, 37, 512, 128, 128, DType::bf16, MaskKind::key_padding},
+                      Case{"a_d1", 1, 2, 5, 7, 1, 1, DType::bf16}, Case{"a_d0", 1, 2, 3, 4, 0, 5, DType::bf16},
+                      Case{"a_d23_dv40", 1, 2, 19, 45, 23, 40, DType::bf16},
+                      Case{"a_d64_dv17", 1, 2, 12, 41, 64, 17, DType::bf16},
+                      Case{"a_d160_dv200", 1, 2, 33, 300, 160, 200, DType::bf16},
+                      Case{"a_one_key", 1, 2, 9, 1, 16, 16, DType::bf16},
+                      Case{"a_one_query", 2, 3, 1, 301, 64, 64, DType::bf16},
+                      Case{"a_additive", 2, 2, 9, 71, 16, 16, DType::bf16, MaskKind::additive},
+                      Case{"a_bool_rows", 2, 2, 11, 37, 24, 8, DType::bf16, MaskKind::bool_rows},
+                      Case{"a_mask_strided", 1, 2, 13, 40, 16, 16, DType::bf16, MaskKind::transposed},
+                      Case{"a_mask_per_query", 1, 2, 13, 40, 16, 16, DType::bf16, MaskKind::per_query},
+                      Case{"a_scale", 1, 2, 17, 33, 32, 32, DType::bf16, MaskKind::none, 0.3}),
+    [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
+
 TEST(SdpaOnednn, KeyBlocksDivideTheKeys) {
   EXPECT_EQ(cpu::attention_onednn_key_block(1280, 512), 640);  // Wan-small self attention
   EXPECT_EQ(cpu::attention_onednn_key_block(768, 512), 768);   // FLUX, 256 x 256: one block
@@ -355,15 +395,21 @@ TEST(SdpaKernelChoice, ForcedAndDefault) {
   for (const K k : {K::best, K::onednn, K::bf16_dot, K::f32}) EXPECT_EQ(kernel(f32, k), K::f32);
   const bool amx = onednn && cpu::onednn_bf16_uses_amx();
   EXPECT_EQ(cpu::attention_onednn_by_default(), amx);
-  EXPECT_EQ(kernel(bf16, K::best), amx ? K::onednn : fallback)
-      << "default: oneDNN's tiles exactly where its bf16 matmul runs on AMX (" << cpu::onednn_bf16_impl() << ")";
+  const bool amx_tiles = cpu::cpu_features().amx_bf16 && cpu::amx_tiles_permitted() && dot;
+  EXPECT_EQ(cpu::attention_amx_usable(), amx_tiles);
+  EXPECT_EQ(kernel(bf16, K::amx), amx_tiles ? K::amx : fallback);
+  EXPECT_EQ(kernel(f32, K::amx), K::f32);
+  EXPECT_EQ(kernel(bf16, K::best), amx ? (amx_tiles ? K::amx : K::onednn) : fallback)
+      << "default: the AMX tiles exactly where oneDNN's bf16 matmul runs on AMX (" << cpu::onednn_bf16_impl()
+      << ") and this process may use AMX";
   // Their larger default tiles come with them (unless DIFFQ_ATTENTION_KERNEL chose other tiles).
   if (std::getenv("DIFFQ_ATTENTION_KERNEL") == nullptr) {
     EXPECT_EQ(cpu::current_tuning().attn_bq, amx ? cpu::kOnednnAttentionBq : cpu::Tuning{}.attn_bq);
     EXPECT_EQ(cpu::current_tuning().attn_bk, amx ? cpu::kOnednnAttentionBk : cpu::Tuning{}.attn_bk);
   }
   EXPECT_EQ(kernel(bf16, K::best, cpu::GemmKernel::diffq_widen), K::f32);
-  EXPECT_NE(cpu::attention_kernel_name(cpu::Tuning{}).find(amx ? "oneDNN" : dot ? "vdpbf16ps" : "f32 tiles"),
+  EXPECT_NE(cpu::attention_kernel_name(cpu::Tuning{})
+                .find(amx ? (amx_tiles ? "AMX tiles" : "oneDNN") : dot ? "vdpbf16ps" : "f32 tiles"),
             std::string::npos);
   // Forced oneDNN tiles on real bf16 inputs give other bits than the vdpbf16ps tiles only through the
   // products' summation order; both are within the bf16 tolerance (SdpaOnednn).

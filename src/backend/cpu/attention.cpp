@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "backend/cpu/attention_bf16_dot.h"
+#include "backend/cpu/attention_amx.h"
 #include "backend/cpu/attention_onednn.h"
 #include "backend/cpu/attention_tiles.h"
 #include "backend/cpu/common.h"
@@ -379,11 +380,14 @@ AttentionKernel attention_kernel_for(const AttentionProblem& p, const Tuning& t)
   const bool bf16 = p.q.dtype == DType::bf16 && p.k.dtype == DType::bf16 && p.v.dtype == DType::bf16 && p.q.base &&
                     p.k.base && p.v.base;
   if (!bf16 || t.attention_kernel == AttentionKernel::f32) return AttentionKernel::f32;
+  if (t.attention_kernel == AttentionKernel::amx && attention_amx_usable()) return AttentionKernel::amx;
   if (t.attention_kernel == AttentionKernel::onednn && attention_onednn_usable()) return AttentionKernel::onednn;
   if (t.attention_kernel == AttentionKernel::bf16_dot && bf16_dot_gemm_usable()) return AttentionKernel::bf16_dot;
+  // best, where oneDNN's bf16 matmul runs on AMX (not under DNNL_MAX_CPU_ISA below AMX): the AMX tiles where
+  // this process may use AMX, else the oneDNN tiles (docs/benchmarks.md "AMX attention tiles").
   if (t.attention_kernel == AttentionKernel::best && t.gemm_kernel != GemmKernel::diffq_widen &&
       attention_onednn_by_default())
-    return AttentionKernel::onednn;
+    return attention_amx_usable() ? AttentionKernel::amx : AttentionKernel::onednn;
   return attention_bf16_dot_applies(p, t) ? AttentionKernel::bf16_dot : AttentionKernel::f32;
 }
 
@@ -396,6 +400,7 @@ std::string attention_kernel_name(const Tuning& t) {
     case AttentionKernel::onednn:
       return "bf16 inputs: Q K^T and P V blocks on oneDNN's bf16 matmul (" + onednn_bf16_impl() +
              "; P in bf16), others f32 tiles";
+    case AttentionKernel::amx: return "bf16 inputs: Q K^T and P V blocks on AMX tiles (P in bf16), others f32 tiles";
     case AttentionKernel::bf16_dot: return "bf16 inputs on vdpbf16ps pairs (P in bf16), others f32 tiles";
     default: return "f32 tiles";
   }
@@ -448,7 +453,9 @@ void sdpa_kernel(const OpCall& c, Tensor& out) {
   const AttentionKernel kernel = attention_kernel_for(p, tune);
   // Tiles are independent: the pool takes them in contiguous runs, each worker with its own buffers.
   parallel_for(p.B * p.H * p.q_blocks, 1, [&](int64_t t0, int64_t t1) {
-    if (kernel == AttentionKernel::onednn)
+    if (kernel == AttentionKernel::amx)
+      attention_tiles_amx(p, t0, t1);
+    else if (kernel == AttentionKernel::onednn)
       attention_tiles_onednn(p, t0, t1);
     else if (kernel == AttentionKernel::bf16_dot)
       attention_tiles_bf16_dot(p, t0, t1);

@@ -104,6 +104,20 @@ DIFFQ_BF16_DOT_TARGET void attention_bf16_exp2_for_test(const float* x, float* y
   for (int64_t j = 0; j < n; j += 16) _mm512_storeu_ps(y + j, exp2_nonpositive(_mm512_loadu_ps(x + j)));
 }
 
+// alpha[r] = 2^(m[r] - m_new[r]) for r < rows, the online softmax's rescales: 1 where m_new[r] is -inf
+// (nothing attended yet), 0 where only m[r] is.
+DIFFQ_BF16_DOT_TARGET void attention_bf16_rescales(const float* m, const float* m_new, int64_t rows, float* alpha) {
+  const __m512 ninf = _mm512_set1_ps(-INFINITY);
+  for (int64_t r = 0; r < rows; r += 16) {
+    const __mmask16 valid = rows - r >= 16 ? __mmask16(0xffff) : __mmask16((1u << (rows - r)) - 1);
+    const __m512 mo = _mm512_maskz_loadu_ps(valid, m + r), mn = _mm512_maskz_loadu_ps(valid, m_new + r);
+    const __mmask16 none = _mm512_cmp_ps_mask(mn, ninf, _CMP_EQ_OQ), first = _mm512_cmp_ps_mask(mo, ninf, _CMP_EQ_OQ);
+    __m512 a = exp2_nonpositive(_mm512_maskz_sub_ps(__mmask16(~none), mo, mn));  // (none: 2^0)
+    a = _mm512_mask_mov_ps(a, first & __mmask16(~none), _mm512_setzero_ps());
+    _mm512_mask_storeu_ps(alpha + r, valid, a);
+  }
+}
+
 // Row r of S (n keys, readable and writable up to n rounded up to 16): s = s * scale + add * log2(e)
 // (add may be null); returns the max over [0, n).
 DIFFQ_BF16_DOT_TARGET float attention_bf16_scale_and_max(float* s, int64_t n, float scale, const float* add) {

@@ -31,7 +31,10 @@ float attention_bf16_scale_and_max(float* s, int64_t n, float scale, const float
 // P = 2^(s - m) for j < n (0 up to n rounded up to 32; s readable up to there), rounded to bf16 (round
 // to nearest even) into pb as a contiguous bf16 row (64-byte aligned); returns the sum of the f32 P.
 float attention_bf16_exp_to_bf16(const float* s, int64_t n, float m, uint32_t* pb);
-// The exponential of those two (2^x for x <= 0, within 3 ulps; NaN stays NaN), for tests: n a multiple of 16,
+// alpha[r] = 2^(m[r] - m_new[r]) for r < rows (the online softmax's rescales, by the same exponential):
+// 1 where m_new[r] is -inf (nothing attended yet), 0 where only m[r] is.
+void attention_bf16_rescales(const float* m, const float* m_new, int64_t rows, float* alpha);
+// The exponential of those (2^x for x <= 0, within 3 ulps; NaN stays NaN), for tests: n a multiple of 16,
 // and only where the tiles run (bf16_dot_gemm_usable).
 void attention_bf16_exp2_for_test(const float* x, float* y, int64_t n);
 

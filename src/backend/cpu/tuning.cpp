@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "backend/cpu/attention_amx.h"
 #include "backend/cpu/attention_tiles.h"
 #include "backend/cpu/bf16_dot_gemm.h"
 #include "backend/cpu/onednn_conv.h"
@@ -55,6 +56,10 @@ const Tuning& defaults() {
         check(onednn_bf16_available() && bf16_dot_gemm_usable(), "tuning", "DIFFQ_ATTENTION_KERNEL=onednn: bf16 ",
               onednn_bf16_impl(), bf16_dot_gemm_usable() ? "" : "; no AVX512-BF16 for the softmax rows");
         d.attention_kernel = AttentionKernel::onednn;
+      } else if (v == "amx") {
+        check(attention_amx_usable(), "tuning", "DIFFQ_ATTENTION_KERNEL=amx: this CPU has no AMX-BF16 the kernel ",
+              "lets this process use, or no AVX512-BF16 for the softmax rows");
+        d.attention_kernel = AttentionKernel::amx;
       } else if (v == "bf16-dot") {
         check(bf16_dot_gemm_usable(), "tuning", "DIFFQ_ATTENTION_KERNEL=bf16-dot: this CPU (or the SIMD target) ",
               "has no AVX512-BF16");
@@ -62,7 +67,7 @@ const Tuning& defaults() {
       } else if (v == "f32") {
         d.attention_kernel = AttentionKernel::f32;
       } else {
-        check(v == "best", "tuning", "DIFFQ_ATTENTION_KERNEL='", v, "' is not one of best, onednn, bf16-dot, f32");
+        check(v == "best", "tuning", "DIFFQ_ATTENTION_KERNEL='", v, "' is not one of best, amx, onednn, bf16-dot, f32");
       }
     }
     if (const char* env = std::getenv("DIFFQ_PACK_WEIGHTS"); env && *env) {
@@ -89,7 +94,7 @@ const Tuning& defaults() {
     // The oneDNN attention tiles (AMX) take larger tiles than the vector ones: each key block is two
     // oneDNN calls whose fixed cost 48 x 256 tiles do not amortise (Wan self attention 465 -> ~720
     // GFLOP/s at 192 x 512 on 2 AMX cores; docs/benchmarks.md "Attention on AMX").
-    if (d.attention_kernel == AttentionKernel::onednn ||
+    if (d.attention_kernel == AttentionKernel::onednn || d.attention_kernel == AttentionKernel::amx ||
         (d.attention_kernel == AttentionKernel::best && attention_onednn_by_default()))
       d.attn_bq = kOnednnAttentionBq, d.attn_bk = kOnednnAttentionBk;
     return d;

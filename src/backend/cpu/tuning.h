@@ -40,14 +40,16 @@ enum class ConvKernel : uint8_t {
 };
 
 // Which tiles compute sdpa on the CPU (attention.cpp). `best` is a fixed function of the inputs' dtype
-// and the CPU (docs/benchmarks.md "Attention on oneDNN tiles"): bf16 inputs on the oneDNN tiles where
-// oneDNN's bf16 matmul runs on AMX, else on the vdpbf16ps tiles where the CPU has AVX512-BF16 (and
-// DIFFQ_GEMM_KERNEL is not diffq-widen), else the f32 tiles; non-bf16 inputs always on the f32 tiles.
-// DIFFQ_ATTENTION_KERNEL=best|onednn|bf16-dot|f32 overrides it (onednn and bf16-dot are errors on a CPU
-// without them).
+// and the CPU (docs/benchmarks.md "Attention on oneDNN tiles", "AMX attention tiles"): bf16 inputs on the
+// AMX tiles where oneDNN's bf16 matmul runs on AMX (so DNNL_MAX_CPU_ISA below AMX turns them off too; the
+// oneDNN tiles there if the process may not use AMX itself), else on the vdpbf16ps tiles where the CPU has
+// AVX512-BF16 (and DIFFQ_GEMM_KERNEL is not diffq-widen), else the f32 tiles; non-bf16 inputs always on the
+// f32 tiles. DIFFQ_ATTENTION_KERNEL=best|amx|onednn|bf16-dot|f32 overrides it (amx, onednn and bf16-dot
+// are errors on a CPU without them).
 enum class AttentionKernel : uint8_t {
   best,
   onednn,    // bf16: Q K^T and P V blocks on oneDNN's bf16 matmul (attention_onednn.h)
+  amx,       // bf16: both block products on AMX tiles written for attention (attention_amx.h)
   bf16_dot,  // bf16: diffq's vdpbf16ps tiles (attention_bf16_dot.h)
   f32,       // every dtype widened to f32 (attention.cpp's Highway tiles)
 };

@@ -1,0 +1,256 @@
+// bf16 attention tiles with Q K^T and P V on AMX tiles (see attention_amx.h).
+#include "backend/cpu/attention_amx.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/aligned_buffer.h"
+#include "backend/cpu/attention_bf16_dot.h"
+#include "backend/cpu/bf16_dot_gemm.h"
+#include "backend/cpu/cpu_features.h"
+
+#define DIFFQ_AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16")))
+
+namespace diffq::backend::cpu {
+
+namespace {
+
+constexpr int64_t kRows = 32;      // query rows per block: two 16-row A / C tiles
+// Keys per softmax block: at most this many, in equal blocks (a multiple of 32): Wan-small's 1280 as 2 x 640,
+// FLUX's 768 as one (measured against 256-1024 on an AMX Xeon: docs/benchmarks.md "AMX attention tiles").
+constexpr int64_t kMaxKeys = 768;
+constexpr int64_t kTileElems = 512;  // one packed B tile: 16 pairs x 16 columns x 2 bf16 (1 KiB)
+
+constexpr int64_t up32(int64_t n) { return (n + 31) / 32 * 32; }
+
+// Palette 1, tiles 0-7 all 16 rows x 64 bytes: 0-3 the f32 accumulators (16 x 16), 4-5 the A tiles (16 x 32
+// bf16), 6-7 the B tiles (16 pairs x 16 columns).
+struct alignas(64) TileConfig {
+  uint8_t palette_id = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+struct Scratch {
+  AlignedBuffer<uint16_t> kd, vd, kp, vp, q, pb;
+  AlignedBuffer<float> s, o, mrow, stats;
+};
+
+// Rows [r0, r0 + rows) of t's head (b, h) as dense bf16 rows of `ld` elements in dst: `cols` values, then
+// zeros up to ld; then zero rows up to `total` rows.
+void copy_dense(const AttentionOperand& t, int64_t b, int64_t h, int64_t r0, int64_t rows, int64_t cols,
+                int64_t total, int64_t ld, uint16_t* dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    uint16_t* d = dst + r * ld;
+    const auto* src = reinterpret_cast<const uint16_t*>(t.at(b, h, r0 + r, 0));
+    if (t.st[3] == 1 || cols <= 1)
+      std::memcpy(d, src, size_t(cols) * sizeof(uint16_t));
+    else
+      for (int64_t c = 0; c < cols; ++c) d[c] = src[c * t.st[3]];
+    std::fill(d + cols, d + ld, uint16_t(0));
+  }
+  std::fill(dst + rows * ld, dst + total * ld, uint16_t(0));
+}
+
+// K (dense [skp][dp]) as B tiles of S = Q K^T: tile (g, c) for keys [16 g, 16 g + 16) and head-dim values
+// [32 c, 32 c + 32) at kp + (g * dp / 32 + c) * 512, row p (a pair of head-dim values) holding
+// (K[j][32 c + 2 p], K[j][32 c + 2 p + 1]) for the tile's 16 keys j.
+void pack_k(const uint16_t* kd, int64_t skp, int64_t dp, uint16_t* kp) {
+  const auto* k32 = reinterpret_cast<const uint32_t*>(kd);
+  auto* dst = reinterpret_cast<uint32_t*>(kp);
+  const int64_t chunks = dp / 32, half = dp / 2;
+  for (int64_t g = 0; g < skp / 16; ++g)
+    for (int64_t c = 0; c < chunks; ++c, dst += 256)
+      for (int64_t j = 0; j < 16; ++j) {
+        const uint32_t* src = k32 + (g * 16 + j) * half + c * 16;
+        for (int64_t p = 0; p < 16; ++p) dst[p * 16 + j] = src[p];
+      }
+}
+
+// V (dense [skp][dvp]) as B tiles of O = P V: tile (kc, dg) for keys [32 kc, 32 kc + 32) and value columns
+// [16 dg, 16 dg + 16) at vp + (kc * dvp / 16 + dg) * 512, row p holding (V[32 kc + 2 p][c], V[32 kc + 2 p + 1][c])
+// for the tile's 16 columns c.
+DIFFQ_AMX_TARGET void pack_v(const uint16_t* vd, int64_t skp, int64_t dvp, uint16_t* vp) {
+  const int64_t groups = dvp / 16;
+  for (int64_t kc = 0; kc < skp / 32; ++kc)
+    for (int64_t dg = 0; dg < groups; ++dg) {
+      uint16_t* tile = vp + (kc * groups + dg) * kTileElems;
+      for (int64_t p = 0; p < 16; ++p) {
+        const uint16_t* r0 = vd + (kc * 32 + 2 * p) * dvp + dg * 16;
+        const __m512i lo = _mm512_cvtepu16_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(r0)));
+        const __m512i hi = _mm512_cvtepu16_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(r0 + dvp)));
+        _mm512_store_si512(tile + p * 32, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+      }
+    }
+}
+
+// S[32][kb] (f32) = Q (dense [32][dp]) K^T for the n32 x 32 keys whose packed tiles start at kp.
+DIFFQ_AMX_TARGET void qk_block(const uint16_t* q, int64_t dp, const uint16_t* kp, int64_t n32, int64_t kb,
+                               float* s) {
+  const int64_t chunks = dp / 32, lq = dp * 2, ls = kb * 4;
+  for (int64_t g2 = 0; g2 < n32; ++g2) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    const uint16_t* b0 = kp + 2 * g2 * chunks * kTileElems;
+    const uint16_t* b1 = b0 + chunks * kTileElems;
+    for (int64_t c = 0; c < chunks; ++c) {
+      _tile_loadd(4, q + c * 32, lq);
+      _tile_loadd(5, q + 16 * dp + c * 32, lq);
+      _tile_loadd(6, b0 + c * kTileElems, 64);
+      _tile_loadd(7, b1 + c * kTileElems, 64);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+    float* s0 = s + g2 * 32;
+    _tile_stored(0, s0, ls);
+    _tile_stored(1, s0 + 16, ls);
+    _tile_stored(2, s0 + 16 * kb, ls);
+    _tile_stored(3, s0 + 16 * kb + 16, ls);
+  }
+}
+
+// O[32][dvp] (f32) += P (bf16 [32][kb]) V over the n32 x 32 keys whose packed tiles start at vp.
+DIFFQ_AMX_TARGET void pv_block(const uint16_t* pb, int64_t kb, const uint16_t* vp, int64_t n32, int64_t dvp,
+                               float* o) {
+  const int64_t groups = dvp / 16, lo = dvp * 4, lp = kb * 2;
+  for (int64_t d2 = 0; d2 < groups / 2; ++d2) {
+    float* o0 = o + d2 * 32;
+    _tile_loadd(0, o0, lo);
+    _tile_loadd(1, o0 + 16, lo);
+    _tile_loadd(2, o0 + 16 * dvp, lo);
+    _tile_loadd(3, o0 + 16 * dvp + 16, lo);
+    for (int64_t kc = 0; kc < n32; ++kc) {
+      const uint16_t* b0 = vp + (kc * groups + 2 * d2) * kTileElems;
+      _tile_loadd(4, pb + kc * 32, lp);
+      _tile_loadd(5, pb + 16 * kb + kc * 32, lp);
+      _tile_loadd(6, b0, 64);
+      _tile_loadd(7, b0 + kTileElems, 64);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, o0, lo);
+    _tile_stored(1, o0 + 16, lo);
+    _tile_stored(2, o0 + 16 * dvp, lo);
+    _tile_stored(3, o0 + 16 * dvp + 16, lo);
+  }
+}
+
+// At namespace scope: GCC 12's _tile_loadconfig tells the compiler it reads 8 bytes only, so the stores of a
+// local configuration's other bytes could be dropped as dead.
+constexpr TileConfig make_tile_config() {
+  TileConfig cfg;
+  for (int i = 0; i < 8; ++i) cfg.colsb[i] = 64, cfg.rows[i] = 16;
+  return cfg;
+}
+const TileConfig kTileConfig = make_tile_config();
+
+DIFFQ_AMX_TARGET void load_tile_config() { _tile_loadconfig(&kTileConfig); }
+
+DIFFQ_AMX_TARGET void release_tiles() { _tile_release(); }
+
+}  // namespace
+
+bool attention_amx_usable() {
+  static const bool usable = [] {
+    const CpuFeatures& f = cpu_features();
+    return f.amx_tile && f.amx_bf16 && bf16_dot_gemm_usable() && amx_tiles_permitted();
+  }();
+  return usable && bf16_dot_gemm_usable();  // (a SIMD target forced lower later turns them off)
+}
+
+void attention_tiles_amx(const AttentionProblem& p, int64_t t0, int64_t t1) {
+  const int64_t Sk = p.Sk, Sq = p.Sq;
+  const int64_t dp = std::max<int64_t>(up32(p.D), 32), dvp = std::max<int64_t>(up32(p.Dv), 32);
+  const int64_t skp = std::max<int64_t>(up32(Sk), 32);
+  const int64_t kb = up32((skp + (skp + kMaxKeys - 1) / kMaxKeys - 1) / ((skp + kMaxKeys - 1) / kMaxKeys));
+
+  thread_local Scratch sc;
+  uint16_t* const kd = sc.kd.get(size_t(skp * dp));
+  uint16_t* const vd = sc.vd.get(size_t(skp * dvp));
+  uint16_t* const kp = sc.kp.get(size_t(skp * dp));
+  uint16_t* const vp = sc.vp.get(size_t(skp * dvp));
+  uint16_t* const q = sc.q.get(size_t(kRows * dp));
+  uint16_t* const pb = sc.pb.get(size_t(kRows * kb));
+  float* const s = sc.s.get(size_t(kRows * kb));
+  float* const o = sc.o.get(size_t(kRows * dvp));
+  float* const mrow = sc.mrow.get(size_t(kb));
+  float* const stats = sc.stats.get(size_t(5 * kRows));
+  float *const m = stats, *const l = stats + kRows, *const alpha = stats + 2 * kRows;
+  float *const m_new = stats + 3 * kRows, *const sum = stats + 4 * kRows;
+  auto* const pb32 = reinterpret_cast<uint32_t*>(pb);
+
+  load_tile_config();
+  int64_t bound = -1;
+  for (int64_t t = t0; t < t1; ++t) {
+    const int64_t bh = t / p.q_blocks, b = bh / p.H, h = bh % p.H, tile0 = (t % p.q_blocks) * p.bq;
+    if (bh != bound) {  // this head's K and V, packed once
+      if (Sk > 0) {
+        copy_dense(p.k, b, h, 0, Sk, p.D, skp, dp, kd);
+        copy_dense(p.v, b, h, 0, Sk, p.Dv, skp, dvp, vd);
+      } else {
+        std::fill(kd, kd + skp * dp, uint16_t(0));
+        std::fill(vd, vd + skp * dvp, uint16_t(0));
+      }
+      pack_k(kd, skp, dp, kp);
+      pack_v(vd, skp, dvp, vp);
+      bound = bh;
+    }
+    const int64_t tile_rows = std::min(p.bq, Sq - tile0);
+    for (int64_t i0 = tile0; i0 < tile0 + tile_rows; i0 += kRows) {
+      const int64_t rows = std::min(kRows, tile0 + tile_rows - i0);
+      copy_dense(p.q, b, h, i0, rows, p.D, kRows, dp, q);
+      for (int64_t r = 0; r < kRows; ++r) m[r] = -INFINITY, l[r] = 0.f;
+      std::fill(o, o + kRows * dvp, 0.f);
+      // P's padding rows stay zero (their O rows are never stored).
+      if (rows < kRows) std::fill(pb + rows * kb, pb + kRows * kb, uint16_t(0));
+
+      for (int64_t j0 = 0; j0 < Sk; j0 += kb) {
+        const int64_t n = std::min(kb, Sk - j0), n32 = up32(n) / 32;
+        // 1. S = Q K^T for keys [j0, j0 + n) (their padding to 32 keys is outside the softmax's n).
+        qk_block(q, dp, kp + (j0 / 16) * (dp / 32) * kTileElems, n32, kb, s);
+        // 2. Online softmax in f32; P as bf16 rows (zeros from n up to 32 n32). The rescales 2^(m - m_new)
+        // of all rows at once (attention_bf16_exp2_rows; 1 where nothing is attended yet).
+        for (int64_t r = 0; r < rows; ++r) {
+          float* srow = s + r * kb;
+          uint32_t* prow = pb32 + r * (kb / 2);
+          const float* add = attention_mask_row(p, b, h, i0 + r, j0, n, mrow);
+          m_new[r] = std::max(m[r], attention_bf16_scale_and_max(srow, n, p.scale_log2e, add));
+          if (m_new[r] == -INFINITY) {  // nothing attended in this row yet: P = 0, O stays 0
+            std::memset(prow, 0, size_t(kb / 2) * sizeof(uint32_t));
+            sum[r] = 0.f;
+            continue;
+          }
+          sum[r] = attention_bf16_exp_to_bf16(srow, n, m_new[r], prow);
+        }
+        attention_bf16_rescales(m, m_new, rows, alpha);
+        for (int64_t r = 0; r < rows; ++r) {
+          l[r] = l[r] * alpha[r] + sum[r];
+          m[r] = m_new[r];
+        }
+        // 3. O = alpha O + P V over the block's keys.
+        if (j0 > 0)
+          for (int64_t r = 0; r < rows; ++r)
+            if (alpha[r] != 1.f)
+              for (int64_t c = 0; c < dvp; ++c) o[r * dvp + c] *= alpha[r];
+        pv_block(pb, kb, vp + (j0 / 32) * (dvp / 16) * kTileElems, n32, dvp, o);
+      }
+      // out = O / l in the output dtype (l = 0: every key masked, 0 as torch).
+      const int64_t pos0 = (b * p.H + h) * Sq + i0;
+      for (int64_t r = 0; r < rows; ++r) attention_store_row(p, pos0 + r, o + r * dvp, l[r]);
+    }
+  }
+  release_tiles();
+}
+
+}  // namespace diffq::backend::cpu
