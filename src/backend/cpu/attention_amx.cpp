@@ -60,16 +60,18 @@ void copy_dense(const AttentionOperand& t, int64_t b, int64_t h, int64_t r0, int
 // K (dense [skp][dp]) as B tiles of S = Q K^T: tile (g, c) for keys [16 g, 16 g + 16) and head-dim values
 // [32 c, 32 c + 32) at kp + (g * dp / 32 + c) * 512, row p (a pair of head-dim values) holding
 // (K[j][32 c + 2 p], K[j][32 c + 2 p + 1]) for the tile's 16 keys j.
-void pack_k(const uint16_t* kd, int64_t skp, int64_t dp, uint16_t* kp) {
-  const auto* k32 = reinterpret_cast<const uint32_t*>(kd);
-  auto* dst = reinterpret_cast<uint32_t*>(kp);
+DIFFQ_AMX_TARGET void pack_k(const uint16_t* kd, int64_t skp, int64_t dp, uint16_t* kp) {
+  const auto* k32 = reinterpret_cast<const int*>(kd);
+  auto* dst = reinterpret_cast<int*>(kp);
   const int64_t chunks = dp / 32, half = dp / 2;
+  // Row p of a tile gathers the p-th pair of the 16 keys' rows (a stride of half pairs).
+  const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                          _mm512_set1_epi32(int(half)));
   for (int64_t g = 0; g < skp / 16; ++g)
-    for (int64_t c = 0; c < chunks; ++c, dst += 256)
-      for (int64_t j = 0; j < 16; ++j) {
-        const uint32_t* src = k32 + (g * 16 + j) * half + c * 16;
-        for (int64_t p = 0; p < 16; ++p) dst[p * 16 + j] = src[p];
-      }
+    for (int64_t c = 0; c < chunks; ++c, dst += 256) {
+      const int* src = k32 + g * 16 * half + c * 16;
+      for (int64_t p = 0; p < 16; ++p) _mm512_store_si512(dst + p * 16, _mm512_i32gather_epi32(rows, src + p, 4));
+    }
 }
 
 // V (dense [skp][dvp]) as B tiles of O = P V: tile (kc, dg) for keys [32 kc, 32 kc + 32) and value columns

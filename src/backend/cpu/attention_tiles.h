@@ -60,9 +60,10 @@ void attention_store_row(const AttentionProblem& p, int64_t pos, float* orow, fl
 // A per-thread growable aligned float buffer (kept between calls: no allocation per tile or call).
 using AlignedScratch = AlignedBuffer<float>;
 
-// Whether bf16 inputs run on the oneDNN tiles by default (AttentionKernel::best): where they can run
-// and oneDNN's bf16 matmul is on AMX tiles (docs/benchmarks.md "Attention on oneDNN tiles": on
-// AVX512-BF16 alone the vdpbf16ps tiles are faster).
+// Whether bf16 inputs run on matrix-engine tiles by default (AttentionKernel::best): where the oneDNN tiles
+// can run and oneDNN's bf16 matmul is on AMX tiles (docs/benchmarks.md "Attention on oneDNN tiles": on
+// AVX512-BF16 alone the vdpbf16ps tiles are faster); best then takes the AMX tiles (attention_amx.h) where
+// this process may use AMX, else the oneDNN tiles.
 bool attention_onednn_by_default();
 
 // The tiles that run p under t (onednn, bf16_dot or f32; never best): t.attention_kernel where it

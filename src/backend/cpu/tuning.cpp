@@ -93,7 +93,8 @@ const Tuning& defaults() {
     }
     // The oneDNN attention tiles (AMX) take larger tiles than the vector ones: each key block is two
     // oneDNN calls whose fixed cost 48 x 256 tiles do not amortise (Wan self attention 465 -> ~720
-    // GFLOP/s at 192 x 512 on 2 AMX cores; docs/benchmarks.md "Attention on AMX").
+    // GFLOP/s at 192 x 512 on 2 AMX cores; docs/benchmarks.md "Attention on AMX"). The AMX tiles take the
+    // same query tiles (in blocks of 32 rows; their key blocks are their own, attention_amx.cpp).
     if (d.attention_kernel == AttentionKernel::onednn || d.attention_kernel == AttentionKernel::amx ||
         (d.attention_kernel == AttentionKernel::best && attention_onednn_by_default()))
       d.attn_bq = kOnednnAttentionBq, d.attn_bk = kOnednnAttentionBk;
