@@ -91,33 +91,31 @@ DIFFQ_AMX_TARGET void pack_v(const uint16_t* vd, int64_t skp, int64_t dvp, uint1
     }
 }
 
-// S[32][kb] (f32) = Q (dense [32][dp]) K^T for the n32 x 32 keys whose packed tiles start at kp.
-DIFFQ_AMX_TARGET void qk_block(const uint16_t* q, int64_t dp, const uint16_t* kp, int64_t n32, int64_t kb,
-                               float* s) {
+// Columns [32 g2, 32 g2 + 32) of S[32][kb] (f32) = Q (dense [32][dp]) K^T, keys from the packed tiles at kp
+// (2 x 2 accumulators over the head dim in steps of 32).
+DIFFQ_AMX_TARGET void qk_group(const uint16_t* q, int64_t dp, const uint16_t* kp, int64_t g2, int64_t kb, float* s) {
   const int64_t chunks = dp / 32, lq = dp * 2, ls = kb * 4;
-  for (int64_t g2 = 0; g2 < n32; ++g2) {
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
-    const uint16_t* b0 = kp + 2 * g2 * chunks * kTileElems;
-    const uint16_t* b1 = b0 + chunks * kTileElems;
-    for (int64_t c = 0; c < chunks; ++c) {
-      _tile_loadd(4, q + c * 32, lq);
-      _tile_loadd(5, q + 16 * dp + c * 32, lq);
-      _tile_loadd(6, b0 + c * kTileElems, 64);
-      _tile_loadd(7, b1 + c * kTileElems, 64);
-      _tile_dpbf16ps(0, 4, 6);
-      _tile_dpbf16ps(1, 4, 7);
-      _tile_dpbf16ps(2, 5, 6);
-      _tile_dpbf16ps(3, 5, 7);
-    }
-    float* s0 = s + g2 * 32;
-    _tile_stored(0, s0, ls);
-    _tile_stored(1, s0 + 16, ls);
-    _tile_stored(2, s0 + 16 * kb, ls);
-    _tile_stored(3, s0 + 16 * kb + 16, ls);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  const uint16_t* b0 = kp + 2 * g2 * chunks * kTileElems;
+  const uint16_t* b1 = b0 + chunks * kTileElems;
+  for (int64_t c = 0; c < chunks; ++c) {
+    _tile_loadd(4, q + c * 32, lq);
+    _tile_loadd(5, q + 16 * dp + c * 32, lq);
+    _tile_loadd(6, b0 + c * kTileElems, 64);
+    _tile_loadd(7, b1 + c * kTileElems, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
   }
+  float* s0 = s + g2 * 32;
+  _tile_stored(0, s0, ls);
+  _tile_stored(1, s0 + 16, ls);
+  _tile_stored(2, s0 + 16 * kb, ls);
+  _tile_stored(3, s0 + 16 * kb + 16, ls);
 }
 
 // O[32][dvp] (f32) += P (bf16 [32][kb]) V over the n32 x 32 keys whose packed tiles start at vp.
@@ -171,6 +169,42 @@ bool attention_amx_usable() {
   return usable && bf16_dot_gemm_usable();  // (a SIMD target forced lower later turns them off)
 }
 
+namespace {
+
+// One step of a thread's work: the block of up to 32 query rows [i0, i0 + rows) of head (b, h) against the
+// block of keys [j0, j0 + n) (n = 0: no keys at all). Steps go key block by key block, then row block by row
+// block through each tile (b, h, bq query rows) of the thread's range.
+struct Step {
+  bool valid = false;
+  int64_t t = 0, bh = 0, b = 0, h = 0, i0 = 0, rows = 0, j0 = 0, n = 0;
+  bool first_keys() const { return j0 == 0; }
+};
+
+struct Steps {
+  const AttentionProblem& p;
+  int64_t t1, kb;
+
+  Step at(int64_t t, int64_t i0, int64_t j0) const {
+    Step s;
+    if (t >= t1) return s;
+    s.valid = true, s.t = t, s.bh = t / p.q_blocks, s.b = s.bh / p.H, s.h = s.bh % p.H, s.i0 = i0, s.j0 = j0;
+    const int64_t tile_end = std::min((t % p.q_blocks) * p.bq + p.bq, p.Sq);
+    s.rows = std::min(kRows, tile_end - i0);
+    s.n = std::min(kb, p.Sk - j0);
+    return s;
+  }
+  Step first(int64_t t0) const { return at(t0, (t0 % p.q_blocks) * p.bq, 0); }
+  bool last_keys(const Step& s) const { return s.j0 + kb >= p.Sk; }
+  Step next(const Step& s) const {
+    if (!last_keys(s)) return at(s.t, s.i0, s.j0 + kb);
+    const int64_t tile_end = std::min((s.t % p.q_blocks) * p.bq + p.bq, p.Sq);
+    if (s.i0 + kRows < tile_end) return at(s.t, s.i0 + kRows, 0);
+    return first(s.t + 1);
+  }
+};
+
+}  // namespace
+
 void attention_tiles_amx(const AttentionProblem& p, int64_t t0, int64_t t1) {
   const int64_t Sk = p.Sk, Sq = p.Sq;
   const int64_t dp = std::max<int64_t>(up32(p.D), 32), dvp = std::max<int64_t>(up32(p.Dv), 32);
@@ -182,9 +216,9 @@ void attention_tiles_amx(const AttentionProblem& p, int64_t t0, int64_t t1) {
   uint16_t* const vd = sc.vd.get(size_t(skp * dvp));
   uint16_t* const kp = sc.kp.get(size_t(skp * dp));
   uint16_t* const vp = sc.vp.get(size_t(skp * dvp));
-  uint16_t* const q = sc.q.get(size_t(kRows * dp));
+  uint16_t* const q2 = sc.q.get(size_t(2 * kRows * dp));  // two row blocks' Q: this step's and the next's
   uint16_t* const pb = sc.pb.get(size_t(kRows * kb));
-  float* const s = sc.s.get(size_t(kRows * kb));
+  float* const s2 = sc.s.get(size_t(2 * kRows * kb));  // two steps' S
   float* const o = sc.o.get(size_t(kRows * dvp));
   float* const mrow = sc.mrow.get(size_t(kb));
   float* const stats = sc.stats.get(size_t(5 * kRows));
@@ -192,65 +226,92 @@ void attention_tiles_amx(const AttentionProblem& p, int64_t t0, int64_t t1) {
   float *const m_new = stats + 3 * kRows, *const sum = stats + 4 * kRows;
   auto* const pb32 = reinterpret_cast<uint32_t*>(pb);
 
-  load_tile_config();
+  const Steps steps{p, t1, kb};
   int64_t bound = -1;
-  for (int64_t t = t0; t < t1; ++t) {
-    const int64_t bh = t / p.q_blocks, b = bh / p.H, h = bh % p.H, tile0 = (t % p.q_blocks) * p.bq;
-    if (bh != bound) {  // this head's K and V, packed once
-      if (Sk > 0) {
-        copy_dense(p.k, b, h, 0, Sk, p.D, skp, dp, kd);
-        copy_dense(p.v, b, h, 0, Sk, p.Dv, skp, dvp, vd);
-      } else {
-        std::fill(kd, kd + skp * dp, uint16_t(0));
-        std::fill(vd, vd + skp * dvp, uint16_t(0));
-      }
-      pack_k(kd, skp, dp, kp);
-      pack_v(vd, skp, dvp, vp);
-      bound = bh;
+  const auto bind_head = [&](const Step& st) {  // the step's head's K and V, packed once
+    if (st.bh == bound) return;
+    if (Sk > 0) {
+      copy_dense(p.k, st.b, st.h, 0, Sk, p.D, skp, dp, kd);
+      copy_dense(p.v, st.b, st.h, 0, Sk, p.Dv, skp, dvp, vd);
+    } else {
+      std::fill(kd, kd + skp * dp, uint16_t(0));
+      std::fill(vd, vd + skp * dvp, uint16_t(0));
     }
-    const int64_t tile_rows = std::min(p.bq, Sq - tile0);
-    for (int64_t i0 = tile0; i0 < tile0 + tile_rows; i0 += kRows) {
-      const int64_t rows = std::min(kRows, tile0 + tile_rows - i0);
-      copy_dense(p.q, b, h, i0, rows, p.D, kRows, dp, q);
+    pack_k(kd, skp, dp, kp);
+    pack_v(vd, skp, dvp, vp);
+    bound = st.bh;
+  };
+  const auto kp_of = [&](const Step& st) { return kp + (st.j0 / 16) * (dp / 32) * kTileElems; };
+  const auto groups_of = [](const Step& st) { return up32(st.n) / 32; };
+
+  load_tile_config();
+  Step cur = steps.first(t0);
+  int qs = 0, ss = 0;  // which Q and S buffers the current step reads
+  if (cur.valid) {
+    bind_head(cur);
+    copy_dense(p.q, cur.b, cur.h, cur.i0, cur.rows, p.D, kRows, dp, q2);
+    for (int64_t g = 0; g < groups_of(cur); ++g) qk_group(q2, dp, kp_of(cur), g, kb, s2);
+  }
+  while (cur.valid) {
+    const Step nxt = steps.next(cur);
+    // S = Q K^T of the next step runs on the matrix tiles between this step's softmax rows (the core overlaps
+    // the two) where it needs no other K: same head.
+    const bool overlap = nxt.valid && nxt.bh == cur.bh;
+    const int nqs = nxt.first_keys() ? 1 - qs : qs;
+    uint16_t* const qn = q2 + nqs * kRows * dp;
+    float* const sn = s2 + (1 - ss) * kRows * kb;
+    if (overlap && nxt.first_keys()) copy_dense(p.q, nxt.b, nxt.h, nxt.i0, nxt.rows, p.D, kRows, dp, qn);
+    const int64_t next_groups = overlap ? groups_of(nxt) : 0;
+    int64_t done = 0;
+
+    const int64_t rows = cur.rows, n = cur.n, n32 = groups_of(cur);
+    float* const s = s2 + ss * kRows * kb;
+    if (cur.first_keys()) {
       for (int64_t r = 0; r < kRows; ++r) m[r] = -INFINITY, l[r] = 0.f;
       std::fill(o, o + kRows * dvp, 0.f);
       // P's padding rows stay zero (their O rows are never stored).
       if (rows < kRows) std::fill(pb + rows * kb, pb + kRows * kb, uint16_t(0));
-
-      for (int64_t j0 = 0; j0 < Sk; j0 += kb) {
-        const int64_t n = std::min(kb, Sk - j0), n32 = up32(n) / 32;
-        // 1. S = Q K^T for keys [j0, j0 + n) (their padding to 32 keys is outside the softmax's n).
-        qk_block(q, dp, kp + (j0 / 16) * (dp / 32) * kTileElems, n32, kb, s);
-        // 2. Online softmax in f32; P as bf16 rows (zeros from n up to 32 n32). The rescales 2^(m - m_new)
-        // of all rows at once (attention_bf16_exp2_rows; 1 where nothing is attended yet).
-        for (int64_t r = 0; r < rows; ++r) {
-          float* srow = s + r * kb;
-          uint32_t* prow = pb32 + r * (kb / 2);
-          const float* add = attention_mask_row(p, b, h, i0 + r, j0, n, mrow);
-          m_new[r] = std::max(m[r], attention_bf16_scale_and_max(srow, n, p.scale_log2e, add));
-          if (m_new[r] == -INFINITY) {  // nothing attended in this row yet: P = 0, O stays 0
-            std::memset(prow, 0, size_t(kb / 2) * sizeof(uint32_t));
-            sum[r] = 0.f;
-            continue;
-          }
+    }
+    if (n > 0) {
+      // Online softmax in f32; P as bf16 rows (zeros from n up to 32 n32).
+      for (int64_t r = 0; r < rows; ++r) {
+        float* srow = s + r * kb;
+        uint32_t* prow = pb32 + r * (kb / 2);
+        const float* add = attention_mask_row(p, cur.b, cur.h, cur.i0 + r, cur.j0, n, mrow);
+        m_new[r] = std::max(m[r], attention_bf16_scale_and_max(srow, n, p.scale_log2e, add));
+        if (m_new[r] == -INFINITY) {  // nothing attended in this row yet: P = 0, O stays 0
+          std::memset(prow, 0, size_t(kb / 2) * sizeof(uint32_t));
+          sum[r] = 0.f;
+        } else {
           sum[r] = attention_bf16_exp_to_bf16(srow, n, m_new[r], prow);
         }
-        attention_bf16_rescales(m, m_new, rows, alpha);
-        for (int64_t r = 0; r < rows; ++r) {
-          l[r] = l[r] * alpha[r] + sum[r];
-          m[r] = m_new[r];
-        }
-        // 3. O = alpha O + P V over the block's keys.
-        if (j0 > 0)
-          for (int64_t r = 0; r < rows; ++r)
-            if (alpha[r] != 1.f)
-              for (int64_t c = 0; c < dvp; ++c) o[r * dvp + c] *= alpha[r];
-        pv_block(pb, kb, vp + (j0 / 32) * (dvp / 16) * kTileElems, n32, dvp, o);
+        for (const int64_t want = next_groups * (r + 1) / rows; done < want; ++done)
+          qk_group(qn, dp, kp_of(nxt), done, kb, sn);
       }
-      // out = O / l in the output dtype (l = 0: every key masked, 0 as torch).
-      const int64_t pos0 = (b * p.H + h) * Sq + i0;
+      // The rescales 2^(m - m_new) of all rows at once (1 where nothing is attended yet).
+      attention_bf16_rescales(m, m_new, rows, alpha);
+      for (int64_t r = 0; r < rows; ++r) {
+        l[r] = l[r] * alpha[r] + sum[r];
+        m[r] = m_new[r];
+      }
+      // O = alpha O + P V over the block's keys.
+      if (!cur.first_keys())
+        for (int64_t r = 0; r < rows; ++r)
+          if (alpha[r] != 1.f)
+            for (int64_t c = 0; c < dvp; ++c) o[r * dvp + c] *= alpha[r];
+      pv_block(pb, kb, vp + (cur.j0 / 32) * (dvp / 16) * kTileElems, n32, dvp, o);
+    }
+    for (; done < next_groups; ++done) qk_group(qn, dp, kp_of(nxt), done, kb, sn);
+    if (steps.last_keys(cur)) {  // out = O / l in the output dtype (l = 0: every key masked, 0 as torch)
+      const int64_t pos0 = (cur.b * p.H + cur.h) * Sq + cur.i0;
       for (int64_t r = 0; r < rows; ++r) attention_store_row(p, pos0 + r, o + r * dvp, l[r]);
     }
+    if (nxt.valid && !overlap) {  // another head: its K and V first, then its first S
+      bind_head(nxt);
+      copy_dense(p.q, nxt.b, nxt.h, nxt.i0, nxt.rows, p.D, kRows, dp, qn);
+      for (int64_t g = 0; g < groups_of(nxt); ++g) qk_group(qn, dp, kp_of(nxt), g, kb, sn);
+    }
+    cur = nxt, qs = nqs, ss = 1 - ss;
   }
   release_tiles();
 }
