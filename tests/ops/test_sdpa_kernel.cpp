@@ -259,12 +259,40 @@ TEST(SdpaBf16Choice, DotTilesRunWhereTheCpuHasThem) {
       << "the bf16 dot tiles run exactly where bf16_dot_gemm_usable() (avx512_bf16 and an AVX3 target)";
 }
 
+// The cases of the tiles whose products run on the matrix engine (oneDNN's matmul, diffq's AMX tiles): FLUX's
+// joint sequence (Sq = Sk, [B, S, H, D] views read in place), Wan's self (Sq = Sk) and cross attention (512
+// text keys), head dim 128, sizes that are no multiple of the tiles, Dv != D, odd head sizes (rows packed),
+// head dims and value widths past one tile, D 0 and 1, one key, one query, masks of every kind.
+std::vector<Case> matrix_tile_cases() {
+  return {Case{"flux_joint", 1, 3, 96, 96, 128, 128, DType::bf16, MaskKind::none, 0, true},
+          Case{"flux_joint_odd", 1, 2, 77, 77, 128, 128, DType::bf16, MaskKind::none, 0, true},
+          // full blocks of keys on K and V packed per head, then a partial one; Q's rows in place
+          Case{"flux_joint_long", 1, 2, 300, 300, 128, 128, DType::bf16, MaskKind::none, 0, true},
+          Case{"wan_self_long_masked", 1, 2, 70, 530, 64, 96, DType::bf16, MaskKind::key_padding},
+          Case{"wan_self", 1, 2, 130, 130, 128, 128, DType::bf16},
+          Case{"wan_self_odd", 2, 2, 61, 61, 128, 128, DType::bf16},
+          Case{"wan_cross", 1, 2, 50, 512, 128, 128, DType::bf16},
+          // keys a multiple of 64: blocks that divide them (2 x 640 at the default tiles)
+          Case{"wan_small_self", 1, 1, 40, 1280, 128, 128, DType::bf16},
+          Case{"wan_cross_padded", 1, 2, 37, 512, 128, 128, DType::bf16, MaskKind::key_padding},
+          Case{"d1", 1, 2, 5, 7, 1, 1, DType::bf16},
+          Case{"d0", 1, 2, 3, 4, 0, 5, DType::bf16},
+          Case{"d23_dv40", 1, 2, 19, 45, 23, 40, DType::bf16},
+          Case{"d64_dv17", 1, 2, 12, 41, 64, 17, DType::bf16},
+          Case{"d160_dv200", 1, 2, 33, 300, 160, 200, DType::bf16},
+          Case{"one_key", 1, 2, 9, 1, 16, 16, DType::bf16},
+          Case{"one_query", 2, 3, 1, 301, 64, 64, DType::bf16},
+          Case{"additive", 2, 2, 9, 71, 16, 16, DType::bf16, MaskKind::additive},
+          Case{"bool_rows", 2, 2, 11, 37, 24, 8, DType::bf16, MaskKind::bool_rows},
+          Case{"mask_strided", 1, 2, 13, 40, 16, 16, DType::bf16, MaskKind::transposed},
+          Case{"mask_per_query", 1, 2, 13, 40, 16, 16, DType::bf16, MaskKind::per_query},
+          Case{"scale", 1, 2, 17, 33, 32, 32, DType::bf16, MaskKind::none, 0.3}};
+}
+
 // bf16 inputs on the oneDNN tiles (attention_onednn.h: Q K^T and P V on oneDNN's bf16 matmul, the
-// vdpbf16ps tiles' softmax rows, P in bf16), forced, with the bf16 tolerance of the vdpbf16ps tiles:
-// FLUX's joint sequence (Sq = Sk, [B, S, H, D] views read in place), Wan's self (Sq = Sk) and cross
-// attention (512 text keys), head dim 128, sizes that are no multiple of the tiles, Dv != D, odd head
-// sizes (rows packed), masks of every kind, every tiling (tilings with blocks of a multiple of 64 keys
-// run their full blocks on K and V packed for oneDNN); 1 and 2 threads give the same bits.
+// vdpbf16ps tiles' softmax rows, P in bf16), forced, with the bf16 tolerance of the vdpbf16ps tiles, on
+// matrix_tile_cases() and every tiling (tilings with blocks of a multiple of 64 keys run their full blocks on
+// K and V packed for oneDNN); 1 and 2 threads give the same bits.
 class SdpaOnednn : public ::testing::TestWithParam<Case> {};
 
 TEST_P(SdpaOnednn, MatchesTheF64Reference) {
@@ -276,37 +304,13 @@ TEST_P(SdpaOnednn, MatchesTheF64Reference) {
                            cpu::GemmKernel::best, cpu::AttentionKernel::onednn);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, SdpaOnednn,
-    ::testing::Values(Case{"o_flux_joint", 1, 3, 96, 96, 128, 128, DType::bf16, MaskKind::none, 0, true},
-                      Case{"o_flux_joint_odd", 1, 2, 77, 77, 128, 128, DType::bf16, MaskKind::none, 0, true},
-                      // full blocks of keys on K and V packed per head, then a partial one; Q's rows in place
-                      Case{"o_flux_joint_long", 1, 2, 300, 300, 128, 128, DType::bf16, MaskKind::none, 0, true},
-                      Case{"o_wan_self_long_masked", 1, 2, 70, 530, 64, 96, DType::bf16, MaskKind::key_padding},
-                      Case{"o_wan_self", 1, 2, 130, 130, 128, 128, DType::bf16},
-                      Case{"o_wan_self_odd", 2, 2, 61, 61, 128, 128, DType::bf16},
-                      Case{"o_wan_cross", 1, 2, 50, 512, 128, 128, DType::bf16},
-                      // keys a multiple of 64: blocks that divide them (2 x 640 at the default tiles)
-                      Case{"o_wan_small_self", 1, 1, 40, 1280, 128, 128, DType::bf16},
-                      Case{"o_wan_cross_padded", 1, 2, 37, 512, 128, 128, DType::bf16, MaskKind::key_padding},
-                      Case{"o_d1", 1, 2, 5, 7, 1, 1, DType::bf16}, Case{"o_d0", 1, 2, 3, 4, 0, 5, DType::bf16},
-                      Case{"o_d23_dv40", 1, 2, 19, 45, 23, 40, DType::bf16},
-                      Case{"o_d64_dv17", 1, 2, 12, 41, 64, 17, DType::bf16},
-                      Case{"o_one_key", 1, 2, 9, 1, 16, 16, DType::bf16},
-                      Case{"o_one_query", 2, 3, 1, 301, 64, 64, DType::bf16},
-                      Case{"o_additive", 2, 2, 9, 71, 16, 16, DType::bf16, MaskKind::additive},
-                      Case{"o_bool_rows", 2, 2, 11, 37, 24, 8, DType::bf16, MaskKind::bool_rows},
-                      Case{"o_mask_strided", 1, 2, 13, 40, 16, 16, DType::bf16, MaskKind::transposed},
-                      Case{"o_mask_per_query", 1, 2, 13, 40, 16, 16, DType::bf16, MaskKind::per_query},
-                      Case{"o_scale", 1, 2, 17, 33, 32, 32, DType::bf16, MaskKind::none, 0.3}),
-    [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
+INSTANTIATE_TEST_SUITE_P(Shapes, SdpaOnednn, ::testing::ValuesIn(matrix_tile_cases()),
+                         [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
 
-// The key blocks split the keys evenly where a multiple of 64 near the tuning's block divides them, else
-// keep the tuning's block.
 // bf16 inputs on the AMX tiles (attention_amx.h: both products on AMX tiles written for attention, the
-// vdpbf16ps tiles' softmax rows, P in bf16), forced: the oneDNN tiles' cases (head dims and value widths
-// padded to 32, keys to 32, query rows to 32: odd sizes, D 0 and 1, one key, one query, masks of every
-// kind, strided rows), more than one block of 256 keys, every tiling; 1 and 2 threads give the same bits.
+// vdpbf16ps tiles' softmax rows, P in bf16), forced, on matrix_tile_cases() (head dims and value widths
+// padded to 32, keys and query rows to 32; two key blocks for Wan-small's 1280 keys; row blocks that run
+// across heads) and every tiling; 1 and 2 threads give the same bits.
 class SdpaAmx : public ::testing::TestWithParam<Case> {};
 
 TEST_P(SdpaAmx, MatchesTheF64Reference) {
@@ -317,30 +321,11 @@ TEST_P(SdpaAmx, MatchesTheF64Reference) {
                            cpu::GemmKernel::best, cpu::AttentionKernel::amx);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, SdpaAmx,
-    ::testing::Values(Case{"a_flux_joint", 1, 3, 96, 96, 128, 128, DType::bf16, MaskKind::none, 0, true},
-                      Case{"a_flux_joint_odd", 1, 2, 77, 77, 128, 128, DType::bf16, MaskKind::none, 0, true},
-                      Case{"a_flux_joint_long", 1, 2, 300, 300, 128, 128, DType::bf16, MaskKind::none, 0, true},
-                      Case{"a_wan_self_long_masked", 1, 2, 70, 530, 64, 96, DType::bf16, MaskKind::key_padding},
-                      Case{"a_wan_self", 1, 2, 130, 130, 128, 128, DType::bf16},
-                      Case{"a_wan_self_odd", 2, 2, 61, 61, 128, 128, DType::bf16},
-                      Case{"a_wan_cross", 1, 2, 50, 512, 128, 128, DType::bf16},
-                      Case{"a_wan_small_self", 1, 1, 40, 1280, 128, 128, DType::bf16},
-                      Case{"a_wan_cross_padded", 1, 2, 37, 512, 128, 128, DType::bf16, MaskKind::key_padding},
-                      Case{"a_d1", 1, 2, 5, 7, 1, 1, DType::bf16}, Case{"a_d0", 1, 2, 3, 4, 0, 5, DType::bf16},
-                      Case{"a_d23_dv40", 1, 2, 19, 45, 23, 40, DType::bf16},
-                      Case{"a_d64_dv17", 1, 2, 12, 41, 64, 17, DType::bf16},
-                      Case{"a_d160_dv200", 1, 2, 33, 300, 160, 200, DType::bf16},
-                      Case{"a_one_key", 1, 2, 9, 1, 16, 16, DType::bf16},
-                      Case{"a_one_query", 2, 3, 1, 301, 64, 64, DType::bf16},
-                      Case{"a_additive", 2, 2, 9, 71, 16, 16, DType::bf16, MaskKind::additive},
-                      Case{"a_bool_rows", 2, 2, 11, 37, 24, 8, DType::bf16, MaskKind::bool_rows},
-                      Case{"a_mask_strided", 1, 2, 13, 40, 16, 16, DType::bf16, MaskKind::transposed},
-                      Case{"a_mask_per_query", 1, 2, 13, 40, 16, 16, DType::bf16, MaskKind::per_query},
-                      Case{"a_scale", 1, 2, 17, 33, 32, 32, DType::bf16, MaskKind::none, 0.3}),
-    [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
+INSTANTIATE_TEST_SUITE_P(Shapes, SdpaAmx, ::testing::ValuesIn(matrix_tile_cases()),
+                         [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
 
+// The key blocks split the keys evenly where a multiple of 64 near the tuning's block divides them, else
+// keep the tuning's block.
 TEST(SdpaOnednn, KeyBlocksDivideTheKeys) {
   EXPECT_EQ(cpu::attention_onednn_key_block(1280, 512), 640);  // Wan-small self attention
   EXPECT_EQ(cpu::attention_onednn_key_block(768, 512), 768);   // FLUX, 256 x 256: one block
