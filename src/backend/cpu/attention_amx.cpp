@@ -162,11 +162,11 @@ DIFFQ_AMX_TARGET void release_tiles() { _tile_release(); }
 }  // namespace
 
 bool attention_amx_usable() {
-  static const bool usable = [] {
+  static const bool amx = [] {
     const CpuFeatures& f = cpu_features();
-    return f.amx_tile && f.amx_bf16 && bf16_dot_gemm_usable() && amx_tiles_permitted();
+    return f.amx_tile && f.amx_bf16 && amx_tiles_permitted();
   }();
-  return usable && bf16_dot_gemm_usable();  // (a SIMD target forced lower later turns them off)
+  return amx && bf16_dot_gemm_usable();  // (asked each time: a SIMD target forced lower turns the tiles off)
 }
 
 namespace {
