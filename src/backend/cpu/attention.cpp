@@ -384,7 +384,7 @@ AttentionKernel attention_kernel_for(const AttentionProblem& p, const Tuning& t)
   if (t.attention_kernel == AttentionKernel::onednn && attention_onednn_usable()) return AttentionKernel::onednn;
   if (t.attention_kernel == AttentionKernel::bf16_dot && bf16_dot_gemm_usable()) return AttentionKernel::bf16_dot;
   // best, where oneDNN's bf16 matmul runs on AMX (not under DNNL_MAX_CPU_ISA below AMX): the AMX tiles where
-  // this process may use AMX, else the oneDNN tiles (docs/benchmarks.md "AMX attention tiles").
+  // this process may use AMX, else the oneDNN tiles (docs/benchmarks.md "Ninth AMX session").
   if (t.attention_kernel == AttentionKernel::best && t.gemm_kernel != GemmKernel::diffq_widen &&
       attention_onednn_by_default())
     return attention_amx_usable() ? AttentionKernel::amx : AttentionKernel::onednn;

@@ -20,7 +20,7 @@ namespace {
 
 constexpr int64_t kRows = 32;      // query rows per block: two 16-row A / C tiles
 // Keys per softmax block: at most this many, in equal blocks (a multiple of 32): Wan-small's 1280 as 2 x 640,
-// FLUX's 768 as one (measured against 256-1024 on an AMX Xeon: docs/benchmarks.md "AMX attention tiles").
+// FLUX's 768 as one (measured against 256-1024 on an AMX Xeon: docs/benchmarks.md "Ninth AMX session").
 constexpr int64_t kMaxKeys = 768;
 constexpr int64_t kTileElems = 512;  // one packed B tile: 16 pairs x 16 columns x 2 bf16 (1 KiB)
 
@@ -221,9 +221,8 @@ void attention_tiles_amx(const AttentionProblem& p, int64_t t0, int64_t t1) {
   float* const s2 = sc.s.get(size_t(2 * kRows * kb));  // two steps' S
   float* const o = sc.o.get(size_t(kRows * dvp));
   float* const mrow = sc.mrow.get(size_t(kb));
-  float* const stats = sc.stats.get(size_t(5 * kRows));
+  float* const stats = sc.stats.get(size_t(3 * kRows));
   float *const m = stats, *const l = stats + kRows, *const alpha = stats + 2 * kRows;
-  float *const m_new = stats + 3 * kRows, *const sum = stats + 4 * kRows;
   auto* const pb32 = reinterpret_cast<uint32_t*>(pb);
 
   const Steps steps{p, t1, kb};
@@ -273,32 +272,14 @@ void attention_tiles_amx(const AttentionProblem& p, int64_t t0, int64_t t1) {
       if (rows < kRows) std::fill(pb + rows * kb, pb + kRows * kb, uint16_t(0));
     }
     if (n > 0) {
-      // Online softmax in f32; P as bf16 rows (zeros from n up to 32 n32).
-      for (int64_t r = 0; r < rows; ++r) {
-        float* srow = s + r * kb;
-        uint32_t* prow = pb32 + r * (kb / 2);
-        const float* add = attention_mask_row(p, cur.b, cur.h, cur.i0 + r, cur.j0, n, mrow);
-        m_new[r] = std::max(m[r], attention_bf16_scale_and_max(srow, n, p.scale_log2e, add));
-        if (m_new[r] == -INFINITY) {  // nothing attended in this row yet: P = 0, O stays 0
-          std::memset(prow, 0, size_t(kb / 2) * sizeof(uint32_t));
-          sum[r] = 0.f;
-        } else {
-          sum[r] = attention_bf16_exp_to_bf16(srow, n, m_new[r], prow);
-        }
-        for (const int64_t want = next_groups * (r + 1) / rows; done < want; ++done)
-          qk_group(qn, dp, kp_of(nxt), done, kb, sn);
-      }
-      // The rescales 2^(m - m_new) of all rows at once (1 where nothing is attended yet).
-      attention_bf16_rescales(m, m_new, rows, alpha);
-      for (int64_t r = 0; r < rows; ++r) {
-        l[r] = l[r] * alpha[r] + sum[r];
-        m[r] = m_new[r];
-      }
+      // Online softmax in f32; P as bf16 rows (zeros from n up to 32 n32); the next step's S between the rows.
+      attention_bf16_softmax_block(p, cur.b, cur.h, cur.i0, rows, rows, cur.j0, n, s, kb, pb32, kb / 2, kb / 2, mrow, m,
+                                   l, alpha, [&](int64_t r) {
+                                     for (const int64_t want = next_groups * (r + 1) / rows; done < want; ++done)
+                                       qk_group(qn, dp, kp_of(nxt), done, kb, sn);
+                                   });
       // O = alpha O + P V over the block's keys.
-      if (!cur.first_keys())
-        for (int64_t r = 0; r < rows; ++r)
-          if (alpha[r] != 1.f)
-            for (int64_t c = 0; c < dvp; ++c) o[r * dvp + c] *= alpha[r];
+      if (!cur.first_keys()) attention_rescale_rows(o, dvp, dvp, alpha, rows);
       pv_block(pb, kb, vp + (cur.j0 / 32) * (dvp / 16) * kTileElems, n32, dvp, o);
     }
     for (; done < next_groups; ++done) qk_group(qn, dp, kp_of(nxt), done, kb, sn);

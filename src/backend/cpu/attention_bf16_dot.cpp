@@ -104,20 +104,6 @@ DIFFQ_BF16_DOT_TARGET void attention_bf16_exp2_for_test(const float* x, float* y
   for (int64_t j = 0; j < n; j += 16) _mm512_storeu_ps(y + j, exp2_nonpositive(_mm512_loadu_ps(x + j)));
 }
 
-// alpha[r] = 2^(m[r] - m_new[r]) for r < rows, the online softmax's rescales: 1 where m_new[r] is -inf
-// (nothing attended yet), 0 where only m[r] is.
-DIFFQ_BF16_DOT_TARGET void attention_bf16_rescales(const float* m, const float* m_new, int64_t rows, float* alpha) {
-  const __m512 ninf = _mm512_set1_ps(-INFINITY);
-  for (int64_t r = 0; r < rows; r += 16) {
-    const __mmask16 valid = rows - r >= 16 ? __mmask16(0xffff) : __mmask16((1u << (rows - r)) - 1);
-    const __m512 mo = _mm512_maskz_loadu_ps(valid, m + r), mn = _mm512_maskz_loadu_ps(valid, m_new + r);
-    const __mmask16 none = _mm512_cmp_ps_mask(mn, ninf, _CMP_EQ_OQ), first = _mm512_cmp_ps_mask(mo, ninf, _CMP_EQ_OQ);
-    __m512 a = exp2_nonpositive(_mm512_maskz_sub_ps(__mmask16(~none), mo, mn));  // (none: 2^0)
-    a = _mm512_mask_mov_ps(a, first & __mmask16(~none), _mm512_setzero_ps());
-    _mm512_mask_storeu_ps(alpha + r, valid, a);
-  }
-}
-
 // Row r of S (n keys, readable and writable up to n rounded up to 16): s = s * scale + add * log2(e)
 // (add may be null); returns the max over [0, n).
 DIFFQ_BF16_DOT_TARGET float attention_bf16_scale_and_max(float* s, int64_t n, float scale, const float* add) {
@@ -263,20 +249,8 @@ DIFFQ_BF16_DOT_TARGET void tiles(const AttentionProblem& p, int64_t t0, int64_t 
         if (pj < n_panels) qk_panels<1>(qg, kblock, pj, Dp, sg, kb);
       }
       // 2. Online softmax in f32; P in bf16 pairs (row stride kb / 2).
-      for (int64_t r = 0; r < rows_pad; ++r) {
-        float* srow = s + r * kb;
-        uint32_t* prow = pb + r * (kb / 2);
-        const float* add = r < rows ? attention_mask_row(p, b, h, i0 + r, j0, n, mrow) : nullptr;
-        const float m_new = std::max(m[r], attention_bf16_scale_and_max(srow, n, p.scale_log2e, add));
-        if (m_new == -INFINITY) {  // nothing attended in this row yet: P = 0, O stays 0
-          std::memset(prow, 0, size_t(n_panels * kNR / 2) * sizeof(uint32_t));
-          alpha[r] = 1.f;
-          continue;
-        }
-        alpha[r] = m[r] == -INFINITY ? 0.f : std::exp2(m[r] - m_new);
-        l[r] = l[r] * alpha[r] + attention_bf16_exp_to_bf16(srow, n, m_new, prow);
-        m[r] = m_new;
-      }
+      attention_bf16_softmax_block(p, b, h, i0, rows, rows_pad, j0, n, s, kb, pb, kb / 2, n_panels * kNR / 2, mrow, m,
+                                   l, alpha, [](int64_t) {});
       // 3. O = alpha O + P V over the block's key pairs.
       const int64_t steps = (n + 1) / 2;
       for (int64_t g = 0; g < groups; ++g) {

@@ -5,7 +5,10 @@
 // masked rows (0) and output rounding as the f32 tiles. The oracle is reference::sdpa.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "backend/cpu/attention_tiles.h"
 
@@ -23,7 +26,8 @@ bool attention_bf16_dot_applies(const AttentionProblem& p, const Tuning& t);
 // Tiles [t0, t1) of p (as AttentionTiles). Requires attention_bf16_dot_applies(p).
 void attention_tiles_bf16_dot(const AttentionProblem& p, int64_t t0, int64_t t1);
 
-// The softmax steps of these tiles on one row of S, shared with the oneDNN tiles (attention_onednn.h)
+// The softmax steps of these tiles on one row of S, shared with the oneDNN and AMX tiles (attention_onednn.h,
+// attention_amx.h)
 // so both round P the same way. AVX512-BF16 code: call only where bf16_dot_gemm_usable().
 // s = s * scale + add * log2(e) for the n keys (add may be null; s 64-byte aligned, readable and
 // writable up to n rounded up to 16); returns the max over [0, n).
@@ -31,11 +35,44 @@ float attention_bf16_scale_and_max(float* s, int64_t n, float scale, const float
 // P = 2^(s - m) for j < n (0 up to n rounded up to 32; s readable up to there), rounded to bf16 (round
 // to nearest even) into pb as a contiguous bf16 row (64-byte aligned); returns the sum of the f32 P.
 float attention_bf16_exp_to_bf16(const float* s, int64_t n, float m, uint32_t* pb);
-// alpha[r] = 2^(m[r] - m_new[r]) for r < rows (the online softmax's rescales, by the same exponential):
-// 1 where m_new[r] is -inf (nothing attended yet), 0 where only m[r] is.
-void attention_bf16_rescales(const float* m, const float* m_new, int64_t rows, float* alpha);
 // The exponential of those (2^x for x <= 0, within 3 ulps; NaN stays NaN), for tests: n a multiple of 16,
 // and only where the tiles run (bf16_dot_gemm_usable).
 void attention_bf16_exp2_for_test(const float* x, float* y, int64_t n);
+
+// The online softmax of one block of keys [j0, j0 + n) for the query rows [i0, i0 + rows_pad) of head (b, h)
+// (rows from `rows` on are padding: no mask), the steps above row by row: S's rows (stride lds) scaled and
+// masked, the running max m and sum l (f32 P) updated, P as bf16 pair rows (stride ldp pairs; a row with
+// nothing attended yet gets p_zero zero pairs), alpha[r] the rescale of O's row for this block (1 where
+// nothing is attended yet, 0 where this block is the first attended). after_row(r) runs after each row (the
+// AMX tiles issue matrix work there). Shared by the vdpbf16ps, oneDNN and AMX tiles, so all three compute P
+// alike. mrow: scratch of n floats for attention_mask_row.
+template <class AfterRow>
+void attention_bf16_softmax_block(const AttentionProblem& p, int64_t b, int64_t h, int64_t i0, int64_t rows,
+                                  int64_t rows_pad, int64_t j0, int64_t n, float* s, int64_t lds, uint32_t* pb,
+                                  int64_t ldp, int64_t p_zero, float* mrow, float* m, float* l, float* alpha,
+                                  const AfterRow& after_row) {
+  for (int64_t r = 0; r < rows_pad; ++r) {
+    float* srow = s + r * lds;
+    uint32_t* prow = pb + r * ldp;
+    const float* add = r < rows ? attention_mask_row(p, b, h, i0 + r, j0, n, mrow) : nullptr;
+    const float m_new = std::max(m[r], attention_bf16_scale_and_max(srow, n, p.scale_log2e, add));
+    if (m_new == -INFINITY) {  // nothing attended in this row yet: P = 0, O stays 0
+      std::memset(prow, 0, size_t(p_zero) * sizeof(uint32_t));
+      alpha[r] = 1.f;
+    } else {
+      alpha[r] = m[r] == -INFINITY ? 0.f : std::exp2(m[r] - m_new);
+      l[r] = l[r] * alpha[r] + attention_bf16_exp_to_bf16(srow, n, m_new, prow);
+      m[r] = m_new;
+    }
+    after_row(r);
+  }
+}
+
+// O's rows r < rows (stride ldo, cols values) times alpha[r] (the oneDNN and AMX tiles, between blocks).
+inline void attention_rescale_rows(float* o, int64_t ldo, int64_t cols, const float* alpha, int64_t rows) {
+  for (int64_t r = 0; r < rows; ++r)
+    if (alpha[r] != 1.f)
+      for (int64_t c = 0; c < cols; ++c) o[r * ldo + c] *= alpha[r];
+}
 
 }  // namespace diffq::backend::cpu

@@ -140,26 +140,11 @@ void attention_tiles_onednn(const AttentionProblem& p, int64_t t0, int64_t t1) {
       if (!packed || !onednn_gemm_bf16_packed_b_part(rows, kb, D, qd, kp + onednn_packed_bf16_elems(j0, D), false, s))
         gemm_bf16(true, rows, n, D, qt, ldq, kh + j0 * ldk, ldk, false, s, kb);
       // 2. Online softmax in f32 (the vdpbf16ps tiles' row code); P as bf16 rows (stride kb).
-      for (int64_t r = 0; r < rows; ++r) {
-        float* srow = s + r * kb;
-        uint32_t* prow = pb + r * (kb / 2);
-        const float* add = attention_mask_row(p, b, h, i0 + r, j0, n, mrow);
-        const float m_new = std::max(m[r], attention_bf16_scale_and_max(srow, n, p.scale_log2e, add));
-        if (m_new == -INFINITY) {  // nothing attended in this row yet: P = 0, O stays 0
-          std::memset(prow, 0, size_t(kb / 2) * sizeof(uint32_t));
-          alpha[r] = 1.f;
-          continue;
-        }
-        alpha[r] = m[r] == -INFINITY ? 0.f : std::exp2(m[r] - m_new);
-        l[r] = l[r] * alpha[r] + attention_bf16_exp_to_bf16(srow, n, m_new, prow);
-        m[r] = m_new;
-      }
+      attention_bf16_softmax_block(p, b, h, i0, rows, rows, j0, n, s, kb, pb, kb / 2, kb / 2, mrow, m, l, alpha,
+                                   [](int64_t) {});
       // 3. O = alpha O + P V over the block's keys.
       if (Dv == 0) continue;
-      if (j0 > 0)
-        for (int64_t r = 0; r < rows; ++r)
-          if (alpha[r] != 1.f)
-            for (int64_t c = 0; c < Dv; ++c) o[r * ldo + c] *= alpha[r];
+      if (j0 > 0) attention_rescale_rows(o, ldo, Dv, alpha, rows);
       const auto* pa = reinterpret_cast<const uint16_t*>(pb);
       if (!packed || !onednn_gemm_bf16_packed_b_part(rows, Dv, kb, pa, vp + jb * vslab, j0 > 0, o))
         gemm_bf16(false, rows, Dv, n, pa, kb, vh + j0 * ldv, ldv, j0 > 0, o, ldo);

@@ -40,7 +40,7 @@ enum class ConvKernel : uint8_t {
 };
 
 // Which tiles compute sdpa on the CPU (attention.cpp). `best` is a fixed function of the inputs' dtype
-// and the CPU (docs/benchmarks.md "Attention on oneDNN tiles", "AMX attention tiles"): bf16 inputs on the
+// and the CPU (docs/benchmarks.md "Attention on oneDNN tiles", "Ninth AMX session"): bf16 inputs on the
 // AMX tiles where oneDNN's bf16 matmul runs on AMX (so DNNL_MAX_CPU_ISA below AMX turns them off too; the
 // oneDNN tiles there if the process may not use AMX itself), else on the vdpbf16ps tiles where the CPU has
 // AVX512-BF16 (and DIFFQ_GEMM_KERNEL is not diffq-widen), else the f32 tiles; non-bf16 inputs always on the
