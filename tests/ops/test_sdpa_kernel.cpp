@@ -214,10 +214,43 @@ INSTANTIATE_TEST_SUITE_P(
                            true}),
     [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
 
+// The cases of every bf16 tile kind (vdpbf16ps, oneDNN's matmul, diffq's AMX tiles): FLUX's joint sequence
+// (Sq = Sk, [B, S, H, D] views read in place), Wan's self (Sq = Sk) and cross attention (512 text keys), head
+// dim 128, sizes that are no multiple of the tiles, Dv != D, odd head sizes (pairs and rows padded), head
+// dims and value widths past one tile, D 0 and 1, one key, one query, masks of every kind with fully masked
+// rows.
+std::vector<Case> bf16_tile_cases() {
+  return {Case{"flux_joint", 1, 3, 96, 96, 128, 128, DType::bf16, MaskKind::none, 0, true},
+          Case{"flux_joint_odd", 1, 2, 77, 77, 128, 128, DType::bf16, MaskKind::none, 0, true},
+          // full blocks of keys on K and V packed per head, then a partial one; Q's rows in place
+          Case{"flux_joint_long", 1, 2, 300, 300, 128, 128, DType::bf16, MaskKind::none, 0, true},
+          Case{"wan_self_long_masked", 1, 2, 70, 530, 64, 96, DType::bf16, MaskKind::key_padding},
+          Case{"wan_self", 1, 2, 130, 130, 128, 128, DType::bf16},
+          Case{"wan_self_odd", 2, 2, 61, 61, 128, 128, DType::bf16},
+          Case{"wan_cross", 1, 2, 50, 512, 128, 128, DType::bf16},
+          // keys a multiple of 64: blocks that divide them (2 x 640 at the default tiles)
+          Case{"wan_small_self", 1, 1, 40, 1280, 128, 128, DType::bf16},
+          Case{"wan_cross_padded", 1, 2, 37, 512, 128, 128, DType::bf16, MaskKind::key_padding},
+          Case{"d1", 1, 2, 5, 7, 1, 1, DType::bf16},
+          Case{"d0", 1, 2, 3, 4, 0, 5, DType::bf16},
+          Case{"d23_dv40", 1, 2, 19, 45, 23, 40, DType::bf16},
+          Case{"d64_dv17", 1, 2, 12, 41, 64, 17, DType::bf16},
+          Case{"d128", 1, 2, 13, 70, 128, 128, DType::bf16},
+          Case{"d160_dv200", 1, 2, 33, 300, 160, 200, DType::bf16},
+          Case{"one_key", 1, 2, 9, 1, 16, 16, DType::bf16},
+          Case{"one_query", 2, 3, 1, 301, 64, 64, DType::bf16},
+          Case{"additive", 2, 2, 9, 71, 16, 16, DType::bf16, MaskKind::additive},
+          Case{"key_padding", 2, 3, 10, 50, 64, 64, DType::bf16, MaskKind::key_padding},
+          Case{"flux_layout_d64", 1, 3, 25, 35, 64, 64, DType::bf16, MaskKind::none, 0, true},
+          Case{"bool_rows", 2, 2, 11, 37, 24, 8, DType::bf16, MaskKind::bool_rows},
+          Case{"mask_strided", 1, 2, 13, 40, 16, 16, DType::bf16, MaskKind::transposed},
+          Case{"mask_per_query", 1, 2, 13, 40, 16, 16, DType::bf16, MaskKind::per_query},
+          Case{"scale", 1, 2, 17, 33, 32, 32, DType::bf16, MaskKind::none, 0.3}};
+}
+
 // bf16 inputs: on the bf16 dot-product tiles where the CPU has AVX512-BF16 (attention_bf16_dot.h; the
 // f32 tiles elsewhere and under the @AVX2 registration), and on the f32 tiles forced (diffq-widen):
-// odd head sizes (pairs padded), odd key counts (key pairs padded), Dv != D, masks of every kind with
-// fully masked rows, the FLUX layout, every tiling.
+// bf16_tile_cases() (odd key counts: key pairs padded), every tiling.
 class SdpaBf16 : public ::testing::TestWithParam<Case> {};
 
 TEST_P(SdpaBf16, MatchesTheF64ReferenceOnBothTiles) {
@@ -226,22 +259,8 @@ TEST_P(SdpaBf16, MatchesTheF64ReferenceOnBothTiles) {
   expect_matches_reference(GetParam(), tilings, cpu::GemmKernel::diffq_widen);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, SdpaBf16,
-    ::testing::Values(Case{"b_d1", 1, 2, 5, 7, 1, 1, DType::bf16}, Case{"b_d0", 1, 2, 3, 4, 0, 5, DType::bf16},
-                      Case{"b_d23_dv40", 1, 2, 19, 45, 23, 40, DType::bf16},
-                      Case{"b_d64_dv17", 1, 2, 12, 41, 64, 17, DType::bf16},
-                      Case{"b_d128", 1, 2, 13, 70, 128, 128, DType::bf16},
-                      Case{"b_one_key", 1, 2, 9, 1, 16, 16, DType::bf16},
-                      Case{"b_one_query", 2, 3, 1, 301, 64, 64, DType::bf16},
-                      Case{"b_additive", 2, 2, 9, 71, 16, 16, DType::bf16, MaskKind::additive},
-                      Case{"b_bool_rows", 2, 2, 11, 37, 24, 8, DType::bf16, MaskKind::bool_rows},
-                      Case{"b_key_padding", 2, 3, 10, 50, 64, 64, DType::bf16, MaskKind::key_padding},
-                      Case{"b_mask_strided", 1, 2, 13, 40, 16, 16, DType::bf16, MaskKind::transposed},
-                      Case{"b_mask_per_query", 1, 2, 13, 40, 16, 16, DType::bf16, MaskKind::per_query},
-                      Case{"b_scale", 1, 2, 17, 33, 32, 32, DType::bf16, MaskKind::none, 0.3},
-                      Case{"b_flux_layout", 1, 3, 25, 35, 64, 64, DType::bf16, MaskKind::none, 0, true}),
-    [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
+INSTANTIATE_TEST_SUITE_P(Shapes, SdpaBf16, ::testing::ValuesIn(bf16_tile_cases()),
+                         [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
 
 // Where the CPU has the bf16 dot product the default runs the bf16 tiles (P rounded to bf16: other
 // bits than the f32 tiles), and diffq-widen the f32 ones.
@@ -259,39 +278,9 @@ TEST(SdpaBf16Choice, DotTilesRunWhereTheCpuHasThem) {
       << "the bf16 dot tiles run exactly where bf16_dot_gemm_usable() (avx512_bf16 and an AVX3 target)";
 }
 
-// The cases of the tiles whose products run on the matrix engine (oneDNN's matmul, diffq's AMX tiles): FLUX's
-// joint sequence (Sq = Sk, [B, S, H, D] views read in place), Wan's self (Sq = Sk) and cross attention (512
-// text keys), head dim 128, sizes that are no multiple of the tiles, Dv != D, odd head sizes (rows packed),
-// head dims and value widths past one tile, D 0 and 1, one key, one query, masks of every kind.
-std::vector<Case> matrix_tile_cases() {
-  return {Case{"flux_joint", 1, 3, 96, 96, 128, 128, DType::bf16, MaskKind::none, 0, true},
-          Case{"flux_joint_odd", 1, 2, 77, 77, 128, 128, DType::bf16, MaskKind::none, 0, true},
-          // full blocks of keys on K and V packed per head, then a partial one; Q's rows in place
-          Case{"flux_joint_long", 1, 2, 300, 300, 128, 128, DType::bf16, MaskKind::none, 0, true},
-          Case{"wan_self_long_masked", 1, 2, 70, 530, 64, 96, DType::bf16, MaskKind::key_padding},
-          Case{"wan_self", 1, 2, 130, 130, 128, 128, DType::bf16},
-          Case{"wan_self_odd", 2, 2, 61, 61, 128, 128, DType::bf16},
-          Case{"wan_cross", 1, 2, 50, 512, 128, 128, DType::bf16},
-          // keys a multiple of 64: blocks that divide them (2 x 640 at the default tiles)
-          Case{"wan_small_self", 1, 1, 40, 1280, 128, 128, DType::bf16},
-          Case{"wan_cross_padded", 1, 2, 37, 512, 128, 128, DType::bf16, MaskKind::key_padding},
-          Case{"d1", 1, 2, 5, 7, 1, 1, DType::bf16},
-          Case{"d0", 1, 2, 3, 4, 0, 5, DType::bf16},
-          Case{"d23_dv40", 1, 2, 19, 45, 23, 40, DType::bf16},
-          Case{"d64_dv17", 1, 2, 12, 41, 64, 17, DType::bf16},
-          Case{"d160_dv200", 1, 2, 33, 300, 160, 200, DType::bf16},
-          Case{"one_key", 1, 2, 9, 1, 16, 16, DType::bf16},
-          Case{"one_query", 2, 3, 1, 301, 64, 64, DType::bf16},
-          Case{"additive", 2, 2, 9, 71, 16, 16, DType::bf16, MaskKind::additive},
-          Case{"bool_rows", 2, 2, 11, 37, 24, 8, DType::bf16, MaskKind::bool_rows},
-          Case{"mask_strided", 1, 2, 13, 40, 16, 16, DType::bf16, MaskKind::transposed},
-          Case{"mask_per_query", 1, 2, 13, 40, 16, 16, DType::bf16, MaskKind::per_query},
-          Case{"scale", 1, 2, 17, 33, 32, 32, DType::bf16, MaskKind::none, 0.3}};
-}
-
 // bf16 inputs on the oneDNN tiles (attention_onednn.h: Q K^T and P V on oneDNN's bf16 matmul, the
 // vdpbf16ps tiles' softmax rows, P in bf16), forced, with the bf16 tolerance of the vdpbf16ps tiles, on
-// matrix_tile_cases() and every tiling (tilings with blocks of a multiple of 64 keys run their full blocks on
+// bf16_tile_cases() and every tiling (tilings with blocks of a multiple of 64 keys run their full blocks on
 // K and V packed for oneDNN); 1 and 2 threads give the same bits.
 class SdpaOnednn : public ::testing::TestWithParam<Case> {};
 
@@ -304,11 +293,11 @@ TEST_P(SdpaOnednn, MatchesTheF64Reference) {
                            cpu::GemmKernel::best, cpu::AttentionKernel::onednn);
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, SdpaOnednn, ::testing::ValuesIn(matrix_tile_cases()),
+INSTANTIATE_TEST_SUITE_P(Shapes, SdpaOnednn, ::testing::ValuesIn(bf16_tile_cases()),
                          [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
 
 // bf16 inputs on the AMX tiles (attention_amx.h: both products on AMX tiles written for attention, the
-// vdpbf16ps tiles' softmax rows, P in bf16), forced, on matrix_tile_cases() (head dims and value widths
+// vdpbf16ps tiles' softmax rows, P in bf16), forced, on bf16_tile_cases() (head dims and value widths
 // padded to 32, keys and query rows to 32; two key blocks for Wan-small's 1280 keys; row blocks that run
 // across heads) and every tiling; 1 and 2 threads give the same bits.
 class SdpaAmx : public ::testing::TestWithParam<Case> {};
@@ -321,7 +310,7 @@ TEST_P(SdpaAmx, MatchesTheF64Reference) {
                            cpu::GemmKernel::best, cpu::AttentionKernel::amx);
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, SdpaAmx, ::testing::ValuesIn(matrix_tile_cases()),
+INSTANTIATE_TEST_SUITE_P(Shapes, SdpaAmx, ::testing::ValuesIn(bf16_tile_cases()),
                          [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
 
 // The key blocks split the keys evenly where a multiple of 64 near the tuning's block divides them, else
@@ -405,40 +394,48 @@ TEST(SdpaKernelChoice, ForcedAndDefault) {
   }
 }
 
+// Exponents x in [-126, 0] (2^x normal): a fine sweep, the integers and the half-integers.
+std::vector<float> exp2_normal_inputs() {
+  std::vector<float> x;
+  for (float v = 0.f; v >= -126.f; v -= 0.000731f) x.push_back(v);
+  for (int i = 0; i <= 126; ++i) x.push_back(-float(i));
+  for (int i = 0; i < 126; ++i) x.push_back(-float(i) - 0.5f);
+  return x;
+}
+
+// The largest distance of y[i] from 2^x[i] in units of the f32 result's last place, over i < count.
+double worst_exp2_ulps(const std::vector<float>& x, const std::vector<float>& y, size_t count) {
+  double worst = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const double want = std::exp2(double(x[i]));
+    const double ulp = std::nextafter(float(want), INFINITY) - float(want);
+    worst = std::max(worst, std::abs(double(y[i]) - want) / ulp);
+  }
+  return worst;
+}
+
 // 2^x for x <= 0: within 1 ulp of the exact value for normal results (x >= -126), 0 below 2^-127,
 // exactly 1 at 0. The portable targets (SCALAR, EMU128) have no fused multiply-add: each polynomial
 // step rounds twice there, measured 1.16 ulp at worst, so 1.5 is their bound.
 TEST(SdpaKernel, Exp2IsWithinOneUlp) {
   const std::string target = cpu::simd_target_chosen();
   const double bound = target == "SCALAR" || target == "EMU128" ? 1.5 : 1.0;
-  std::vector<float> x;
-  for (float v = 0.f; v >= -126.f; v -= 0.000731f) x.push_back(v);
-  for (int i = 0; i <= 126; ++i) x.push_back(-float(i));
-  for (int i = 0; i < 126; ++i) x.push_back(-float(i) - 0.5f);
+  std::vector<float> x = exp2_normal_inputs();
   const size_t normal = x.size();
   for (const float v : {-127.f, -127.5f, -200.f, -1e30f, -INFINITY}) x.push_back(v);
   std::vector<float> y(x.size());
   cpu::attention_exp2_for_test(x.data(), y.data(), int64_t(x.size()));
-  double worst = 0;
-  for (size_t i = 0; i < normal; ++i) {
-    const double want = std::exp2(double(x[i]));
-    const double ulp = std::nextafter(float(want), INFINITY) - float(want);
-    worst = std::max(worst, std::abs(double(y[i]) - want) / ulp);
-  }
-  EXPECT_LE(worst, bound) << target;
+  EXPECT_LE(worst_exp2_ulps(x, y, normal), bound) << target;
   for (size_t i = normal; i < x.size(); ++i) EXPECT_EQ(y[i], 0.f) << x[i];
   EXPECT_EQ(y[0], 1.f);
 }
 
-// The bf16 tiles' exponential (vdpbf16ps and oneDNN tiles' softmax, AVX-512): within 3 ulps of 2^x for normal
+// The bf16 tiles' exponential (the vdpbf16ps, oneDNN and AMX tiles' softmax, AVX-512): within 3 ulps of 2^x for normal
 // results, exactly 1 at 0, NaN kept; below 2^-126 (x down to -inf) at most the smallest normal (denormal or 0,
 // which P's bf16 rounding and the row sums take as nothing).
 TEST(SdpaKernel, Bf16TilesExp2IsWithinThreeUlps) {
   if (!cpu::bf16_dot_gemm_usable()) GTEST_SKIP() << "the bf16 tiles need AVX512-BF16 (and AVX-512 F/BW/VL)";
-  std::vector<float> x;
-  for (float v = 0.f; v >= -126.f; v -= 0.000731f) x.push_back(v);
-  for (int i = 0; i <= 126; ++i) x.push_back(-float(i));
-  for (int i = 0; i < 126; ++i) x.push_back(-float(i) - 0.5f);
+  std::vector<float> x = exp2_normal_inputs();
   const size_t normal = x.size();
   for (const float v : {-126.5f, -127.f, -127.5f, -200.f, -1e30f, -INFINITY}) x.push_back(v);
   const size_t tiny_end = x.size();
@@ -446,13 +443,7 @@ TEST(SdpaKernel, Bf16TilesExp2IsWithinThreeUlps) {
   while (x.size() % 16) x.push_back(0.f);
   std::vector<float> y(x.size());
   cpu::attention_bf16_exp2_for_test(x.data(), y.data(), int64_t(x.size()));
-  double worst = 0;
-  for (size_t i = 0; i < normal; ++i) {
-    const double want = std::exp2(double(x[i]));
-    const double ulp = std::nextafter(float(want), INFINITY) - float(want);
-    worst = std::max(worst, std::abs(double(y[i]) - want) / ulp);
-  }
-  EXPECT_LE(worst, 3.0);
+  EXPECT_LE(worst_exp2_ulps(x, y, normal), 3.0);
   for (size_t i = normal; i < tiny_end; ++i) {
     EXPECT_GE(y[i], 0.f) << x[i];
     EXPECT_LE(y[i], std::numeric_limits<float>::min()) << x[i];
