@@ -1,4 +1,5 @@
-// The int8 dynamic linear's kernels against their scalar references, bit for bit: the packed-A GEMM
+// The int8 dynamic linear's kernels against their scalar references, bit for bit: the AMX-INT8 tiles'
+// B layout and part products (int8_gemm_amx.h), the packed-A GEMM
 // at tile / block edges (m, n, k not multiples of 6 / 16 / the 512-deep block, odd k, m = 1, the row
 // split when columns run short), the packed A layout, the fused scale / bias / cast epilogue against
 // int32 C + the reference epilogue, the activation min / max and quantization rows, and the whole
@@ -17,7 +18,9 @@
 
 #include "backend/cpu/int8_act_quant.h"
 #include "backend/cpu/int8_gemm.h"
+#include "backend/cpu/int8_gemm_amx.h"
 #include "backend/cpu/quant/int8_dynamic_linear.h"
+#include "backend/cpu/simd_targets.h"
 #include "backend/cpu/onednn_gemm.h"
 #include "backend/cpu/threads.h"
 #include "backend/cpu/tuning.h"
@@ -48,9 +51,13 @@ struct ThreadsGuard {
 // Which kernel runs: oneDNN's where the CPU has AVX512-VNNI or AMX-INT8 (measured faster; exact either
 // way), the vpmaddwd tile elsewhere or when DIFFQ_GEMM_KERNEL=diffq (ctest runs this suite both ways:
 // the names ending @int8-tile).
+// The AMX-INT8 tiles take the products of int8 rows from 64 rows where the CPU has AMX-INT8 and oneDNN's
+// int8 matmul runs on AMX (DNNL_MAX_CPU_ISA below AMX turns them off; DIFFQ_GEMM_KERNEL other than best and
+// DIFFQ_SIMD_TARGET below AVX-512 too).
 TEST(Int8Kernels, KernelChoiceFollowsTheCpu) {
   const char* forced = std::getenv("DIFFQ_GEMM_KERNEL");
   const std::string name = cpu::int8_gemm_kernel_name();
+  const bool best = !forced || !*forced || std::string(forced) == "best";
   if (forced && std::string(forced) == "diffq") {
     EXPECT_FALSE(cpu::int8_uses_onednn());
     EXPECT_NE(name.find("madd tile"), std::string::npos) << name;
@@ -58,6 +65,77 @@ TEST(Int8Kernels, KernelChoiceFollowsTheCpu) {
     EXPECT_EQ(cpu::int8_uses_onednn(), cpu::onednn_int8_available()) << name;
     EXPECT_NE(name.find(cpu::int8_uses_onednn() ? "oneDNN" : "madd tile"), std::string::npos) << name;
   }
+  const bool amx = best && cpu::amx_int8_usable() && cpu::onednn_int8_available() &&
+                   cpu::onednn_int8_impl().find("amx") != std::string::npos &&
+                   cpu::simd_target_chosen().rfind("AVX3", 0) == 0;  // not under a forced lower SIMD target
+  EXPECT_EQ(cpu::int8_uses_amx(), amx) << name;
+  EXPECT_EQ(name.find("AMX-INT8 tiles") != std::string::npos, amx) << name;
+  EXPECT_EQ(cpu::int8_rows_use_amx(64, 32, 1), amx);
+  EXPECT_FALSE(cpu::int8_rows_use_amx(63, 4096, 4096));  // too few rows: oneDNN / the tile
+  EXPECT_FALSE(cpu::int8_rows_use_amx(4096, 31, 4096));
+}
+
+// The tiles' B layout (4 consecutive k of a column side by side, 16 columns a tile, two tiles a step of 64)
+// against its scalar reference: k not a multiple of 4 or 64, fewer than 32 (or 16) live columns, a row
+// stride longer than k.
+TEST(Int8Amx, PackedBMatchesReference) {
+  if (!cpu::amx_int8_usable()) GTEST_SKIP() << "the CPU has no usable AMX-INT8 (amx_tile, amx_int8)";
+  for (int64_t k : {1, 3, 4, 63, 64, 65, 130, 1030})
+    for (int64_t cols : {1, 15, 16, 17, 31, 32}) {
+      const int64_t ldw = k + 5, j0 = 3;
+      const auto w = random_s8(size_t((j0 + 32) * ldw), uint32_t(k * 40 + cols));
+      const size_t bytes = size_t(cpu::amx_int8_lda(k) / 64 * 2048);
+      std::vector<int8_t> got(bytes, 99), want(bytes, 77);
+      cpu::amx_int8_pack_b_block(k, w.data(), ldw, j0, cols, got.data());
+      cpu::amx_int8_pack_b_block_reference(k, w.data(), ldw, j0, cols, want.data());
+      ASSERT_EQ(got, want) << "k=" << k << " cols=" << cols;
+    }
+}
+
+// The tiles' product of a part (rows from a multiple of 32, columns from anywhere) against the reference,
+// int32 exact: every block handed over once, inside the part, with the part's edges (rows and columns
+// not multiples of 32 or 16, k not of 64), extreme values (-128 x -128 summed over k), A in the tiles' form.
+TEST(Int8Amx, PartProductsMatchReference) {
+  if (!cpu::amx_int8_usable()) GTEST_SKIP() << "the CPU has no usable AMX-INT8 (amx_tile, amx_int8)";
+  for (int fill : {0, 1})
+    for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {33, 17, 3}, {64, 32, 64}, {100, 45, 65},
+                           {70, 130, 1030}, {40, 300, 200}}) {
+      const int64_t ldw = k + 2;
+      auto a = random_s8(size_t(m * k), uint32_t(m + 3 * n + 7 * k));
+      auto w = random_s8(size_t(n * ldw), uint32_t(5 * m + n + k));
+      if (fill) std::fill(a.begin(), a.end(), int8_t(-128)), std::fill(w.begin(), w.end(), int8_t(-128));
+      std::vector<int32_t> ref(size_t(m * n));
+      cpu::gemm_s8s8s32_reference(m, n, k, a.data(), k, w.data(), ldw, ref.data(), n);
+      const int64_t lda = cpu::amx_int8_lda(k);
+      std::vector<int8_t> padded(size_t(cpu::amx_int8_rows(m) * lda + 64));
+      int8_t* ap = padded.data() + (64 - reinterpret_cast<uintptr_t>(padded.data()) % 64) % 64;
+      cpu::amx_int8_copy_rows(m, k, a.data(), k, ap);
+      ASSERT_TRUE(cpu::amx_int8_rows_ready(ap, lda, k));
+      // Parts: the whole product, and a split at row 32 / column 16 (the threads' shares' boundaries).
+      for (auto [r0, c0] : {std::pair<int64_t, int64_t>{0, 0}, {32, 16}}) {
+        if (r0 >= m || c0 >= n) continue;
+        std::vector<int32_t> got(size_t(m * n), -7);
+        std::vector<int> seen(size_t(m * n), 0);
+        cpu::amx_int8_gemm_part(k, ap, lda, w.data(), ldw, r0, m, c0, n,
+                                [&](const int32_t* c, int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
+                                  ASSERT_TRUE(i0 >= r0 && i0 + rows <= m && j0 >= c0 && j0 + cols <= n);
+                                  ASSERT_TRUE(rows >= 1 && rows <= 32 && cols >= 1 && cols <= 32);
+                                  for (int64_t i = 0; i < rows; ++i)
+                                    for (int64_t j = 0; j < cols; ++j) {
+                                      got[size_t((i0 + i) * n + j0 + j)] = c[i * 32 + j];
+                                      ++seen[size_t((i0 + i) * n + j0 + j)];
+                                    }
+                                });
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            const bool inside = i >= r0 && j >= c0;
+            ASSERT_EQ(seen[size_t(i * n + j)], inside ? 1 : 0) << i << "," << j;
+            if (inside)
+              ASSERT_EQ(got[size_t(i * n + j)], ref[size_t(i * n + j)])
+                  << "m=" << m << " n=" << n << " k=" << k << " fill=" << fill << " at " << i << "," << j;
+          }
+      }
+    }
 }
 
 TEST(Int8Kernels, PackedALayout) {
@@ -96,17 +174,20 @@ TEST(Int8Kernels, PackedGemmMatchesReferenceAtEdges) {
   }
 }
 
-// A given as int8 rows (what the activation quantizer writes where oneDNN runs the product): oneDNN reads
-// them in place, the tile packs each thread's share into strips. Both kernels (the default and the tile
-// forced), int32 C, the fused epilogue and the parts, against the references, with a row stride > k.
+// A given as int8 rows (what the activation quantizer writes where oneDNN or the AMX tiles run the product):
+// oneDNN reads them in place, the AMX tiles from a padded copy (the rows are not in their form), the tile
+// packs each thread's share into strips. Every kernel (the default: the AMX tiles from 64 rows where the CPU
+// has them; oneDNN forced; the tile forced), int32 C, the fused epilogue and the parts, against the
+// references, with a row stride > k.
 TEST(Int8Kernels, RowsGemmMatchesReferenceOnBothKernels) {
-  for (const cpu::GemmKernel kernel : {cpu::GemmKernel::best, cpu::GemmKernel::diffq}) {
+  for (const cpu::GemmKernel kernel : {cpu::GemmKernel::best, cpu::GemmKernel::onednn, cpu::GemmKernel::diffq}) {
     cpu::Tuning t = cpu::current_tuning();
     t.gemm_kernel = kernel;
     const cpu::ScopedTuning scope(t);
     if (kernel == cpu::GemmKernel::diffq) {
       ASSERT_FALSE(cpu::int8_uses_onednn());
     }
+    if (kernel != cpu::GemmKernel::best) ASSERT_FALSE(cpu::int8_uses_amx());
     for (int threads : {1, 2}) {
       ThreadsGuard tg(threads);
       // Edges of every tile, and (last) a GEMM oneDNN runs in several column slices of several row
@@ -359,7 +440,9 @@ Tensor unfused_linear(const Tensor& x, const Tensor& bias, const tao::AffineInt8
 TEST(Int8Kernels, DynamicLinearEqualsUnfusedComposition) {
   ThreadsGuard tg(2);
   Generator g(3);
-  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{37, 50, 1030}, {1, 40, 515}, {14, 300, 64}})
+  // (100 and 64 rows: the AMX tiles where the CPU has them, on the quantizer's padded rows)
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{37, 50, 1030}, {1, 40, 515}, {14, 300, 64},
+                         {100, 70, 130}, {64, 32, 64}})
     for (DType dt : {DType::f32, DType::bf16, DType::f16})
       for (auto act : {tao::Granularity::PerRow, tao::Granularity::PerTensor})
         for (bool with_bias : {false, true}) {

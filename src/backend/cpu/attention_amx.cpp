@@ -8,11 +8,10 @@
 #include <cstring>
 
 #include "backend/cpu/aligned_buffer.h"
+#include "backend/cpu/amx_tiles.h"
 #include "backend/cpu/attention_bf16_dot.h"
 #include "backend/cpu/bf16_dot_gemm.h"
 #include "backend/cpu/cpu_features.h"
-
-#define DIFFQ_AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16")))
 
 namespace diffq::backend::cpu {
 
@@ -26,15 +25,8 @@ constexpr int64_t kTileElems = 512;  // one packed B tile: 16 pairs x 16 columns
 
 constexpr int64_t up32(int64_t n) { return (n + 31) / 32 * 32; }
 
-// Palette 1, tiles 0-7 all 16 rows x 64 bytes: 0-3 the f32 accumulators (16 x 16), 4-5 the A tiles (16 x 32
-// bf16), 6-7 the B tiles (16 pairs x 16 columns).
-struct alignas(64) TileConfig {
-  uint8_t palette_id = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
+// Tiles (amx_tiles.h): 0-3 the f32 accumulators (16 x 16), 4-5 the A tiles (16 x 32 bf16), 6-7 the B tiles
+// (16 pairs x 16 columns).
 
 struct Scratch {
   AlignedBuffer<uint16_t> kd, vd, kp, vp, q, pb;
@@ -146,19 +138,6 @@ DIFFQ_AMX_TARGET void pv_block(const uint16_t* pb, int64_t kb, const uint16_t* v
   }
 }
 
-// At namespace scope: GCC 12's _tile_loadconfig tells the compiler it reads 8 bytes only, so the stores of a
-// local configuration's other bytes could be dropped as dead.
-constexpr TileConfig make_tile_config() {
-  TileConfig cfg;
-  for (int i = 0; i < 8; ++i) cfg.colsb[i] = 64, cfg.rows[i] = 16;
-  return cfg;
-}
-const TileConfig kTileConfig = make_tile_config();
-
-DIFFQ_AMX_TARGET void load_tile_config() { _tile_loadconfig(&kTileConfig); }
-
-DIFFQ_AMX_TARGET void release_tiles() { _tile_release(); }
-
 }  // namespace
 
 bool attention_amx_usable() {
@@ -243,7 +222,7 @@ void attention_tiles_amx(const AttentionProblem& p, int64_t t0, int64_t t1) {
   const auto kp_of = [&](const Step& st) { return kp + (st.j0 / 16) * (dp / 32) * kTileElems; };
   const auto groups_of = [](const Step& st) { return up32(st.n) / 32; };
 
-  load_tile_config();
+  amx_load_tile_config();
   Step cur = steps.first(t0);
   int qs = 0, ss = 0;  // which Q and S buffers the current step reads
   if (cur.valid) {
@@ -294,7 +273,7 @@ void attention_tiles_amx(const AttentionProblem& p, int64_t t0, int64_t t1) {
     }
     cur = nxt, qs = nqs, ss = 1 - ss;
   }
-  release_tiles();
+  amx_release_tiles();
 }
 
 }  // namespace diffq::backend::cpu

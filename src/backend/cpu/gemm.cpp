@@ -554,14 +554,15 @@ void gemm_bf16_rows(bool trans_a, int64_t m, int64_t n, int64_t k, float alpha, 
   }
   // Elsewhere: column blocks of B gathered into a contiguous [k, nb] copy (<= 4 MiB) for gemm_bf16.
   const int64_t nb = std::max<int64_t>(32, std::min<int64_t>(n, (int64_t(2) << 20) / std::max<int64_t>(k, 1)));
-  std::vector<uint16_t> block(size_t(std::max<int64_t>(k, 1) * nb));
+  AlignedBuffer<uint16_t> blocks;
+  uint16_t* const block = blocks.get(size_t(std::max<int64_t>(k, 1) * nb));
   for (int64_t j0 = 0; j0 < n; j0 += nb) {
     const int64_t cols = std::min(nb, n - j0);
     parallel_for(k, std::max<int64_t>(1, 4096 / cols), [&](int64_t k0, int64_t k1) {
       for (int64_t kk = k0; kk < k1; ++kk)
-        std::memcpy(block.data() + kk * cols, b_rows[kk] + b_col0 + j0, size_t(cols) * sizeof(uint16_t));
+        std::memcpy(block + kk * cols, b_rows[kk] + b_col0 + j0, size_t(cols) * sizeof(uint16_t));
     });
-    gemm_bf16(trans_a, false, m, cols, k, alpha, a, lda, block.data(), cols, beta, c + j0, ldc);
+    gemm_bf16(trans_a, false, m, cols, k, alpha, a, lda, block, cols, beta, c + j0, ldc);
   }
 }
 

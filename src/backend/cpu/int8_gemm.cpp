@@ -25,6 +25,7 @@
 
 #include "backend/cpu/aligned_buffer.h"
 #include "backend/cpu/int8_gemm.h"
+#include "backend/cpu/int8_gemm_amx.h"
 #include "backend/cpu/onednn_gemm.h"
 #include "backend/cpu/row_kernels.h"
 #include "backend/cpu/simd_targets.h"
@@ -473,12 +474,18 @@ constexpr int64_t kOnednnRows = 43 * kMR;
 constexpr int64_t kOnednnSliceCols = 256;
 constexpr int64_t kOnednnSliceRows = 512;
 
+// Rows below which the AMX tiles leave a product to oneDNN / the tile: W is copied into the tiles' layout per
+// call, which few row blocks do not amortise (oneDNN's copy of its slices is per call too).
+constexpr int64_t kAmxMinRows = 64;
+
+
 // A as a GEMM call holds it: the tile's packed strips, or row-major int8 rows (what oneDNN reads; the
 // activation quantizer writes this form where oneDNN runs the product, so no unpacking is needed).
 struct Int8A {
   const int16_t* strips = nullptr;
   const int8_t* rows = nullptr;
   int64_t lda = 0;
+  bool amx_padded = false;  // rows in the AMX tiles' form (int8_gemm_amx.h), padding included
 };
 
 // One thread's share on oneDNN's VNNI / AMX-INT8 kernel: the share's A rows (read in place, or unpacked
@@ -569,7 +576,22 @@ bool int8_uses_onednn() {
   return onednn_int8_available();
 }
 
+bool int8_uses_amx() {
+  if (current_tuning().gemm_kernel != GemmKernel::best) return false;
+  static const bool yes =
+      amx_int8_usable() && onednn_int8_available() && onednn_int8_impl().find("amx") != std::string::npos;
+  // (asked each time: a SIMD target forced below AVX-512 keeps the lower kernels, as the attention's tiles)
+  return yes && (hwy::SupportedTargets() & (HWY_AVX3 | HWY_AVX3_DL)) != 0;
+}
+
+bool int8_rows_use_amx(int64_t m, int64_t n, int64_t k) {
+  return m >= kAmxMinRows && n >= 32 && k >= 1 && int8_uses_amx();
+}
+
 std::string int8_gemm_kernel_name() {
+  if (int8_uses_amx())
+    return "diffq AMX-INT8 tiles (32 x 32 blocks, the epilogue per block in L1) from " +
+           std::to_string(kAmxMinRows) + " rows, else oneDNN matmul " + onednn_int8_impl() + " (s8 x s8 -> s32)";
   if (int8_uses_onednn()) return "oneDNN matmul " + onednn_int8_impl() + " (s8 x s8 -> s32)";
   return "diffq int8: int16-pair madd tile (" + simd_target_chosen() + ")";
 }
@@ -633,6 +655,48 @@ void run_part(int64_t m, int64_t n, int64_t k, const Int8A& a, const int8_t* b, 
 
 namespace {
 
+// The threads' shares of a product on the AMX tiles: f(r0, r1, c0, c1) per share, blocks of 32 columns split
+// between the threads, blocks of 32 rows too where columns run short.
+template <class F>
+void for_each_amx_part(int64_t m, int64_t n, int64_t k, const F& f) {
+  hwy::ChosenTarget& chosen = hwy::GetChosenTarget();  // (as for_each_int8_part)
+  if (!chosen.IsInitialized()) chosen.Update(hwy::SupportedTargets());
+  const int64_t rb = (m + 31) / 32, nb = (n + 31) / 32;
+  int64_t threads = in_parallel_region() ? 1 : num_threads();
+  if (double(m) * double(n) * double(k) < 1 << 18) threads = 1;
+  const int64_t tn = std::min(threads, nb), tm = std::min(std::max<int64_t>(1, threads / tn), rb);
+  parallel_for(tn * tm, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t im = t / tn, in = t % tn;
+      f(rb * im / tm * 32, std::min(m, rb * (im + 1) / tm * 32), nb * in / tn * 32, std::min(n, nb * (in + 1) / tn * 32));
+    }
+  });
+}
+
+// The product on the AMX tiles, each finished 32 x 32 block through Int8RowsEpilogue while in L1 (int32 C
+// without ep, else ep's output), for the shares f gives: run(share) calls back with (r0, r1, c0, c1, ep).
+template <class Run>
+void gemm_amx(int64_t m, int64_t n, int64_t k, const Int8A& a, const int8_t* b, int64_t ldb, const Run& run) {
+  thread_local AlignedBuffer<int8_t> copy;  // A padded, where the caller did not write it so
+  const int8_t* rows = a.rows;
+  int64_t lda = a.lda;
+  if (!a.amx_padded) {
+    lda = amx_int8_lda(k);
+    int8_t* d = copy.get(size_t(amx_int8_rows(m) * lda));
+    amx_int8_copy_rows(m, k, a.rows, a.lda, d);
+    rows = d;
+  }
+  const auto epilogue = HWY_DYNAMIC_DISPATCH(Int8RowsEpilogue);
+  for_each_amx_part(m, n, k, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    run(r0, r1, c0, c1, [&](const Int8Epilogue* ep, int32_t* c, int64_t ldc) {
+      amx_int8_gemm_part(k, rows, lda, b, ldb, r0, r1, c0, c1,
+                         [&](const int32_t* t, int64_t i0, int64_t nr, int64_t j0, int64_t nc) {
+                           epilogue(t, 32, i0, nr, j0, nc, ep, c, ldc);
+                         });
+    });
+  });
+}
+
 void gemm_s8s8(int64_t m, int64_t n, int64_t k, const Int8A& a, const int8_t* b, int64_t ldb, int32_t* c,
                int64_t ldc, const Int8Epilogue* ep) {
   if (m <= 0 || n <= 0) return;
@@ -645,6 +709,10 @@ void gemm_s8s8(int64_t m, int64_t n, int64_t k, const Int8A& a, const int8_t* b,
         std::fill(c + i * ldc, c + i * ldc + n, 0);
     }
     apply_activation(ep, 0, m, 0, n);
+    return;
+  }
+  if (a.rows && int8_rows_use_amx(m, n, k)) {
+    gemm_amx(m, n, k, a, b, ldb, [&](int64_t, int64_t, int64_t, int64_t, const auto& product) { product(ep, c, ldc); });
     return;
   }
   for_each_int8_part(m, n, k, [&](int64_t s0, int64_t s1, int64_t q0, int64_t q1) {
@@ -672,6 +740,12 @@ void gemm_s8s8_parts(int64_t m, int64_t n, int64_t k, const Int8A& a, const int8
     });
     return;
   }
+  if (a.rows && int8_rows_use_amx(m, n, k)) {
+    gemm_amx(m, n, k, a, b, ldb, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1, const auto& product) {
+      if (r1 > r0 && c1 > c0) part(r0, r1, c0, c1, [&](const Int8Epilogue& e) { product(&e, nullptr, 0); });
+    });
+    return;
+  }
   for_each_int8_part(m, n, k, [&](int64_t s0, int64_t s1, int64_t q0, int64_t q1) {
     const int64_t r0 = s0 * kMR, r1 = std::min(m, s1 * kMR), c0 = q0 * kNR, c1 = std::min(n, q1 * kNR);
     if (r1 <= r0 || c1 <= c0) return;
@@ -684,10 +758,11 @@ Int8A strips_of(const int16_t* a_packed) {
   a.strips = a_packed;
   return a;
 }
-Int8A rows_of(const int8_t* rows, int64_t lda) {
+Int8A rows_of(const int8_t* rows, int64_t lda, bool amx_padded = false) {
   Int8A a;
   a.rows = rows;
   a.lda = lda;
+  a.amx_padded = amx_padded;
   return a;
 }
 
@@ -704,13 +779,13 @@ void gemm_s8s8_packed_parts(int64_t m, int64_t n, int64_t k, const int16_t* a_pa
 }
 
 void gemm_s8s8_rows(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const int8_t* b, int64_t ldb,
-                    int32_t* c, int64_t ldc, const Int8Epilogue* ep) {
-  gemm_s8s8(m, n, k, rows_of(a, lda), b, ldb, c, ldc, ep);
+                    int32_t* c, int64_t ldc, const Int8Epilogue* ep, bool amx_padded) {
+  gemm_s8s8(m, n, k, rows_of(a, lda, amx_padded), b, ldb, c, ldc, ep);
 }
 
 void gemm_s8s8_rows_parts(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const int8_t* b,
-                          int64_t ldb, const Int8Epilogue& ep, const GemmParts& parts) {
-  gemm_s8s8_parts(m, n, k, rows_of(a, lda), b, ldb, ep, parts);
+                          int64_t ldb, const Int8Epilogue& ep, const GemmParts& parts, bool amx_padded) {
+  gemm_s8s8_parts(m, n, k, rows_of(a, lda, amx_padded), b, ldb, ep, parts);
 }
 
 void gemm_s8s8s32(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const int8_t* b,

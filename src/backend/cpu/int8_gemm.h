@@ -74,13 +74,19 @@ void gemm_s8s8_packed(int64_t m, int64_t n, int64_t k, const int16_t* a_packed, 
 void gemm_s8s8_packed_parts(int64_t m, int64_t n, int64_t k, const int16_t* a_packed, const int8_t* b, int64_t ldb,
                             const Int8Epilogue& ep, const GemmParts& parts);
 
-// The same two on row-major int8 A (row stride lda): oneDNN reads these rows in place (no strips); where
-// the tile runs (no VNNI / AMX-INT8, a forced diffq kernel, a part oneDNN declines) each thread packs its
-// share of the rows into strips first. The activation quantizer writes this form where oneDNN runs.
+// The same two on row-major int8 A (row stride lda): the AMX-INT8 tiles (int8_gemm_amx.h) and oneDNN read
+// these rows in place (no strips); where the tile runs (no VNNI / AMX-INT8, a forced diffq kernel, a part
+// oneDNN declines) each thread packs its share of the rows into strips first. The activation quantizer
+// writes this form where oneDNN or the AMX tiles run: for the tiles with int8_rows_stride(m, n, k) and the
+// zero padding amx_int8_copy_rows writes (amx_padded: A is in that form; otherwise the tiles copy it).
 void gemm_s8s8_rows(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const int8_t* b, int64_t ldb,
-                    int32_t* c, int64_t ldc, const Int8Epilogue* ep);
+                    int32_t* c, int64_t ldc, const Int8Epilogue* ep, bool amx_padded = false);
 void gemm_s8s8_rows_parts(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const int8_t* b,
-                          int64_t ldb, const Int8Epilogue& ep, const GemmParts& parts);
+                          int64_t ldb, const Int8Epilogue& ep, const GemmParts& parts, bool amx_padded = false);
+
+// Whether an m x n x k product of int8 rows runs on the AMX-INT8 tiles under the current tuning (the CPU has
+// them, the shape has enough rows to amortise copying W into the tiles' layout).
+bool int8_rows_use_amx(int64_t m, int64_t n, int64_t k);
 
 // C[m, n] = sum_k A[m, k] * B[n, k] (gemm_s8s8_rows without an epilogue).
 void gemm_s8s8s32(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const int8_t* b,
@@ -88,8 +94,12 @@ void gemm_s8s8s32(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda,
 
 // The kernel the int8 GEMM runs here under the current tuning, in words (`diffq info`).
 std::string int8_gemm_kernel_name();
-// Whether it is oneDNN's (AVX512-VNNI / AMX-INT8) under the current tuning; exact either way.
+// Whether it is oneDNN's (AVX512-VNNI / AMX-INT8) under the current tuning, for the products the AMX tiles
+// do not take; exact either way.
 bool int8_uses_onednn();
+// Whether the AMX-INT8 tiles run the products of int8 rows (int8_rows_use_amx): the CPU has AMX-INT8, oneDNN's
+// int8 matmul runs on AMX too (so DNNL_MAX_CPU_ISA below AMX turns both off), and the GEMM kernel is `best`.
+bool int8_uses_amx();
 
 // Scalar references (the tests' oracles).
 void gemm_s8s8s32_reference(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda,

@@ -4,8 +4,10 @@
 #include <cfloat>
 #include <cmath>
 
+#include "backend/cpu/aligned_buffer.h"
 #include "backend/cpu/int8_act_quant.h"
 #include "backend/cpu/int8_gemm.h"
+#include "backend/cpu/int8_gemm_amx.h"
 #include "core/thread_pool.h"
 #include "diffq/error.h"
 #include "quant/torchao/affine.h"
@@ -51,15 +53,19 @@ namespace {
 
 // Per-call buffers, kept per calling thread (no heap traffic in the steady state).
 thread_local std::vector<float> ws, bv, xs, absmax;
-thread_local std::vector<int16_t> apack;
-thread_local std::vector<int8_t> arows;
+// (64-byte aligned: oneDNN's AMX tile loads of rows at a 16-byte offset from a cache line read two lines
+// per tile row and ran the int8 GEMM markedly slower on an AMX Xeon)
+thread_local AlignedBuffer<int16_t> apack;
+thread_local AlignedBuffer<int8_t> arows;
 
 // One call's quantized activations (int8 rows where oneDNN runs the product, else the tile's packed
 // strips) and the GEMM's epilogue (scales, bias, x's dtype), pointing into this thread's buffers; ep.y is
 // left for the caller.
 struct Int8Call {
   int64_t m = 0, n = 0, k = 0;
-  const int8_t* rows = nullptr;    // [m, k] row-major
+  const int8_t* rows = nullptr;    // [m, k] row-major at row stride lda (amx: in the AMX tiles' form)
+  int64_t lda = 0;
+  bool amx = false;
   const int16_t* strips = nullptr;  // else
   Int8Epilogue ep;
 };
@@ -94,16 +100,15 @@ Int8Call prepare(const Tensor& x, const Tensor& bias, const AffineInt8Weight& w)
 
   // Activations -> A in the form the GEMM reads (int8 rows for oneDNN, else strips of 6 rows), scales
   // per token or per tensor.
-  const bool as_rows = int8_uses_onednn();
+  const bool as_rows = int8_uses_onednn() || int8_uses_amx();
+  // Rows for the AMX tiles: a stride of k rounded up to 64, zero-padded, zero rows up to a multiple of 32.
+  const bool amx = int8_rows_use_amx(m, w.shape()[0], k);
+  const int64_t lda = amx ? amx_int8_lda(k) : k, alloc_rows = amx ? amx_int8_rows(m) : m;
   const int64_t strips = (m + kInt8StripRows - 1) / kInt8StripRows, se = int8_packed_strip_elems(k);
-  if (as_rows)
-    arows.resize(size_t(m * k));
-  else
-    apack.resize(int8_packed_a_elems(m, k));
+  int16_t* const ap = as_rows ? nullptr : apack.get(int8_packed_a_elems(m, k));
+  int8_t* const aq = as_rows ? arows.get(size_t(alloc_rows * lda)) : nullptr;
   xs.resize(per_tensor ? 1 : size_t(m));
   // (thread_local names inside the parallel bodies would be the workers' own: use these pointers)
-  int16_t* const ap = apack.data();
-  int8_t* const aq = arows.data();
   float* const xsp = xs.data();
   // Symmetric: the scale depends on the rows' min and max only through the largest magnitude.
   if (per_tensor) {
@@ -125,8 +130,12 @@ Int8Call prepare(const Tensor& x, const Tensor& bias, const AffineInt8Weight& w)
   };
   if (as_rows) {
     core::parallel_for(m, 8, [&](int64_t a, int64_t b) {
-      for (int64_t i = a; i < b; ++i) int8_quantize_row(row(i), src, k, row_scale(i), aq + i * k);
+      for (int64_t i = a; i < b; ++i) {
+        int8_quantize_row(row(i), src, k, row_scale(i), aq + i * lda);
+        std::fill(aq + i * lda + k, aq + (i + 1) * lda, int8_t(0));
+      }
     });
+    std::fill(aq + m * lda, aq + alloc_rows * lda, int8_t(0));
   } else {
     core::parallel_for(strips, 2, [&](int64_t s0, int64_t s1) {
       for (int64_t s = s0; s < s1; ++s)
@@ -151,9 +160,9 @@ Int8Call prepare(const Tensor& x, const Tensor& bias, const AffineInt8Weight& w)
   Int8Call c;
   c.m = m, c.n = n, c.k = k;
   if (as_rows)
-    c.rows = arows.data();
+    c.rows = aq, c.lda = lda, c.amx = amx;
   else
-    c.strips = apack.data();
+    c.strips = ap;
   c.ep.row_scale = xs.data();
   c.ep.per_tensor = per_tensor;
   c.ep.col_scale = ws.data();
@@ -175,7 +184,7 @@ Tensor int8_dynamic_linear(const Tensor& x, const Tensor& bias, const AffineInt8
   c.ep.ldy = c.n;
   const int8_t* wq = w.qdata().data<int8_t>();
   if (c.rows)
-    gemm_s8s8_rows(c.m, c.n, c.k, c.rows, c.k, wq, c.k, nullptr, 0, &c.ep);
+    gemm_s8s8_rows(c.m, c.n, c.k, c.rows, c.lda, wq, c.k, nullptr, 0, &c.ep, c.amx);
   else
     gemm_s8s8_packed(c.m, c.n, c.k, c.strips, wq, c.k, nullptr, 0, &c.ep);
   return y;
@@ -186,7 +195,7 @@ void int8_dynamic_linear_parts(const Tensor& x, const Tensor& bias, const Affine
   const Int8Call c = prepare(x, bias, w);
   const int8_t* wq = w.qdata().data<int8_t>();
   if (c.rows)
-    gemm_s8s8_rows_parts(c.m, c.n, c.k, c.rows, c.k, wq, c.k, c.ep, parts);
+    gemm_s8s8_rows_parts(c.m, c.n, c.k, c.rows, c.lda, wq, c.k, c.ep, parts, c.amx);
   else
     gemm_s8s8_packed_parts(c.m, c.n, c.k, c.strips, wq, c.k, c.ep, parts);
 }
