@@ -21,11 +21,29 @@ constexpr int64_t kStepBytes = 2 * kTileBytes;  // one step of a column block: i
 // The packed B of a slab of column blocks (32 x K bytes each) stays in L2 while every row block of the part
 // goes by (measured on an AMX Xeon with 2 MiB of L2 a core: slabs of about 1.2 MB beat 0.4 MB and one block).
 constexpr int64_t kSlabBytes = 1200 * 1024;
+// Rows of the previous block handed over at a time between steps (1 row a call measured slower: the
+// epilogue's fixed cost per call).
+constexpr int64_t kPiece = 4;
 
-// C[32][32] (row stride 32) += A rows (stride lda) x the packed B of one column block, over `steps` steps:
+// The previous block's rows still to hand over: their epilogue runs between the next block's tile steps
+// (the matrix unit works through its products while the core's vector units finish the rows).
+struct Pending {
+  const int32_t* c = nullptr;
+  int64_t i0 = 0, rows = 0, j0 = 0, cols = 0, next = 0;
+  // Hands over rows [next, upto).
+  void until(int64_t upto, const AmxInt8Block& done) {
+    if (upto <= next) return;
+    done(c + next * 32, i0 + next, upto - next, j0, cols);
+    next = upto;
+  }
+};
+
+// C[32][32] (row stride 32) = A rows (stride lda) x the packed B of one column block, over `steps` steps:
 // tiles 4 and 5 the A rows [0, 16) and [16, 32), 6 and 7 the B columns [0, 16) and [16, 32), 0-3 the
-// accumulators. Loads are interleaved with the products that need them.
-DIFFQ_AMX_TARGET void block_2x2(const int8_t* a, int64_t lda, const int8_t* b, int64_t steps, int32_t* c) {
+// accumulators. Loads are interleaved with the products that need them; p's rows are handed to done
+// spread over the steps (all of them before C is stored).
+DIFFQ_AMX_TARGET void block_2x2(const int8_t* a, int64_t lda, const int8_t* b, int64_t steps, int32_t* c,
+                                Pending& p, const AmxInt8Block& done) {
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
@@ -40,7 +58,9 @@ DIFFQ_AMX_TARGET void block_2x2(const int8_t* a, int64_t lda, const int8_t* b, i
     _tile_loadd(5, a1 + s * kStep, lda);
     _tile_dpbssd(2, 5, 6);
     _tile_dpbssd(3, 5, 7);
+    p.until(std::min(p.rows, (p.rows * (s + 1) / steps + kPiece - 1) / kPiece * kPiece), done);
   }
+  p.until(p.rows, done);
   constexpr int64_t ldc = kBlock * 4;
   _tile_stored(0, c, ldc);
   _tile_stored(1, c + 16, ldc);
@@ -133,21 +153,27 @@ void amx_int8_gemm_part(int64_t k, const int8_t* a, int64_t lda, const int8_t* w
   const int64_t slab = std::clamp<int64_t>(kSlabBytes / std::max<int64_t>(block_bytes, 1), 1, blocks);
   thread_local AlignedBuffer<int8_t> bbuf;
   int8_t* const bp = bbuf.get(size_t(slab * block_bytes));
-  alignas(64) int32_t c[kBlock * kBlock];
+  alignas(64) int32_t c[2][kBlock * kBlock];  // the block being computed and the one being handed over
+  Pending p;
+  int64_t n_done = 0;
   amx_load_tile_config();
   for (int64_t q0 = 0; q0 < blocks; q0 += slab) {
     const int64_t nq = std::min(slab, blocks - q0);
+    p.until(p.rows, done);  // (before the slab's B overwrites the buffer: no pending block reads it, but
+                            // its rows are due before the packing's own memory traffic)
     for (int64_t q = 0; q < nq; ++q) {
       const int64_t j = c0 + (q0 + q) * kBlock;
       amx_int8_pack_b_block(k, w, ldw, j, std::min(kBlock, c1 - j), bp + q * block_bytes);
     }
     for (int64_t i0 = r0; i0 < r1; i0 += kBlock)
-      for (int64_t q = 0; q < nq; ++q) {
+      for (int64_t q = 0; q < nq; ++q, ++n_done) {
         const int64_t j = c0 + (q0 + q) * kBlock;
-        block_2x2(a + i0 * lda, lda, bp + q * block_bytes, steps, c);
-        done(c, i0, std::min(kBlock, r1 - i0), j, std::min(kBlock, c1 - j));
+        int32_t* cb = c[n_done % 2];
+        block_2x2(a + i0 * lda, lda, bp + q * block_bytes, steps, cb, p, done);
+        p = Pending{cb, i0, std::min(kBlock, r1 - i0), j, std::min(kBlock, c1 - j), 0};
       }
   }
+  p.until(p.rows, done);
   amx_release_tiles();
 }
 
