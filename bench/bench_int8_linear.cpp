@@ -1,7 +1,8 @@
 // The whole torchao dynamic int8 linear (int8dq: per-token activation quantization, int8 GEMM, scale /
 // bias / bf16 cast) against the dense bf16 linear the engine runs otherwise (ops::linear with bf16
 // activations and weights), on the FLUX-small and wan-small linear shapes. Both take a
-// bf16 x [M, K], a bf16 bias and give bf16 y [M, N]; the int8 weight is quantized once beforehand.
+// bf16 x [M, K], a bf16 bias and give bf16 y [M, N]; the int8 weight is quantized once beforehand
+// (*_bf16_packed: the bf16 weight packed once, ops::linear_q, as the pipelines' linears on AMX).
 // Timings are wall clock (UseRealTime); the JSON's cpu_time is the process's CPU time.
 // ffn_up_gelu_*: the FFNs' first linear and GELU(tanh) as two ops (the linear, then the unary op) and fused
 // (ops::linear_q_act: the activation applied by the linear's kernel to its output in cache), for int8dq and
@@ -42,6 +43,20 @@ void linear_bf16(benchmark::State& state, const Shape& s, int threads) {
   cpu::set_num_threads(threads);
   const Inputs in = make_inputs(s);
   for (auto _ : state) benchmark::DoNotOptimize(diffq::ops::linear(in.x, in.w, in.b));
+  cpu::set_num_threads(0);
+}
+
+// The bf16 linear on the weight packed once (what the pipelines run on AMX / AVX512-BF16 CPUs); skipped where
+// oneDNN reads no packed weights.
+void linear_bf16_packed(benchmark::State& state, const Shape& s, int threads) {
+  if (!cpu::onednn_bf16_packing_usable()) {
+    state.SkipWithError("oneDNN reads no packed bf16 weights here");
+    return;
+  }
+  cpu::set_num_threads(threads);
+  const Inputs in = make_inputs(s);
+  const cpu::PackedBf16Weight w(in.w);
+  for (auto _ : state) benchmark::DoNotOptimize(diffq::ops::linear_q(in.x, w, in.b));
   cpu::set_num_threads(0);
 }
 
@@ -98,6 +113,8 @@ int main(int argc, char** argv) {
   register_gemm("linear_bf16", linear_bf16, int8_shapes());
   register_gemm("linear_int8dq", linear_int8dq, int8_shapes());
   register_gemm("wan_linear_bf16", linear_bf16, wan_shapes());
+  register_gemm("linear_bf16_packed", linear_bf16_packed, int8_shapes());
+  register_gemm("wan_linear_bf16_packed", linear_bf16_packed, wan_shapes());
   register_gemm("wan_linear_int8dq", linear_int8dq, wan_shapes());
   for (const int t : thread_counts())
     for (const Shape& s : ffn_up_shapes()) {  // each pair next to each other: a noisy host hits both alike

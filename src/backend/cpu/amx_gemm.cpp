@@ -28,20 +28,9 @@ struct Pending {
   }
 };
 
-// C[tc] += A[ta] B[tb] for the op's element types (a macro: GCC's tile intrinsics spell their tile numbers
-// into the instruction's text).
-#define DIFFQ_AMX_DOT(op, tc, ta, tb) \
-  do {                                \
-    if constexpr (op == AmxOp::s8s8_s32) \
-      _tile_dpbssd(tc, ta, tb);        \
-    else                               \
-      _tile_dpbf16ps(tc, ta, tb);      \
-  } while (0)
-
-// C[32][32] (row stride 32) = A rows (stride lda) x B tiles over `steps` steps: tiles 4 and 5 the A rows
+// C[32][32] (row stride 32) = A rows (stride lda) x B tiles over `steps` steps (int8 x int8 -> int32): tiles 4 and 5 the A rows
 // [0, 16) and [16, 32), 6 and 7 the B columns [0, 16) and [16, 32), 0-3 the accumulators; loads interleaved
 // with the products that need them. p's rows go to done spread over the steps, all before C is stored.
-template <AmxOp op>
 DIFFQ_AMX_TARGET void block_2x2(const uint8_t* a, int64_t lda, const uint8_t* b, const AmxBTiles& bt, int64_t steps,
                                 int32_t* c, Pending& p, const AmxBlockDone& done) {
   _tile_zero(0);
@@ -53,12 +42,12 @@ DIFFQ_AMX_TARGET void block_2x2(const uint8_t* a, int64_t lda, const uint8_t* b,
   for (int64_t s = 0; s < steps; ++s, b += step) {
     _tile_loadd(4, a + s * kStep, lda);
     _tile_loadd(6, b, stride);
-    DIFFQ_AMX_DOT(op, 0, 4, 6);
+    _tile_dpbssd(0, 4, 6);
     _tile_loadd(7, b + second, stride);
-    DIFFQ_AMX_DOT(op, 1, 4, 7);
+    _tile_dpbssd(1, 4, 7);
     _tile_loadd(5, a1 + s * kStep, lda);
-    DIFFQ_AMX_DOT(op, 2, 5, 6);
-    DIFFQ_AMX_DOT(op, 3, 5, 7);
+    _tile_dpbssd(2, 5, 6);
+    _tile_dpbssd(3, 5, 7);
     p.until(std::min(p.rows, (p.rows * (s + 1) / steps + kPiece - 1) / kPiece * kPiece), done);
   }
   p.until(p.rows, done);
@@ -69,7 +58,6 @@ DIFFQ_AMX_TARGET void block_2x2(const uint8_t* a, int64_t lda, const uint8_t* b,
   _tile_stored(3, c + 16 * kBlock + 16, ldc);
 }
 
-template <AmxOp op>
 void run_part(const std::function<const uint8_t*(int64_t)>& a_rows, int64_t lda, int64_t steps, const AmxBTiles& b,
               int64_t slab_blocks, int64_t r0, int64_t r1, int64_t c0, int64_t c1, const AmxBlockDone& done) {
   const int64_t blocks = (c1 - c0 + kBlock - 1) / kBlock, slab = std::clamp<int64_t>(slab_blocks, 1, blocks);
@@ -86,7 +74,7 @@ void run_part(const std::function<const uint8_t*(int64_t)>& a_rows, int64_t lda,
       for (int64_t q = q0; q < q0 + nq; ++q, ++n_done) {
         const int64_t j = c0 + q * kBlock;
         int32_t* cb = c[n_done % 2];
-        block_2x2<op>(a, lda, b.tiles(q), b, steps, cb, p, done);
+        block_2x2(a, lda, b.tiles(q), b, steps, cb, p, done);
         p = Pending{cb, i0, std::min(kBlock, r1 - i0), j, std::min(kBlock, c1 - j), 0};
       }
     }
@@ -97,14 +85,10 @@ void run_part(const std::function<const uint8_t*(int64_t)>& a_rows, int64_t lda,
 
 }  // namespace
 
-void amx_gemm_part(AmxOp op, const std::function<const uint8_t*(int64_t i0)>& a_rows, int64_t lda, int64_t steps,
+void amx_gemm_part(const std::function<const uint8_t*(int64_t i0)>& a_rows, int64_t lda, int64_t steps,
                    const AmxBTiles& b, int64_t slab_blocks, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
                    const AmxBlockDone& done) {
-  if (r1 <= r0 || c1 <= c0) return;
-  if (op == AmxOp::s8s8_s32)
-    run_part<AmxOp::s8s8_s32>(a_rows, lda, steps, b, slab_blocks, r0, r1, c0, c1, done);
-  else
-    run_part<AmxOp::bf16_f32>(a_rows, lda, steps, b, slab_blocks, r0, r1, c0, c1, done);
+  if (r1 > r0 && c1 > c0) run_part(a_rows, lda, steps, b, slab_blocks, r0, r1, c0, c1, done);
 }
 
 }  // namespace diffq::backend::cpu

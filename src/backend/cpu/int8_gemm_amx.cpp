@@ -101,7 +101,7 @@ DIFFQ_AMX_TARGET void amx_int8_pack_b_block(int64_t k, const int8_t* w, int64_t 
 }
 
 void amx_int8_gemm_part(int64_t k, const int8_t* a, int64_t lda, const int8_t* w, int64_t ldw, int64_t r0, int64_t r1,
-                        int64_t c0, int64_t c1, const AmxInt8Block& done) {
+                        int64_t c0, int64_t c1, const AmxBlockDone& done) {
   if (r1 <= r0 || c1 <= c0) return;
   const int64_t steps = amx_int8_lda(k) / kStep, block_bytes = steps * kStepBytes;
   const int64_t slab = std::max<int64_t>(1, kSlabBytes / std::max<int64_t>(block_bytes, 1));
@@ -119,10 +119,7 @@ void amx_int8_gemm_part(int64_t k, const int8_t* a, int64_t lda, const int8_t* w
   b.tiles = [&](int64_t q) -> const uint8_t* { return bp + (q - first) * block_bytes; };
   b.step = kStepBytes, b.second = kTileBytes, b.stride = 64;
   const auto* ab = reinterpret_cast<const uint8_t*>(a);
-  amx_gemm_part(AmxOp::s8s8_s32, [&](int64_t i0) { return ab + i0 * lda; }, lda, steps, b, slab, r0, r1, c0, c1,
-                [&](const void* c, int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
-                  done(static_cast<const int32_t*>(c), i0, rows, j0, cols);
-                });
+  amx_gemm_part([&](int64_t i0) { return ab + i0 * lda; }, lda, steps, b, slab, r0, r1, c0, c1, done);
 }
 
 }  // namespace diffq::backend::cpu

@@ -11,7 +11,8 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
+
+#include "backend/cpu/amx_gemm.h"
 
 namespace diffq::backend::cpu {
 
@@ -29,14 +30,11 @@ bool amx_int8_rows_ready(const int8_t* a, int64_t lda, int64_t k);
 // Copies A (m x k, row stride lda) into dst in that form (dst: amx_int8_rows(m) x amx_int8_lda(k), aligned).
 void amx_int8_copy_rows(int64_t m, int64_t k, const int8_t* a, int64_t lda, int8_t* dst);
 
-// A finished block: int32 C of output rows [i0, i0 + rows) x columns [j0, j0 + cols) at c (row stride 32).
-using AmxInt8Block = std::function<void(const int32_t* c, int64_t i0, int64_t rows, int64_t j0, int64_t cols)>;
-
 // Rows [r0, r1) x columns [c0, c1) of C = A W^T (r0 a multiple of 32; A in the tiles' form, k its row
 // length, W [n, k] at row stride ldw, c1 <= n), on the calling thread, each 32 x 32 block (or the part's
-// edge) handed to done. Requires amx_int8_usable().
+// edge) handed to done, a few rows at a time (amx_gemm.h). Requires amx_int8_usable().
 void amx_int8_gemm_part(int64_t k, const int8_t* a, int64_t lda, const int8_t* w, int64_t ldw, int64_t r0, int64_t r1,
-                        int64_t c0, int64_t c1, const AmxInt8Block& done);
+                        int64_t c0, int64_t c1, const AmxBlockDone& done);
 
 // The B layout of the tiles, for the tests: columns [j0, j0 + 32) of W as 2 x (k padded to 64) / 64 tiles
 // of 1 KiB, tile (kb, t) holding in row g the 4 bytes W[j0 + 16 t + j][64 kb + 4 g + 0..3] for j = 0..15;
