@@ -69,18 +69,53 @@ void amx_int8_pack_b_block_reference(int64_t k, const int8_t* w, int64_t ldw, in
         }
 }
 
-// Row g of a tile gathers the g-th group of 4 bytes of its 16 columns' rows (a stride of ldw bytes); the
-// groups that cross k, element by element.
+// The tile of 16 full columns at `rows` (row stride ldw) and 64 k: the 16 x 16 matrix of 4-byte groups
+// (row j: column j's 64 bytes) transposed in registers (groups of 4 bytes as 32-bit lanes).
+DIFFQ_AMX_TARGET inline void transpose_tile(const int8_t* rows, int64_t ldw, int8_t* tile) {
+  __m512i r[16], t[16];
+  for (int j = 0; j < 16; ++j) r[j] = _mm512_loadu_si512(rows + j * ldw);
+  // Per 128-bit lane L (groups 4 L .. 4 L + 3): 32-bit interleaves of row pairs, then 64-bit ones of pairs of
+  // those (r[4 b + c]: rows 4 b .. 4 b + 3 of group 4 L + c), then the lanes regrouped twice.
+  for (int j = 0; j < 16; j += 2) {
+    t[j] = _mm512_unpacklo_epi32(r[j], r[j + 1]);
+    t[j + 1] = _mm512_unpackhi_epi32(r[j], r[j + 1]);
+  }
+  for (int j = 0; j < 16; j += 4) {
+    r[j] = _mm512_unpacklo_epi64(t[j], t[j + 2]);
+    r[j + 1] = _mm512_unpackhi_epi64(t[j], t[j + 2]);
+    r[j + 2] = _mm512_unpacklo_epi64(t[j + 1], t[j + 3]);
+    r[j + 3] = _mm512_unpackhi_epi64(t[j + 1], t[j + 3]);
+  }
+  for (int j = 0; j < 4; ++j) {
+    t[j] = _mm512_shuffle_i32x4(r[j], r[j + 4], 0x88);
+    t[j + 4] = _mm512_shuffle_i32x4(r[j], r[j + 4], 0xdd);
+    t[j + 8] = _mm512_shuffle_i32x4(r[j + 8], r[j + 12], 0x88);
+    t[j + 12] = _mm512_shuffle_i32x4(r[j + 8], r[j + 12], 0xdd);
+  }
+  for (int j = 0; j < 8; ++j) {
+    r[j] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0x88);
+    r[j + 8] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0xdd);
+  }
+  // r[g] now holds group g of the 16 columns in lane j = column j: the tile's row g.
+  for (int g = 0; g < 16; ++g) _mm512_storeu_si512(tile + g * 64, r[g]);
+}
+
+// Tiles of 16 full columns and k steps inside k: transposed in registers; the others (columns past `cols`,
+// the groups that cross k) row by row: row g of a tile gathers the g-th group of 4 bytes of its 16 columns'
+// rows (a stride of ldw bytes), the groups that cross k element by element.
 DIFFQ_AMX_TARGET void amx_int8_pack_b_block(int64_t k, const int8_t* w, int64_t ldw, int64_t j0, int64_t cols,
                                             int8_t* dst) {
   const int64_t steps = amx_int8_lda(k) / kStep, whole = k / 4;
+  for (int64_t t = 0; t < 2 && cols >= 16 * (t + 1); ++t)
+    for (int64_t s = 0; s < k / kStep; ++s)
+      transpose_tile(w + (j0 + 16 * t) * ldw + s * kStep, ldw, dst + (s * 2 + t) * kTileBytes);
   const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                          _mm512_set1_epi32(int32_t(ldw)));
   for (int64_t t = 0; t < 2; ++t) {
     const int64_t live = std::clamp<int64_t>(cols - 16 * t, 0, 16);
     const __mmask16 mask = __mmask16((1u << live) - 1u);
     const int8_t* base = w + (j0 + 16 * t) * ldw;
-    for (int64_t s = 0; s < steps; ++s) {
+    for (int64_t s = live == 16 ? k / kStep : 0; s < steps; ++s) {
       int8_t* tile = dst + (s * 2 + t) * kTileBytes;
       for (int64_t g = 0; g < 16; ++g) {
         const int64_t grp = s * 16 + g;
