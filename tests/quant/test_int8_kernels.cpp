@@ -51,7 +51,7 @@ struct ThreadsGuard {
 // Which kernel runs: oneDNN's where the CPU has AVX512-VNNI or AMX-INT8 (measured faster; exact either
 // way), the vpmaddwd tile elsewhere or when DIFFQ_GEMM_KERNEL=diffq (ctest runs this suite both ways:
 // the names ending @int8-tile).
-// The AMX-INT8 tiles take the products of int8 rows from 64 rows where the CPU has AMX-INT8 and oneDNN's
+// The AMX-INT8 tiles take the products of int8 rows from 256 rows where the CPU has AMX-INT8 and oneDNN's
 // int8 matmul runs on AMX (DNNL_MAX_CPU_ISA below AMX turns them off; DIFFQ_GEMM_KERNEL other than best and
 // DIFFQ_SIMD_TARGET below AVX-512 too).
 TEST(Int8Kernels, KernelChoiceFollowsTheCpu) {
@@ -70,8 +70,8 @@ TEST(Int8Kernels, KernelChoiceFollowsTheCpu) {
                    cpu::simd_target_chosen().rfind("AVX3", 0) == 0;  // not under a forced lower SIMD target
   EXPECT_EQ(cpu::int8_uses_amx(), amx) << name;
   EXPECT_EQ(name.find("AMX-INT8 tiles") != std::string::npos, amx) << name;
-  EXPECT_EQ(cpu::int8_rows_use_amx(64, 32, 1), amx);
-  EXPECT_FALSE(cpu::int8_rows_use_amx(63, 4096, 4096));  // too few rows: oneDNN / the tile
+  EXPECT_EQ(cpu::int8_rows_use_amx(256, 32, 1), amx);
+  EXPECT_FALSE(cpu::int8_rows_use_amx(255, 4096, 4096));  // too few rows: oneDNN / the tile
   EXPECT_FALSE(cpu::int8_rows_use_amx(4096, 31, 4096));
 }
 
@@ -176,7 +176,7 @@ TEST(Int8Kernels, PackedGemmMatchesReferenceAtEdges) {
 
 // A given as int8 rows (what the activation quantizer writes where oneDNN or the AMX tiles run the product):
 // oneDNN reads them in place, the AMX tiles from a padded copy (the rows are not in their form), the tile
-// packs each thread's share into strips. Every kernel (the default: the AMX tiles from 64 rows where the CPU
+// packs each thread's share into strips. Every kernel (the default: the AMX tiles from 256 rows where the CPU
 // has them; oneDNN forced; the tile forced), int32 C, the fused epilogue and the parts, against the
 // references, with a row stride > k.
 TEST(Int8Kernels, RowsGemmMatchesReferenceOnBothKernels) {
@@ -440,9 +440,9 @@ Tensor unfused_linear(const Tensor& x, const Tensor& bias, const tao::AffineInt8
 TEST(Int8Kernels, DynamicLinearEqualsUnfusedComposition) {
   ThreadsGuard tg(2);
   Generator g(3);
-  // (100 and 64 rows: the AMX tiles where the CPU has them, on the quantizer's padded rows)
+  // (300 and 256 rows: the AMX tiles where the CPU has them, on the quantizer's padded rows)
   for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{37, 50, 1030}, {1, 40, 515}, {14, 300, 64},
-                         {100, 70, 130}, {64, 32, 64}})
+                         {300, 70, 130}, {256, 32, 64}})
     for (DType dt : {DType::f32, DType::bf16, DType::f16})
       for (auto act : {tao::Granularity::PerRow, tao::Granularity::PerTensor})
         for (bool with_bias : {false, true}) {

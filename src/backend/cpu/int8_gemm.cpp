@@ -475,8 +475,10 @@ constexpr int64_t kOnednnSliceCols = 256;
 constexpr int64_t kOnednnSliceRows = 512;
 
 // Rows below which the AMX tiles leave a product to oneDNN / the tile: W is copied into the tiles' layout per
-// call, which few row blocks do not amortise (oneDNN's copy of its slices is per call too).
-constexpr int64_t kAmxMinRows = 64;
+// call, which few row blocks do not amortise (oneDNN's copy of its slices is per call too). Measured on an AMX
+// Xeon (docs/benchmarks.md "Tenth AMX session"): 128 rows ~10% slower than oneDNN, 256 level or faster, 512 and
+// more faster.
+constexpr int64_t kAmxMinRows = 256;
 
 
 // A as a GEMM call holds it: the tile's packed strips, or row-major int8 rows (what oneDNN reads; the
