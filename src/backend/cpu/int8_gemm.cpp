@@ -442,16 +442,17 @@ void pack_a_s8(int64_t m, int64_t k, const int8_t* a, int64_t lda, int16_t* dst)
 
 namespace {
 
-// The threads' shares of a GEMM: f(s0, s1, q0, q1) per share of A strips x B panels, on the pool.
-// Threads split the columns (each widens only its own B panels); rows too when columns run short.
+// The threads' shares of a GEMM in units of mu rows x nu columns (the tile's A strips x B panels, or the AMX
+// tiles' 32 x 32 blocks): f(s0, s1, q0, q1) per share of row units x column units, on the pool. Threads split
+// the columns (each widens / copies only its own part of B); rows too when columns run short.
 template <class F>
-void for_each_int8_part(int64_t m, int64_t n, int64_t k, const F& f) {
+void for_each_share(int64_t m, int64_t n, int64_t k, int64_t mu, int64_t nu, const F& f) {
   // run_part holds dispatched function pointers across thousands of tile calls. Taken before Highway has
   // chosen a target they would be its first-call trampoline, which re-detects the CPU (CPUID, a VM exit
   // under virtualisation) on every call: choose the target first.
   hwy::ChosenTarget& chosen = hwy::GetChosenTarget();
   if (!chosen.IsInitialized()) chosen.Update(hwy::SupportedTargets());
-  const int64_t strips = (m + kMR - 1) / kMR, panels = (n + kNR - 1) / kNR;
+  const int64_t strips = (m + mu - 1) / mu, panels = (n + nu - 1) / nu;
   int64_t threads = in_parallel_region() ? 1 : num_threads();
   if (double(m) * double(n) * double(k) < 1 << 18) threads = 1;
   const int64_t tn = std::min(threads, panels), tm = std::min(std::max<int64_t>(1, threads / tn), strips);
@@ -461,6 +462,12 @@ void for_each_int8_part(int64_t m, int64_t n, int64_t k, const F& f) {
       f(strips * im / tm, strips * (im + 1) / tm, panels * in / tn, panels * (in + 1) / tn);
     }
   });
+}
+
+// The tile's shares: A strips x B panels.
+template <class F>
+void for_each_int8_part(int64_t m, int64_t n, int64_t k, const F& f) {
+  for_each_share(m, n, k, kMR, kNR, f);
 }
 
 // Rows of A per oneDNN call on unpacked strips (a multiple of the strip height): oneDNN copies its B slice
@@ -657,21 +664,11 @@ void run_part(int64_t m, int64_t n, int64_t k, const Int8A& a, const int8_t* b, 
 
 namespace {
 
-// The threads' shares of a product on the AMX tiles: f(r0, r1, c0, c1) per share, blocks of 32 columns split
-// between the threads, blocks of 32 rows too where columns run short.
+// The threads' shares of a product on the AMX tiles: f(r0, r1, c0, c1) per share of 32 x 32 blocks.
 template <class F>
 void for_each_amx_part(int64_t m, int64_t n, int64_t k, const F& f) {
-  hwy::ChosenTarget& chosen = hwy::GetChosenTarget();  // (as for_each_int8_part)
-  if (!chosen.IsInitialized()) chosen.Update(hwy::SupportedTargets());
-  const int64_t rb = (m + 31) / 32, nb = (n + 31) / 32;
-  int64_t threads = in_parallel_region() ? 1 : num_threads();
-  if (double(m) * double(n) * double(k) < 1 << 18) threads = 1;
-  const int64_t tn = std::min(threads, nb), tm = std::min(std::max<int64_t>(1, threads / tn), rb);
-  parallel_for(tn * tm, 1, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t im = t / tn, in = t % tn;
-      f(rb * im / tm * 32, std::min(m, rb * (im + 1) / tm * 32), nb * in / tn * 32, std::min(n, nb * (in + 1) / tn * 32));
-    }
+  for_each_share(m, n, k, 32, 32, [&](int64_t s0, int64_t s1, int64_t q0, int64_t q1) {
+    f(s0 * 32, std::min(m, s1 * 32), q0 * 32, std::min(n, q1 * 32));
   });
 }
 
