@@ -487,7 +487,6 @@ constexpr int64_t kOnednnSliceRows = 512;
 // more faster.
 constexpr int64_t kAmxMinRows = 256;
 
-
 // A as a GEMM call holds it: the tile's packed strips, or row-major int8 rows (what oneDNN reads; the
 // activation quantizer writes this form where oneDNN runs the product, so no unpacking is needed).
 struct Int8A {
@@ -673,7 +672,8 @@ void for_each_amx_part(int64_t m, int64_t n, int64_t k, const F& f) {
 }
 
 // The product on the AMX tiles, each finished 32 x 32 block through Int8RowsEpilogue while in L1 (int32 C
-// without ep, else ep's output), for the shares f gives: run(share) calls back with (r0, r1, c0, c1, ep).
+// without ep, else ep's output): run(r0, r1, c0, c1, product) per thread's share, where product(ep, c, ldc)
+// computes the share into ep's output (or C).
 template <class Run>
 void gemm_amx(int64_t m, int64_t n, int64_t k, const Int8A& a, const int8_t* b, int64_t ldb, const Run& run) {
   thread_local AlignedBuffer<int8_t> copy;  // A padded, where the caller did not write it so

@@ -77,8 +77,9 @@ void gemm_s8s8_packed_parts(int64_t m, int64_t n, int64_t k, const int16_t* a_pa
 // The same two on row-major int8 A (row stride lda): the AMX-INT8 tiles (int8_gemm_amx.h) and oneDNN read
 // these rows in place (no strips); where the tile runs (no VNNI / AMX-INT8, a forced diffq kernel, a part
 // oneDNN declines) each thread packs its share of the rows into strips first. The activation quantizer
-// writes this form where oneDNN or the AMX tiles run: for the tiles with int8_rows_stride(m, n, k) and the
-// zero padding amx_int8_copy_rows writes (amx_padded: A is in that form; otherwise the tiles copy it).
+// writes this form where oneDNN or the AMX tiles run: for the tiles (int8_rows_use_amx) at the row stride
+// amx_int8_lda(k) with the zero padding amx_int8_copy_rows writes (amx_padded: A is in that form, aligned;
+// otherwise the tiles copy it).
 void gemm_s8s8_rows(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const int8_t* b, int64_t ldb,
                     int32_t* c, int64_t ldc, const Int8Epilogue* ep, bool amx_padded = false);
 void gemm_s8s8_rows_parts(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const int8_t* b,
