@@ -98,8 +98,10 @@ TEST(Int8Amx, PackedBMatchesReference) {
 TEST(Int8Amx, PartProductsMatchReference) {
   if (!cpu::amx_int8_usable()) GTEST_SKIP() << "the CPU has no usable AMX-INT8 (amx_tile, amx_int8)";
   for (int fill : {0, 1})
-    for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {33, 17, 3}, {64, 32, 64}, {100, 45, 65},
-                           {70, 130, 1030}, {40, 300, 200}}) {
+    for (const auto& shape : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {33, 17, 3}, {64, 32, 64},
+                              {100, 45, 65}, {70, 130, 1030}, {40, 300, 200}}) {
+      // Plain locals, not structured bindings: the lambda below captures them (clang 14 refuses bindings).
+      const int64_t m = std::get<0>(shape), n = std::get<1>(shape), k = std::get<2>(shape);
       const int64_t ldw = k + 2;
       auto a = random_s8(size_t(m * k), uint32_t(m + 3 * n + 7 * k));
       auto w = random_s8(size_t(n * ldw), uint32_t(5 * m + n + k));
@@ -112,7 +114,8 @@ TEST(Int8Amx, PartProductsMatchReference) {
       cpu::amx_int8_copy_rows(m, k, a.data(), k, ap);
       ASSERT_TRUE(cpu::amx_int8_rows_ready(ap, lda, k));
       // Parts: the whole product, and a split at row 32 / column 16 (the threads' shares' boundaries).
-      for (auto [r0, c0] : {std::pair<int64_t, int64_t>{0, 0}, {32, 16}}) {
+      for (const auto& origin : {std::pair<int64_t, int64_t>{0, 0}, {32, 16}}) {
+        const int64_t r0 = origin.first, c0 = origin.second;
         if (r0 >= m || c0 >= n) continue;
         std::vector<int32_t> got(size_t(m * n), -7);
         std::vector<int> seen(size_t(m * n), 0);
