@@ -28,9 +28,10 @@ struct Pending {
   }
 };
 
-// C[32][32] (row stride 32) = A rows (stride lda) x B tiles over `steps` steps (int8 x int8 -> int32): tiles 4 and 5 the A rows
-// [0, 16) and [16, 32), 6 and 7 the B columns [0, 16) and [16, 32), 0-3 the accumulators; loads interleaved
-// with the products that need them. p's rows go to done spread over the steps, all before C is stored.
+// C[32][32] (row stride 32) = A rows (stride lda) x B tiles over `steps` steps (int8 x int8 -> int32): tiles
+// 4 and 5 the A rows [0, 16) and [16, 32), 6 and 7 the B columns [0, 16) and [16, 32), 0-3 the accumulators;
+// loads interleaved with the products that need them. p's rows go to done spread over the steps, all before C
+// is stored.
 DIFFQ_AMX_TARGET void block_2x2(const uint8_t* a, int64_t lda, const uint8_t* b, const AmxBTiles& bt, int64_t steps,
                                 int32_t* c, Pending& p, const AmxBlockDone& done) {
   _tile_zero(0);
