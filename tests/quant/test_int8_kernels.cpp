@@ -112,7 +112,6 @@ TEST(Int8Amx, PartProductsMatchReference) {
       std::vector<int8_t> padded(size_t(cpu::amx_int8_rows(m) * lda + 64));
       int8_t* ap = padded.data() + (64 - reinterpret_cast<uintptr_t>(padded.data()) % 64) % 64;
       cpu::amx_int8_copy_rows(m, k, a.data(), k, ap);
-      ASSERT_TRUE(cpu::amx_int8_rows_ready(ap, lda, k));
       // Parts: the whole product, and a split at row 32 / column 16 (the threads' shares' boundaries).
       for (const auto& origin : {std::pair<int64_t, int64_t>{0, 0}, {32, 16}}) {
         const int64_t r0 = origin.first, c0 = origin.second;

@@ -3,6 +3,7 @@
 // 144-row A blocks, 512-column B blocks). Compiled for AVX512-BF16 with function target attributes
 // (Highway 1.0 has no bf16 dot-product op); only called where bf16_dot_gemm_usable().
 #include "backend/cpu/bf16_dot_gemm.h"
+#include "backend/cpu/simd_targets.h"
 
 #include "backend/cpu/hwy_config.h"
 #include <hwy/targets.h>
@@ -297,9 +298,8 @@ void blocked(bool trans_a, const BOperand& B, int64_t m, int64_t n, int64_t k, f
 bool bf16_dot_gemm_usable() {
   const CpuFeatures& f = cpu_features();
   if (!(f.avx512_bf16 && f.avx512f && f.avx512bw && f.avx512vl)) return false;
-  // SupportedTargets() honours DIFFQ_SIMD_TARGET (force_simd_target): a forced AVX2 / EMU128 run keeps
-  // the widening kernels.
-  return (hwy::SupportedTargets() & (HWY_AVX3 | HWY_AVX3_DL)) != 0;
+  // A forced lower target (DIFFQ_SIMD_TARGET, the tests' mocks) keeps the widening kernels.
+  return simd_dispatch_is_avx512();
 }
 
 void gemm_bf16_dot(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,

@@ -589,7 +589,7 @@ bool int8_uses_amx() {
   static const bool yes =
       amx_int8_usable() && onednn_int8_available() && onednn_int8_impl().find("amx") != std::string::npos;
   // (asked each time: a SIMD target forced below AVX-512 keeps the lower kernels, as the attention's tiles)
-  return yes && (hwy::SupportedTargets() & (HWY_AVX3 | HWY_AVX3_DL)) != 0;
+  return yes && simd_dispatch_is_avx512();
 }
 
 bool int8_rows_use_amx(int64_t m, int64_t n, int64_t k) {

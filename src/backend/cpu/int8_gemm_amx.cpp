@@ -7,7 +7,6 @@
 #include <cstring>
 
 #include "backend/cpu/aligned_buffer.h"
-#include "backend/cpu/amx_gemm.h"
 #include "backend/cpu/amx_tiles.h"
 #include "backend/cpu/cpu_features.h"
 
@@ -15,13 +14,58 @@ namespace diffq::backend::cpu {
 
 namespace {
 
-constexpr int64_t kBlock = 32;              // columns of a block (amx_gemm.h)
+constexpr int64_t kBlock = 32;              // rows and columns of a block: 2 x 2 tiles of 16 x 16 int32
 constexpr int64_t kStep = 64;               // k per tile step (16 groups of 4)
 constexpr int64_t kTileBytes = 1024;        // 16 rows x 64 bytes
 constexpr int64_t kStepBytes = 2 * kTileBytes;  // one step of a column block: its two B tiles
 // The packed B of a slab of column blocks (32 x K bytes each) stays in L2 while every row block of the part
 // goes by (measured on an AMX Xeon with 2 MiB of L2 a core: slabs of about 1.2 MB beat 0.4 MB and one block).
 constexpr int64_t kSlabBytes = 1200 * 1024;
+
+// Rows of the previous block handed over at a time between steps (1 row a call measured slower: the
+// epilogue's fixed cost per call).
+constexpr int64_t kPiece = 4;
+
+// The previous block's rows still to hand over.
+struct Pending {
+  const int32_t* c = nullptr;
+  int64_t i0 = 0, rows = 0, j0 = 0, cols = 0, next = 0;
+  void until(int64_t upto, const AmxBlockDone& done) {
+    if (upto <= next) return;
+    done(c + next * kBlock, i0 + next, upto - next, j0, cols);
+    next = upto;
+  }
+};
+
+// C[32][32] (row stride 32) = A rows (stride lda) x one packed column block of B over `steps` steps: tiles
+// 4 and 5 the A rows [0, 16) and [16, 32), 6 and 7 the B columns [0, 16) and [16, 32), 0-3 the accumulators;
+// loads interleaved with the products that need them. p's rows go to done spread over the steps, all before C
+// is stored.
+DIFFQ_AMX_TARGET void block_2x2(const int8_t* a, int64_t lda, const uint8_t* b, int64_t steps, int32_t* c, Pending& p,
+                                const AmxBlockDone& done) {
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  const int8_t* a1 = a + 16 * lda;
+  for (int64_t s = 0; s < steps; ++s, b += kStepBytes) {
+    _tile_loadd(4, a + s * kStep, lda);
+    _tile_loadd(6, b, 64);
+    _tile_dpbssd(0, 4, 6);
+    _tile_loadd(7, b + kTileBytes, 64);
+    _tile_dpbssd(1, 4, 7);
+    _tile_loadd(5, a1 + s * kStep, lda);
+    _tile_dpbssd(2, 5, 6);
+    _tile_dpbssd(3, 5, 7);
+    p.until(std::min(p.rows, (p.rows * (s + 1) / steps + kPiece - 1) / kPiece * kPiece), done);
+  }
+  p.until(p.rows, done);
+  constexpr int64_t ldc = kBlock * 4;
+  _tile_stored(0, c, ldc);
+  _tile_stored(1, c + 16, ldc);
+  _tile_stored(2, c + 16 * kBlock, ldc);
+  _tile_stored(3, c + 16 * kBlock + 16, ldc);
+}
 
 // Group g (k = 4 g .. 4 g + 3) of row j of W, zero past k.
 inline uint32_t group_bytes(const int8_t* row, int64_t k, int64_t g) {
@@ -41,10 +85,6 @@ bool amx_int8_usable() {
     return f.amx_tile && f.amx_int8 && amx_tiles_permitted();
   }();
   return ok;
-}
-
-bool amx_int8_rows_ready(const int8_t* a, int64_t lda, int64_t k) {
-  return reinterpret_cast<uintptr_t>(a) % 64 == 0 && lda == amx_int8_lda(k);
 }
 
 void amx_int8_copy_rows(int64_t m, int64_t k, const int8_t* a, int64_t lda, int8_t* dst) {
@@ -69,6 +109,10 @@ void amx_int8_pack_b_block_reference(int64_t k, const int8_t* w, int64_t ldw, in
         }
 }
 
+// (GCC 12's unpack intrinsics pass _mm512_undefined_epi32(), a self-initialised variable, as the unused merge
+// source: -Wuninitialized flags every inlined use.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
 // The tile of 16 full columns at `rows` (row stride ldw) and 64 k: the 16 x 16 matrix of 4-byte groups
 // (row j: column j's 64 bytes) transposed in registers (groups of 4 bytes as 32-bit lanes).
 DIFFQ_AMX_TARGET inline void transpose_tile(const int8_t* rows, int64_t ldw, int8_t* tile) {
@@ -99,6 +143,7 @@ DIFFQ_AMX_TARGET inline void transpose_tile(const int8_t* rows, int64_t ldw, int
   // r[g] now holds group g of the 16 columns in lane j = column j: the tile's row g.
   for (int g = 0; g < 16; ++g) _mm512_storeu_si512(tile + g * 64, r[g]);
 }
+#pragma GCC diagnostic pop
 
 // Tiles of 16 full columns and k steps inside k: transposed in registers; the others (columns past `cols`,
 // the groups that cross k) row by row: row g of a tile gathers the g-th group of 4 bytes of its 16 columns'
@@ -139,22 +184,31 @@ void amx_int8_gemm_part(int64_t k, const int8_t* a, int64_t lda, const int8_t* w
                         int64_t c0, int64_t c1, const AmxBlockDone& done) {
   if (r1 <= r0 || c1 <= c0) return;
   const int64_t steps = amx_int8_lda(k) / kStep, block_bytes = steps * kStepBytes;
-  const int64_t slab = std::max<int64_t>(1, kSlabBytes / std::max<int64_t>(block_bytes, 1));
+  const int64_t blocks = (c1 - c0 + kBlock - 1) / kBlock;
+  const int64_t slab = std::clamp<int64_t>(kSlabBytes / block_bytes, 1, blocks);
   thread_local AlignedBuffer<uint8_t> bbuf;
-  uint8_t* const bp = bbuf.get(size_t(std::min(slab, (c1 - c0 + kBlock - 1) / kBlock) * block_bytes));
-  int64_t first = 0;  // the slab's first block
-  AmxBTiles b;
-  b.prepare = [&](int64_t q0, int64_t nq) {
-    first = q0;
+  uint8_t* const bp = bbuf.get(size_t(slab * block_bytes));
+  alignas(64) int32_t c[2][kBlock * kBlock];  // the block being computed and the one being handed over
+  Pending p;
+  int64_t n_done = 0;
+  amx_load_tile_config();
+  for (int64_t q0 = 0; q0 < blocks; q0 += slab) {
+    const int64_t nq = std::min(slab, blocks - q0);
+    p.until(p.rows, done);
     for (int64_t q = 0; q < nq; ++q) {
       const int64_t j = c0 + (q0 + q) * kBlock;
       amx_int8_pack_b_block(k, w, ldw, j, std::min(kBlock, c1 - j), reinterpret_cast<int8_t*>(bp + q * block_bytes));
     }
-  };
-  b.tiles = [&](int64_t q) -> const uint8_t* { return bp + (q - first) * block_bytes; };
-  b.step = kStepBytes, b.second = kTileBytes, b.stride = 64;
-  const auto* ab = reinterpret_cast<const uint8_t*>(a);
-  amx_gemm_part([&](int64_t i0) { return ab + i0 * lda; }, lda, steps, b, slab, r0, r1, c0, c1, done);
+    for (int64_t i0 = r0; i0 < r1; i0 += kBlock)
+      for (int64_t q = 0; q < nq; ++q, ++n_done) {
+        const int64_t j = c0 + (q0 + q) * kBlock;
+        int32_t* cb = c[n_done % 2];
+        block_2x2(a + i0 * lda, lda, bp + q * block_bytes, steps, cb, p, done);
+        p = Pending{cb, i0, std::min(kBlock, r1 - i0), j, std::min(kBlock, c1 - j), 0};
+      }
+  }
+  p.until(p.rows, done);
+  amx_release_tiles();
 }
 
 }  // namespace diffq::backend::cpu

@@ -12,6 +12,9 @@ namespace diffq::backend::cpu {
 std::vector<std::string> simd_targets_compiled();   // best first
 std::vector<std::string> simd_targets_supported();  // compiled and runnable here (ignores the override)
 std::string simd_target_chosen();                   // what dispatch runs now
+// Whether dispatch runs an AVX-512 target now (not under a forced lower one): cheap, for per-call kernel
+// choices (simd_level.cpp).
+bool simd_dispatch_is_avx512();
 
 // Restricts dispatch to `name` (must be compiled and supported: a clear Error otherwise). An empty name
 // restores the default. Applied from DIFFQ_SIMD_TARGET by apply_simd_target_env().
