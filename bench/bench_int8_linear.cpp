@@ -106,6 +106,13 @@ std::vector<Shape> ffn_up_shapes() { return {{1280, 8960, 1536}, {1152, 12288, 3
 // wan-small's linears (M 1280 video tokens: attention 1536^2, FFN 8960 x 1536 and 1536 x 8960; M 512:
 // the cross-attention's text keys and values).
 std::vector<Shape> wan_shapes() { return {{1280, 1536, 1536}, {1280, 8960, 1536}, {1280, 1536, 8960}, {512, 1536, 1536}}; }
+// FLUX.1's widths at 256 x 256 (builtin:flux-dev-width: 256 image and 256 text tokens): the double block's
+// q / k / v, out and FFN linears on one stream's 256 rows, the single block's q / k / v, MLP and output
+// projection on 512.
+std::vector<Shape> flux_width_shapes() {
+  return {{256, 3072, 3072},  {256, 12288, 3072}, {256, 3072, 12288},
+          {512, 3072, 3072}, {512, 12288, 3072}, {512, 3072, 15360}};
+}
 
 }  // namespace
 
@@ -116,6 +123,7 @@ int main(int argc, char** argv) {
   register_gemm("linear_bf16_packed", linear_bf16_packed, int8_shapes());
   register_gemm("wan_linear_bf16_packed", linear_bf16_packed, wan_shapes());
   register_gemm("wan_linear_int8dq", linear_int8dq, wan_shapes());
+  register_gemm("fluxw_linear_bf16_packed", linear_bf16_packed, flux_width_shapes());
   for (const int t : thread_counts())
     for (const Shape& s : ffn_up_shapes()) {  // each pair next to each other: a noisy host hits both alike
       register_shape("ffn_up_gelu_int8dq_two_ops", s, t, ffn_up_gelu_int8dq<false>);

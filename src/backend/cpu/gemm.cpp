@@ -23,6 +23,7 @@
 
 #include "backend/cpu/aligned_buffer.h"
 #include "backend/cpu/bf16_dot_gemm.h"
+#include "backend/cpu/bf16_gemm_amx.h"
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/onednn_gemm.h"
 #include "backend/cpu/row_kernels.h"
@@ -487,11 +488,35 @@ bool for_each_packed_slice(int64_t c0, int64_t c1, int64_t k, const F& f) {
     if (!f(j, std::min(c1, j + step))) return false;
   return true;
 }
+// Packed bf16 linears of at least this many rows and this K run on diffq's AMX-BF16 tiles (bf16_gemm_amx.h)
+// where packed_bf16_uses_amx: measured faster than oneDNN's brgemm on FLUX.1's and Wan's K >= 3072 linears
+// (bench_int8_linear's fluxw_ / wan_linear_bf16_packed), level at K 1536, slower at K 768 (FLUX-small: short
+// blocks, whose fixed costs oneDNN amortises better).
+constexpr int64_t kAmxBf16MinRows = 256;
+constexpr int64_t kAmxBf16MinK = 3072;
 }  // namespace
+
+bool packed_bf16_uses_amx(int64_t m, int64_t k) {
+  if (m < kAmxBf16MinRows || k < kAmxBf16MinK || current_tuning().gemm_kernel != GemmKernel::best) return false;
+  static const bool yes = amx_bf16_usable() && onednn_bf16_packing_usable() && onednn_bf16_uses_amx();
+  // (asked each time: a SIMD target forced below AVX-512 keeps oneDNN, as the int8 and attention tiles)
+  return yes && simd_dispatch_is_avx512();
+}
 
 bool gemm_bf16_linear_packed(int64_t m, int64_t n, int64_t k, const uint16_t* x, int64_t ldx, const uint16_t* w_packed,
                              const float* bias, uint16_t* y, int64_t ldy, std::optional<ops::UnaryFn> act) {
   if (m <= 0 || n <= 0 || k <= 0) return false;
+  if (packed_bf16_uses_amx(m, k)) {
+    for_each_part(m, n, k, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+      amx_bf16_packed_gemm_part(k, x, ldx, w_packed, r0, r1, c0, c1,
+                                [&](const float* c, int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
+                                  uint16_t* const dst = y + i0 * ldy + j0;
+                                  amx_bf16_block_to_bf16(c, rows, cols, bias ? bias + j0 : nullptr, dst, ldy);
+                                  if (act) unary_rows_in_place(*act, DType::bf16, dst, ldy, rows, cols);
+                                });
+    }, kPackedRowsPerPart);
+    return true;
+  }
   std::atomic<bool> declined{false};
   for_each_part(m, n, k, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
     const int64_t rows = r1 - r0;
@@ -519,6 +544,21 @@ void gemm_bf16_linear_packed_parts(int64_t m, int64_t n, int64_t k, const uint16
     const int64_t rows = r1 - r0;
     int64_t ld = 0;
     float* const dst = parts.begin(r0, r1, c0, c1, &ld);
+    if (packed_bf16_uses_amx(m, k)) {
+      amx_bf16_packed_gemm_part(k, x, ldx, w_packed, r0, r1, c0, c1,
+                                [&](const float* c, int64_t i0, int64_t nr, int64_t j0, int64_t cols) {
+                                  for (int64_t i = 0; i < nr; ++i) {
+                                    float* d = dst + (i0 - r0 + i) * ld + (j0 - c0);
+                                    const float* s = c + i * 32;
+                                    for (int64_t j = 0; j < cols; ++j) {
+                                      const float v = bias ? s[j] + bias[j0 + j] : s[j];
+                                      d[j] = round_bf16 ? bf16_to_f32(f32_to_bf16(v)) : v;
+                                    }
+                                  }
+                                });
+      parts.end(r0, r1, c0, c1, dst, ld);
+      return;
+    }
     const bool ok = for_each_packed_slice(c0, c1, k, [&](int64_t j0, int64_t j1) {
       return packed_part(rows, j1 - j0, dst + (j0 - c0), ld, [&](float* c, int64_t ldc) {
         if (!onednn_linear_bf16_packed_part_f32(rows, j1 - j0, k, x + r0 * ldx, ldx,
