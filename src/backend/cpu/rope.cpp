@@ -45,6 +45,27 @@ void RopeRow(const float* x, const float* cs, const float* sn, float* y, int64_t
 #endif
 }
 
+// Rows [r0, r1) of rope on bf16 rows of D at unit stride (row r at x + rows.row_offset(r), or r * D when
+// contiguous; rows of [B, S, H, D]: position (r / H) % S) into bf16 rows of y: RopeRow on the widened row, rounded
+// once (the generic path's bits), without its dispatches and conversions per row. buf: 2 D floats.
+void RopeRowsBf16(const uint16_t* x, const RowIterator& rows, bool contiguous, int64_t r0, int64_t r1, int64_t H,
+                  int64_t S, const float* cs, const float* sn, uint16_t* y, float* buf) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = int64_t(hn::Lanes(d)), D = rows.row_len();
+  float* const res = buf + D;
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint16_t* src = x + (contiguous ? r * D : rows.row_offset(r));
+    int64_t i = 0;
+    for (; i + N <= D; i += N) hn::StoreU(LoadBf16(d, src + i), d, buf + i);
+    for (; i < D; ++i) buf[i] = bf16_to_f32(src[i]);
+    const int64_t p = (r / H) % S;
+    RopeRow(buf, cs + p * D, sn + p * D, res, D);
+    uint16_t* dst = y + r * D;
+    for (i = 0; i + N <= D; i += N) StoreBf16(d, hn::LoadU(d, res + i), dst + i);
+    for (; i < D; ++i) dst[i] = f32_to_bf16(res[i]);
+  }
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace diffq::backend::cpu
 HWY_AFTER_NAMESPACE();
@@ -53,6 +74,7 @@ HWY_AFTER_NAMESPACE();
 namespace diffq::backend::cpu {
 
 HWY_EXPORT(RopeRow);
+HWY_EXPORT(RopeRowsBf16);
 
 void rope_row_f32(const float* x, const float* cs, const float* sn, float* y, int64_t n) {
   HWY_DYNAMIC_DISPATCH(RopeRow)(x, cs, sn, y, n);
@@ -69,6 +91,16 @@ void rope_kernel(const OpCall& c, Tensor& out) {
   const int64_t oes = int64_t(dtype_size(ot));
   auto* dst = static_cast<uint8_t*>(out.data_ptr());
   const bool direct = x.dtype() == DType::f32 && rows.row_stride() == 1;
+  if (x.dtype() == DType::bf16 && ot == DType::bf16 && rows.row_stride() == 1) {
+    const auto* xb = static_cast<const uint16_t*>(x.data_ptr());
+    const bool contiguous = x.is_contiguous();
+    parallel_for(rows.num_rows(), std::max<int64_t>(1, 8192 / D), [&](int64_t r0, int64_t r1) {
+      auto buf = alloc_f32(2 * D);
+      HWY_DYNAMIC_DISPATCH(RopeRowsBf16)(xb, rows, contiguous, r0, r1, H, S, cs.data(), sn.data(),
+                                         reinterpret_cast<uint16_t*>(dst), buf.get());
+    });
+    return;
+  }
   parallel_for(rows.num_rows(), std::max<int64_t>(1, 8192 / D), [&](int64_t r0, int64_t r1) {
     auto in = alloc_f32(D), res = alloc_f32(D);
     for (int64_t r = r0; r < r1; ++r) {
