@@ -22,10 +22,13 @@ constexpr int64_t kStepBytes = 16 * kPairRow;  // one step of a 64-column panel
 static_assert(kOnednnPackedCols == 64, "the tiles read oneDNN's 64-column panels");
 
 // X's chunk (rows of a row group x a K chunk) kept in L2 while the part's column blocks go by; the row groups'
-// rows; the f32 partial sums of a column group (when K takes more than one chunk) at most this many floats.
+// rows; the f32 partial sums of a column group (when K takes more than one chunk) at most this many floats (4 MB
+// a thread: they stream through L3; measured a little faster than 1 MB groups, which reload X's chunks more often).
+// Measured on an AMX Xeon with 2 MB of L2 a core (bench_int8_linear's fluxw_ / wan_linear_bf16_packed): chunks of
+// 768 KB beat 512 KB and 1 MB; row groups of 256 beat 128 and 512.
 constexpr int64_t kChunkBytes = 768 * 1024;
 constexpr int64_t kRowGroup = 256;
-constexpr int64_t kPartialFloats = 256 * 1024;
+constexpr int64_t kPartialFloats = 1024 * 1024;
 
 // The packed B of columns [j, j + 32) (j a multiple of 32) at step s: the two tiles at +0 and +64 bytes,
 // each 16 rows of 64 bytes at a stride of kPairRow.
