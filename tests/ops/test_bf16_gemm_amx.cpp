@@ -108,7 +108,7 @@ TEST(AmxBf16, PartsMatchTheExactProduct) {
   check_part(128, 200, 7000, 7008, 0, 32, 128, 64, 190, 3);  // two K chunks, a part at row / column offsets
   check_part(300, 64, 3072, 3072, 0, 0, 300, 0, 64, 4);      // two row groups (256 + 44 rows), two chunks in one
   check_part(40, 70, 5000, 5001, 3, 0, 40, 0, 70, 5);        // unaligned rows (odd stride and start): copied
-  check_part(256, 1100, 3072, 3072, 0, 0, 256, 0, 1100, 6, 17);  // two column groups of partial sums
+  check_part(256, 4200, 3072, 3072, 0, 0, 256, 0, 4200, 6, 17);  // two column groups of partial sums (4096 + 104)
 }
 
 // The epilogue's rounding: f32_to_bf16's bits, -0 kept without a bias, NaN canonical, column tails untouched.
