@@ -41,7 +41,10 @@ std::string weight_packing_description() {
   if (t.weight_packing == WeightPacking::off) return "dense (DIFFQ_PACK_WEIGHTS=off)";
   if (t.weight_packing == WeightPacking::best && !gemm_bf16_uses_onednn(1024, 1024, t))
     return "dense (oneDNN is not the bf16 GEMM here; DIFFQ_PACK_WEIGHTS=on packs them)";
-  return "packed once for oneDNN (BA16a64b2a) at their first bf16 linear";
+  std::string d = "packed once for oneDNN (BA16a64b2a) at their first bf16 linear";
+  if (packed_bf16_uses_amx(1 << 20, 1 << 20))
+    d += "; linears of >= 256 rows and K >= 3072 on diffq's AMX-BF16 tiles (K-blocked, the packed weight read in place)";
+  return d;
 }
 
 namespace {
