@@ -86,17 +86,19 @@ void gemm_bf16_rows(bool trans_a, int64_t m, int64_t n, int64_t k, float alpha, 
 bool gemm_bf16_linear_to_bf16(int64_t m, int64_t n, int64_t k, const uint16_t* x, int64_t ldx, const uint16_t* w,
                               int64_t ldw, const float* bias, uint16_t* y, int64_t ldy);
 
-// The same linear with the weight packed for oneDNN (onednn_gemm.h: onednn_pack_bf16_weight): the parts
-// split the rows (>= 64 a part), else the columns at multiples of kOnednnPackedCols, each part reading
-// its columns' packed blocks in place. The same values as gemm_bf16_linear_to_bf16 on the plain weight.
-// False where oneDNN declined a part's shape (y then partly written: the caller computes it otherwise).
-// act: linear_q_act's activation, applied to each slice of y right after oneDNN wrote it (row_kernels.h:
-// unary_rows_in_place, the unary op's values).
 // Whether a packed linear of m rows runs on diffq's AMX-BF16 tiles (bf16_gemm_amx.h) rather than oneDNN's
 // brgemm: the CPU has AMX-BF16, oneDNN's bf16 matmul runs on AMX (the weights are packed for it), the tuning's
 // GEMM kernel is `best` and the SIMD target AVX-512; at least 256 rows and K >= 3072 (where it was measured
 // faster).
 bool packed_bf16_uses_amx(int64_t m, int64_t k);
+
+// The same linear with the weight packed for oneDNN (onednn_gemm.h: onednn_pack_bf16_weight): the parts
+// split the rows (>= 64 a part), else the columns at multiples of kOnednnPackedCols, each part reading
+// its columns' packed blocks in place. The same values as gemm_bf16_linear_to_bf16 on the plain weight (on
+// the AMX tiles, packed_bf16_uses_amx, up to the f32 summation order: oneDNN groups K's partial sums otherwise).
+// False where oneDNN declined a part's shape (y then partly written: the caller computes it otherwise).
+// act: linear_q_act's activation, applied to each slice of y right after oneDNN wrote it (row_kernels.h:
+// unary_rows_in_place, the unary op's values).
 bool gemm_bf16_linear_packed(int64_t m, int64_t n, int64_t k, const uint16_t* x, int64_t ldx, const uint16_t* w_packed,
                              const float* bias, uint16_t* y, int64_t ldy,
                              std::optional<ops::UnaryFn> act = std::nullopt);

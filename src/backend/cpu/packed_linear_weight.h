@@ -2,7 +2,8 @@
 // B operand (W^T) in oneDNN's blocked layout (onednn_gemm.h: onednn_pack_bf16_weight), which its brgemm
 // otherwise copies W into on every call. The packed form replaces the dense one in its Parameter (one
 // copy); dequantize() gives the dense weight back exactly. Its linear_q kernel computes what the bf16
-// linear kernel computes on the dense weight (oneDNN, bias and one rounding inside the primitive).
+// linear kernel computes on the dense weight (oneDNN, bias and one rounding inside the primitive; the large
+// linears on AMX on diffq's tiles, gemm.h: packed_bf16_uses_amx, the same up to the f32 summation order).
 #pragma once
 
 #include <memory>
