@@ -2,6 +2,10 @@
 
 #include <immintrin.h>
 
+#include <cstring>
+
+#include "backend/cpu/cpu_features.h"
+
 namespace diffq::backend::cpu {
 
 namespace {
@@ -24,6 +28,26 @@ constexpr TileConfig make_tile_config() {
 const TileConfig kTileConfig = make_tile_config();
 
 }  // namespace
+
+bool amx_int8_usable() {
+  static const bool ok = cpu_features().amx_tile && cpu_features().amx_int8 && amx_tiles_permitted();
+  return ok;
+}
+
+bool amx_bf16_usable() {
+  static const bool ok = cpu_features().amx_tile && cpu_features().amx_bf16 && amx_tiles_permitted();
+  return ok;
+}
+
+void amx_copy_padded_rows(const void* src, int64_t src_stride, int64_t rows, int64_t row_bytes, int64_t ld, void* dst) {
+  const auto* s = static_cast<const uint8_t*>(src);
+  auto* d = static_cast<uint8_t*>(dst);
+  for (int64_t i = 0; i < (rows + 31) / 32 * 32; ++i, d += ld) {
+    const int64_t n = i < rows ? row_bytes : 0;
+    if (n) std::memcpy(d, s + i * src_stride, size_t(n));
+    std::memset(d + n, 0, size_t(ld - n));
+  }
+}
 
 DIFFQ_AMX_TARGET void amx_load_tile_config() { _tile_loadconfig(&kTileConfig); }
 

@@ -11,7 +11,6 @@
 #include "backend/cpu/amx_tiles.h"
 #include "backend/cpu/attention_bf16_dot.h"
 #include "backend/cpu/bf16_dot_gemm.h"
-#include "backend/cpu/cpu_features.h"
 
 namespace diffq::backend::cpu {
 
@@ -49,6 +48,10 @@ void copy_dense(const AttentionOperand& t, int64_t b, int64_t h, int64_t r0, int
   std::fill(dst + rows * ld, dst + total * ld, uint16_t(0));
 }
 
+// (GCC 12's gather / widening / shift intrinsics pass _mm512_undefined_epi32(), a self-initialised variable, as the
+// unused merge source: -Wmaybe-uninitialized flags their inlined uses, depending on what else is inlined.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 // K (dense [skp][dp]) as B tiles of S = Q K^T: tile (g, c) for keys [16 g, 16 g + 16) and head-dim values
 // [32 c, 32 c + 32) at kp + (g * dp / 32 + c) * 512, row p (a pair of head-dim values) holding
 // (K[j][32 c + 2 p], K[j][32 c + 2 p + 1]) for the tile's 16 keys j.
@@ -82,6 +85,7 @@ DIFFQ_AMX_TARGET void pack_v(const uint16_t* vd, int64_t skp, int64_t dvp, uint1
       }
     }
 }
+#pragma GCC diagnostic pop
 
 // Columns [32 g2, 32 g2 + 32) of S[32][kb] (f32) = Q (dense [32][dp]) K^T, keys from the packed tiles at kp
 // (2 x 2 accumulators over the head dim in steps of 32).
@@ -141,11 +145,7 @@ DIFFQ_AMX_TARGET void pv_block(const uint16_t* pb, int64_t kb, const uint16_t* v
 }  // namespace
 
 bool attention_amx_usable() {
-  static const bool amx = [] {
-    const CpuFeatures& f = cpu_features();
-    return f.amx_tile && f.amx_bf16 && amx_tiles_permitted();
-  }();
-  return amx && bf16_dot_gemm_usable();  // (asked each time: a SIMD target forced lower turns the tiles off)
+  return amx_bf16_usable() && bf16_dot_gemm_usable();  // (asked each time: a SIMD target forced lower turns the tiles off)
 }
 
 namespace {

@@ -4,11 +4,9 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "backend/cpu/aligned_buffer.h"
 #include "backend/cpu/amx_tiles.h"
-#include "backend/cpu/cpu_features.h"
 #include "backend/cpu/onednn_gemm.h"
 
 namespace diffq::backend::cpu {
@@ -92,27 +90,7 @@ DIFFQ_AMX_TARGET void block_chunk(const uint8_t* a, int64_t lda, const uint8_t* 
   _tile_stored(3, out + 16 * kBlock + 16, ldc);
 }
 
-// Rows [0, rows) x k [k0, k1) of X (row stride ldx elements) into dst (row stride ld elements, 64-byte aligned),
-// zero-padded to a multiple of 32 rows and to ld columns.
-void copy_chunk(const uint16_t* x, int64_t ldx, int64_t rows, int64_t k0, int64_t k1, uint16_t* dst, int64_t ld) {
-  const int64_t padded = (rows + kBlock - 1) / kBlock * kBlock;
-  for (int64_t i = 0; i < padded; ++i) {
-    uint16_t* d = dst + i * ld;
-    const int64_t n = i < rows ? k1 - k0 : 0;
-    if (n) std::memcpy(d, x + i * ldx + k0, size_t(n) * 2);
-    std::memset(d + n, 0, size_t(ld - n) * 2);
-  }
-}
-
 }  // namespace
-
-bool amx_bf16_usable() {
-  static const bool ok = [] {
-    const CpuFeatures& f = cpu_features();
-    return f.amx_tile && f.amx_bf16 && amx_tiles_permitted();
-  }();
-  return ok;
-}
 
 // (GCC 12's shift / conversion intrinsics pass _mm512_undefined_*(), a self-initialised variable, as the unused
 // merge source: -Wmaybe-uninitialized flags every inlined use.)
@@ -184,7 +162,7 @@ void amx_bf16_packed_gemm_part(int64_t k, const uint16_t* x, int64_t ldx, const 
         } else {
           const int64_t ld = chunk_steps * kStepK;
           uint16_t* d = abuf.get(size_t(blocks_i * kBlock * ld));
-          copy_chunk(x + g0 * ldx, ldx, rows, k0, k1, d, ld);
+          amx_copy_padded_rows(x + g0 * ldx + k0, ldx * 2, rows, (k1 - k0) * 2, ld * 2, d);
           a = reinterpret_cast<const uint8_t*>(d);
           lda = ld * 2;
         }

@@ -13,11 +13,9 @@
 #include <cstdint>
 #include <functional>
 
-namespace diffq::backend::cpu {
+#include "backend/cpu/amx_tiles.h"
 
-// Whether the tiles can run here: the CPU has AMX-BF16 and the process may use the tile state
-// (amx_tiles_permitted).
-bool amx_bf16_usable();
+namespace diffq::backend::cpu {
 
 // A finished block: f32 C of output rows [i0, i0 + rows) x columns [j0, j0 + cols) at c (row stride 32).
 using AmxF32BlockDone = std::function<void(const float* c, int64_t i0, int64_t rows, int64_t j0, int64_t cols)>;

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "backend/cpu/common.h"
+#include "backend/cpu/simd-inl.h"
 #include "backend/cpu/strided.h"
 #include "backend/cpu/threads.h"
 
@@ -18,38 +19,9 @@ namespace diffq::backend::cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-void Bf16ToF32(const uint16_t* src, float* dst, int64_t n) {
-  const hn::ScalableTag<float> df;
-  const hn::Rebind<uint32_t, decltype(df)> du32;
-  const hn::Rebind<uint16_t, decltype(df)> du16;
-  const int64_t N = int64_t(hn::Lanes(df));
-  int64_t i = 0;
-  for (; i + N <= n; i += N) {
-    const auto w = hn::PromoteTo(du32, hn::LoadU(du16, src + i));
-    hn::StoreU(hn::BitCast(df, hn::ShiftLeft<16>(w)), df, dst + i);
-  }
-  for (; i < n; ++i) dst[i] = bf16_to_f32(src[i]);
-}
+void Bf16ToF32(const uint16_t* src, float* dst, int64_t n) { Bf16RowToF32(src, dst, n); }
 
-void F32ToBf16(const float* src, uint16_t* dst, int64_t n) {
-  const hn::ScalableTag<float> df;
-  const hn::Rebind<int32_t, decltype(df)> di32;
-  const hn::Rebind<uint32_t, decltype(df)> du32;
-  const hn::Rebind<uint16_t, decltype(df)> du16;
-  const int64_t N = int64_t(hn::Lanes(df));
-  const auto bias = hn::Set(du32, 0x7fffu), one = hn::Set(du32, 1u);
-  const auto qnan = hn::Set(di32, 0x7fc0);
-  int64_t i = 0;
-  for (; i + N <= n; i += N) {
-    const auto v = hn::LoadU(df, src + i);
-    const auto u = hn::BitCast(du32, v);
-    const auto lsb = hn::And(hn::ShiftRight<16>(u), one);
-    auto r = hn::BitCast(di32, hn::ShiftRight<16>(hn::Add(hn::Add(u, bias), lsb)));
-    r = hn::IfThenElse(hn::RebindMask(di32, hn::IsNaN(v)), qnan, r);
-    hn::StoreU(hn::DemoteTo(du16, r), du16, dst + i);
-  }
-  for (; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
-}
+void F32ToBf16(const float* src, uint16_t* dst, int64_t n) { F32RowToBf16(src, dst, n); }
 
 }  // namespace HWY_NAMESPACE
 }  // namespace diffq::backend::cpu

@@ -489,9 +489,10 @@ bool for_each_packed_slice(int64_t c0, int64_t c1, int64_t k, const F& f) {
   return true;
 }
 // Packed bf16 linears of at least this many rows and this K run on diffq's AMX-BF16 tiles (bf16_gemm_amx.h)
-// where packed_bf16_uses_amx: measured faster than oneDNN's brgemm on FLUX.1's and Wan's K >= 3072 linears
-// (bench_int8_linear's fluxw_ / wan_linear_bf16_packed), level at K 1536, slower at K 768 (FLUX-small: short
-// blocks, whose fixed costs oneDNN amortises better).
+// where packed_bf16_uses_amx: measured level with oneDNN's brgemm on FLUX.1's 3072 x 3072 linears and faster
+// on its and Wan's longer-K ones (bench_int8_linear's fluxw_ / wan_linear_bf16_packed; docs/benchmarks.md
+// "Eleventh AMX session"), level at K 1536, slower at K 768 (FLUX-small: short blocks, whose fixed costs oneDNN
+// amortises better).
 constexpr int64_t kAmxBf16MinRows = 256;
 constexpr int64_t kAmxBf16MinK = 3072;
 }  // namespace

@@ -8,7 +8,6 @@
 
 #include "backend/cpu/aligned_buffer.h"
 #include "backend/cpu/amx_tiles.h"
-#include "backend/cpu/cpu_features.h"
 
 namespace diffq::backend::cpu {
 
@@ -79,22 +78,8 @@ inline uint32_t group_bytes(const int8_t* row, int64_t k, int64_t g) {
 
 }  // namespace
 
-bool amx_int8_usable() {
-  static const bool ok = [] {
-    const CpuFeatures& f = cpu_features();
-    return f.amx_tile && f.amx_int8 && amx_tiles_permitted();
-  }();
-  return ok;
-}
-
 void amx_int8_copy_rows(int64_t m, int64_t k, const int8_t* a, int64_t lda, int8_t* dst) {
-  const int64_t ld = amx_int8_lda(k);
-  for (int64_t i = 0; i < amx_int8_rows(m); ++i) {
-    int8_t* d = dst + i * ld;
-    const int64_t n = i < m ? k : 0;
-    if (n) std::memcpy(d, a + i * lda, size_t(n));
-    std::memset(d + n, 0, size_t(ld - n));
-  }
+  amx_copy_padded_rows(a, lda, m, k, amx_int8_lda(k), dst);
 }
 
 void amx_int8_pack_b_block_reference(int64_t k, const int8_t* w, int64_t ldw, int64_t j0, int64_t cols, int8_t* dst) {

@@ -13,11 +13,9 @@
 #include <cstdint>
 #include <functional>
 
-namespace diffq::backend::cpu {
+#include "backend/cpu/amx_tiles.h"
 
-// Whether the tiles can run here: the CPU has AMX-INT8 and the process may use the tile state
-// (amx_tiles_permitted).
-bool amx_int8_usable();
+namespace diffq::backend::cpu {
 
 // Row stride (bytes) and row count A needs for the tiles: rows of k int8 zero-padded to a multiple of 64, and
 // m rows followed by zero rows up to a multiple of 32, 64-byte aligned.

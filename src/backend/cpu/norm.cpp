@@ -202,18 +202,21 @@ void PixelMoments(const void* x, bool bf16, int64_t P, int64_t C, const float* k
   else PixelMomentsT<false>(x, P, C, k, s, q);
 }
 
-// Rows [r0, r1) of layer_norm (rms: rms_norm) on bf16 rows of n at unit stride (row r at x + rows.row_offset(r),
-// or r * n when contiguous) into bf16 rows of y: row_norm's arithmetic (SumAndSquares, NormalizeRow, one round
-// to bf16), without its dispatches and conversions per row (FLUX's per-head norms: rows of 128). buf: n floats.
-void NormRowsBf16(const uint16_t* x, const RowIterator& rows, bool contiguous, int64_t r0, int64_t r1, bool rms,
-                  double eps, const float* w, const float* b, uint16_t* y, float* buf) {
-  const hn::ScalableTag<float> d;
-  const int64_t N = int64_t(hn::Lanes(d)), n = rows.row_len();
+// Rows [r0, r1) of layer_norm (rms: rms_norm) over rows of n (dtype xt, row r at element rows.row_offset(r) of x,
+// r * n when contiguous) into the contiguous rows of y (dtype yt): each row widened to f32, its statistics
+// (SumAndSquares), NormalizeRow, rounded once to yt. One dispatch per chunk of rows, bf16 rows of unit stride
+// converted in the target: FLUX's per-head norms run rows of 128, where a dispatched conversion per row costs
+// about what the arithmetic does. buf: n floats.
+void NormRows(const uint8_t* x, DType xt, const RowIterator& rows, bool contiguous, int64_t r0, int64_t r1, bool rms,
+              double eps, const float* w, const float* b, uint8_t* y, DType yt, float* buf) {
+  const int64_t n = rows.row_len(), stride = rows.row_stride();
+  const int64_t xes = int64_t(dtype_size(xt)), yes = int64_t(dtype_size(yt));
   for (int64_t r = r0; r < r1; ++r) {
-    const uint16_t* src = x + (contiguous ? r * n : rows.row_offset(r));
-    int64_t j = 0;
-    for (; j + N <= n; j += N) hn::StoreU(LoadBf16(d, src + j), d, buf + j);
-    for (; j < n; ++j) buf[j] = bf16_to_f32(src[j]);
+    const uint8_t* src = x + (contiguous ? r * n : rows.row_offset(r)) * xes;
+    if (xt == DType::bf16 && stride == 1)
+      Bf16RowToF32(reinterpret_cast<const uint16_t*>(src), buf, n);
+    else
+      load_f32(src, xt, stride, buf, n);
     double s = 0, q = 0;
     float mean = 0;
     if (!rms) {
@@ -222,10 +225,12 @@ void NormRowsBf16(const uint16_t* x, const RowIterator& rows, bool contiguous, i
     }
     SumAndSquares(buf, n, mean, &s, &q);
     const float rstd = float(1.0 / std::sqrt(q / double(n) + eps));
-    NormalizeRow(buf, buf, n, mean, rstd, w, b);
-    uint16_t* dst = y + r * n;
-    for (j = 0; j + N <= n; j += N) StoreBf16(d, hn::LoadU(d, buf + j), dst + j);
-    for (; j < n; ++j) dst[j] = f32_to_bf16(buf[j]);
+    float* out = yt == DType::f32 ? reinterpret_cast<float*>(y) + r * n : buf;
+    NormalizeRow(buf, out, n, mean, rstd, w, b);
+    if (yt == DType::bf16)
+      F32RowToBf16(buf, reinterpret_cast<uint16_t*>(y) + r * n, n);
+    else if (yt != DType::f32)
+      store_f32(buf, y + r * n * yes, yt, n);
   }
 }
 
@@ -242,7 +247,7 @@ HWY_EXPORT(ScaleShiftRow);
 HWY_EXPORT(ScaleShiftStoreRow);
 HWY_EXPORT(ScaleShiftStorePixels);
 HWY_EXPORT(PixelMoments);
-HWY_EXPORT(NormRowsBf16);
+HWY_EXPORT(NormRows);
 
 void sum_and_squares_f32(const float* x, int64_t n, float shift, double* sum, double* sq) {
   HWY_DYNAMIC_DISPATCH(SumAndSquares)(x, n, shift, sum, sq);
@@ -269,38 +274,14 @@ void row_norm(const OpCall& c, Tensor& out, bool rms) {
   const double eps = c.attrs.f0;
   const RowIterator rows(x.shape(), x.strides());
   const int64_t n = rows.row_len();
-  const DType ot = out.dtype();
-  const int64_t oes = int64_t(dtype_size(ot));
+  const auto* xb = static_cast<const uint8_t*>(x.data_ptr());
   auto* dst = static_cast<uint8_t*>(out.data_ptr());
-  if (x.dtype() == DType::bf16 && ot == DType::bf16 && rows.row_stride() == 1) {
-    const auto* xb = static_cast<const uint16_t*>(x.data_ptr());
-    const bool contiguous = x.is_contiguous();
-    parallel_for(rows.num_rows(), std::max<int64_t>(1, 8192 / std::max<int64_t>(n, 1)), [&](int64_t r0, int64_t r1) {
-      auto buf = alloc_f32(n);
-      HWY_DYNAMIC_DISPATCH(NormRowsBf16)(xb, rows, contiguous, r0, r1, rms, eps, wp, bp,
-                                         reinterpret_cast<uint16_t*>(dst), buf.get());
-    });
-    return;
-  }
-  parallel_for(rows.num_rows(), std::max<int64_t>(1, 8192 / std::max<int64_t>(n, 1)),
-               [&](int64_t r0, int64_t r1) {
-                 auto buf = alloc_f32(n);
-                 for (int64_t r = r0; r < r1; ++r) {
-                   float* v = buf.get();
-                   load_f32(elem_ptr(x, x.offset() + rows.row_offset(r)), x.dtype(), rows.row_stride(), v, n);
-                   double s = 0, q = 0;
-                   float mean = 0;
-                   if (!rms) {
-                     HWY_DYNAMIC_DISPATCH(SumAndSquares)(v, n, 0.f, &s, &q);
-                     mean = float(s / double(n));
-                   }
-                   HWY_DYNAMIC_DISPATCH(SumAndSquares)(v, n, mean, &s, &q);
-                   const float rstd = float(1.0 / std::sqrt(q / double(n) + eps));
-                   float* y = ot == DType::f32 ? reinterpret_cast<float*>(dst) + r * n : v;
-                   HWY_DYNAMIC_DISPATCH(NormalizeRow)(v, y, n, mean, rstd, wp, bp);
-                   if (ot != DType::f32) store_f32(v, dst + r * n * oes, ot, n);
-                 }
-               });
+  const bool contiguous = x.is_contiguous();
+  parallel_for(rows.num_rows(), std::max<int64_t>(1, 8192 / std::max<int64_t>(n, 1)), [&](int64_t r0, int64_t r1) {
+    auto buf = alloc_f32(n);
+    HWY_DYNAMIC_DISPATCH(NormRows)(xb, x.dtype(), rows, contiguous, r0, r1, rms, eps, wp, bp, dst, out.dtype(),
+                                   buf.get());
+  });
 }
 
 void layer_norm_kernel(const OpCall& c, Tensor& out) { row_norm(c, out, false); }

@@ -45,24 +45,31 @@ void RopeRow(const float* x, const float* cs, const float* sn, float* y, int64_t
 #endif
 }
 
-// Rows [r0, r1) of rope on bf16 rows of D at unit stride (row r at x + rows.row_offset(r), or r * D when
-// contiguous; rows of [B, S, H, D]: position (r / H) % S) into bf16 rows of y: RopeRow on the widened row, rounded
-// once (the generic path's bits), without its dispatches and conversions per row. buf: 2 D floats.
-void RopeRowsBf16(const uint16_t* x, const RowIterator& rows, bool contiguous, int64_t r0, int64_t r1, int64_t H,
-                  int64_t S, const float* cs, const float* sn, uint16_t* y, float* buf) {
-  const hn::ScalableTag<float> d;
-  const int64_t N = int64_t(hn::Lanes(d)), D = rows.row_len();
+// Rows [r0, r1) of rope over rows of D of [B, S, H, D] (dtype xt, row r at element rows.row_offset(r) of x, r * D
+// when contiguous; its position (r / H) % S) into the contiguous rows of y (dtype yt): RopeRow on the row widened to
+// f32, rounded once to yt. One dispatch per chunk of rows, bf16 rows of unit stride converted in the target (FLUX's
+// rows of 128, where a dispatched conversion per row costs about what the arithmetic does). buf: 2 D floats.
+void RopeRows(const uint8_t* x, DType xt, const RowIterator& rows, bool contiguous, int64_t r0, int64_t r1, int64_t H,
+              int64_t S, const float* cs, const float* sn, uint8_t* y, DType yt, float* buf) {
+  const int64_t D = rows.row_len(), stride = rows.row_stride();
+  const int64_t xes = int64_t(dtype_size(xt)), yes = int64_t(dtype_size(yt));
   float* const res = buf + D;
   for (int64_t r = r0; r < r1; ++r) {
-    const uint16_t* src = x + (contiguous ? r * D : rows.row_offset(r));
-    int64_t i = 0;
-    for (; i + N <= D; i += N) hn::StoreU(LoadBf16(d, src + i), d, buf + i);
-    for (; i < D; ++i) buf[i] = bf16_to_f32(src[i]);
+    const uint8_t* src = x + (contiguous ? r * D : rows.row_offset(r)) * xes;
+    const float* v = buf;
+    if (xt == DType::f32 && stride == 1)
+      v = reinterpret_cast<const float*>(src);
+    else if (xt == DType::bf16 && stride == 1)
+      Bf16RowToF32(reinterpret_cast<const uint16_t*>(src), buf, D);
+    else
+      load_f32(src, xt, stride, buf, D);
     const int64_t p = (r / H) % S;
-    RopeRow(buf, cs + p * D, sn + p * D, res, D);
-    uint16_t* dst = y + r * D;
-    for (i = 0; i + N <= D; i += N) StoreBf16(d, hn::LoadU(d, res + i), dst + i);
-    for (; i < D; ++i) dst[i] = f32_to_bf16(res[i]);
+    float* out = yt == DType::f32 ? reinterpret_cast<float*>(y) + r * D : res;
+    RopeRow(v, cs + p * D, sn + p * D, out, D);
+    if (yt == DType::bf16)
+      F32RowToBf16(res, reinterpret_cast<uint16_t*>(y) + r * D, D);
+    else if (yt != DType::f32)
+      store_f32(res, y + r * D * yes, yt, D);
   }
 }
 
@@ -74,7 +81,7 @@ HWY_AFTER_NAMESPACE();
 namespace diffq::backend::cpu {
 
 HWY_EXPORT(RopeRow);
-HWY_EXPORT(RopeRowsBf16);
+HWY_EXPORT(RopeRows);
 
 void rope_row_f32(const float* x, const float* cs, const float* sn, float* y, int64_t n) {
   HWY_DYNAMIC_DISPATCH(RopeRow)(x, cs, sn, y, n);
@@ -87,34 +94,13 @@ void rope_kernel(const OpCall& c, Tensor& out) {
   const F32Input cs(c.inputs[1]), sn(c.inputs[2]);
   const int64_t S = x.size(1), H = x.size(2), D = x.size(3);
   const RowIterator rows(x.shape(), x.strides());
-  const DType ot = out.dtype();
-  const int64_t oes = int64_t(dtype_size(ot));
+  const auto* xb = static_cast<const uint8_t*>(x.data_ptr());
   auto* dst = static_cast<uint8_t*>(out.data_ptr());
-  const bool direct = x.dtype() == DType::f32 && rows.row_stride() == 1;
-  if (x.dtype() == DType::bf16 && ot == DType::bf16 && rows.row_stride() == 1) {
-    const auto* xb = static_cast<const uint16_t*>(x.data_ptr());
-    const bool contiguous = x.is_contiguous();
-    parallel_for(rows.num_rows(), std::max<int64_t>(1, 8192 / D), [&](int64_t r0, int64_t r1) {
-      auto buf = alloc_f32(2 * D);
-      HWY_DYNAMIC_DISPATCH(RopeRowsBf16)(xb, rows, contiguous, r0, r1, H, S, cs.data(), sn.data(),
-                                         reinterpret_cast<uint16_t*>(dst), buf.get());
-    });
-    return;
-  }
+  const bool contiguous = x.is_contiguous();
   parallel_for(rows.num_rows(), std::max<int64_t>(1, 8192 / D), [&](int64_t r0, int64_t r1) {
-    auto in = alloc_f32(D), res = alloc_f32(D);
-    for (int64_t r = r0; r < r1; ++r) {
-      const uint8_t* src = elem_ptr(x, x.offset() + rows.row_offset(r));
-      const float* v = reinterpret_cast<const float*>(src);
-      if (!direct) {
-        load_f32(src, x.dtype(), rows.row_stride(), in.get(), D);
-        v = in.get();
-      }
-      const int64_t s = (r / H) % S;
-      float* y = ot == DType::f32 ? reinterpret_cast<float*>(dst) + r * D : res.get();
-      HWY_DYNAMIC_DISPATCH(RopeRow)(v, cs.data() + s * D, sn.data() + s * D, y, D);
-      if (ot != DType::f32) store_f32(res.get(), dst + r * D * oes, ot, D);
-    }
+    auto buf = alloc_f32(2 * D);
+    HWY_DYNAMIC_DISPATCH(RopeRows)(xb, x.dtype(), rows, contiguous, r0, r1, H, S, cs.data(), sn.data(), dst,
+                                   out.dtype(), buf.get());
   });
 }
 

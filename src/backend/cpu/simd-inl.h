@@ -11,6 +11,8 @@
 
 #include <cstring>
 
+#include "diffq/dtype.h"
+
 HWY_BEFORE_NAMESPACE();
 namespace diffq::backend::cpu {
 namespace HWY_NAMESPACE {
@@ -65,6 +67,24 @@ HWY_INLINE void StoreRoundedBf16(D d, hn::Vec<D> r, uint16_t* p) {
 template <class D>
 HWY_INLINE void StoreBf16(D d, hn::Vec<D> v, uint16_t* p) {
   StoreRoundedBf16(d, RoundToBf16(d, v), p);
+}
+
+// n bf16 bits at x widened to f32 at y (exact), and n floats at x stored as bf16 bits at y (StoreBf16's rounding:
+// f32_to_bf16's): the row conversions of convert.cpp (load_f32 / store_f32), inlined where a kernel converts
+// short rows itself.
+HWY_INLINE void Bf16RowToF32(const uint16_t* x, float* y, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = int64_t(hn::Lanes(d));
+  int64_t i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(LoadBf16(d, x + i), d, y + i);
+  for (; i < n; ++i) y[i] = bf16_to_f32(x[i]);
+}
+HWY_INLINE void F32RowToBf16(const float* x, uint16_t* y, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = int64_t(hn::Lanes(d));
+  int64_t i = 0;
+  for (; i + N <= n; i += N) StoreBf16(d, hn::LoadU(d, x + i), y + i);
+  for (; i < n; ++i) y[i] = f32_to_bf16(x[i]);
 }
 
 // y[i] = f(x[i]) for a vector functor f(d, v); x may equal y.
