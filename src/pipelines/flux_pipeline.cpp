@@ -141,6 +141,7 @@ FluxOutput FluxPipeline::operator()(const FluxCallOptions& opt) {
     FluxPipeline* p;
     ~FreeHooksAtEnd() {
       p->transformer->clear_rope_cache();  // the generation's RoPE tables: memory back to the idle level
+      p->transformer->clear_step_plan();   // and its steps' modulation
       try {
         p->maybe_free_model_hooks();
       } catch (...) {
@@ -263,12 +264,18 @@ FluxOutput FluxPipeline::operator()(const FluxCallOptions& opt) {
   // Step cache: a fresh state per call (Diffusers resets its stateful hooks at the end of each call).
   cache::StepCache* step_cache = transformer->step_cache();
   if (step_cache) step_cache->reset(N);
+  // Each step's timestep: t.expand(B).to(latents.dtype) / 1000, computed in latents' dtype. Told to the
+  // transformer first, so that its norms' modulation linears run once for many steps (the same values).
+  std::vector<Tensor> step_timesteps;
+  for (const float t : timesteps) {
+    const float t_rounded = Tensor::full({1}, double(t), ldt).to_f32_vector()[0];
+    step_timesteps.push_back(
+        Tensor::from_vector(std::vector<float>(size_t(B), t_rounded / 1000.0f), {B}, ldt).to(device));
+  }
+  transformer->plan_steps(step_timesteps);
   for (int64_t i = 0; i < N; ++i) {
     const float t = timesteps[size_t(i)];
-    // t.expand(B).to(latents.dtype) / 1000, computed in latents' dtype.
-    const float t_rounded = Tensor::full({1}, double(t), ldt).to_f32_vector()[0];
-    const Tensor timestep =
-        Tensor::from_vector(std::vector<float>(size_t(B), t_rounded / 1000.0f), {B}, ldt).to(device);
+    const Tensor& timestep = step_timesteps[size_t(i)];
     if (step_cache) step_cache->set_context("cond");  // transformer.cache_context("cond")
     Tensor v = (*transformer)(latents, o.prompt_embeds, o.pooled_prompt_embeds, timestep, guidance, txt_ids,
                               img_ids);

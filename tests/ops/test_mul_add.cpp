@@ -67,6 +67,30 @@ TEST(MulAdd, RoundedProductEqualsTheTwoOpsInTheirDtype) {
   EXPECT_GT(differs, 0);
 }
 
+// bf16 operands whose rows the kernel reads as bf16 directly (unit-stride or broadcast within a row): a scalar,
+// a row broadcast over the sequence and views at an offset, against the f32 ops they stand for; an operand of
+// another stride (a transposed view) goes the general way and agrees as well.
+TEST(MulAdd, Bf16RowsReadInPlaceEqualTheF32Chain) {
+  const Operands x = operands(DType::bf16, 13, 2500);
+  const Tensor scale = x.gate.to(DType::bf16), scalar = Tensor::full({1}, 0.8125, DType::bf16);
+  const Tensor o = x.o.slice(1, 3, 13), h = x.h.slice(1, 2, 12);  // [1, 10, D] at offsets of 3 and 2 rows
+  const auto chain = [](const Tensor& a, const Tensor& b, const Tensor& c, bool round_product) {
+    Tensor p = ops::mul(a.to(DType::f32), b.to(DType::f32));
+    if (round_product) p = p.to(DType::bf16).to(DType::f32);
+    return ops::add(p, c.to(DType::f32)).to(DType::bf16);
+  };
+  for (const bool rp : {false, true}) {
+    const std::string tag = rp ? " (product rounded)" : "";
+    expect_bits_equal(ops::mul_add(o, scale, h, DType::bf16, rp), chain(o, scale, h, rp), "row broadcast" + tag);
+    expect_bits_equal(ops::mul_add(scale, o, scale, DType::bf16, rp), chain(scale, o, scale, rp),
+                      "row broadcast as a and c" + tag);
+    expect_bits_equal(ops::mul_add(scalar, o, h, DType::bf16, rp), chain(scalar, o, h, rp), "scalar" + tag);
+    const Tensor ot = x.o.slice(2, 0, 13).transpose(1, 2);  // [1, 13, 13], stride D within a row
+    const Tensor ht = x.h.slice(2, 0, 13);
+    expect_bits_equal(ops::mul_add(ot, scalar, ht, DType::bf16, rp), chain(ot, scalar, ht, rp), "strided" + tag);
+  }
+}
+
 TEST(MulAdd, BadInputsAreErrorsNamingTheOp) {
   const Tensor a = Tensor::zeros({2, 3}, DType::f32), ints = Tensor::zeros({2, 3}, DType::i32);
   auto throws_naming_mul_add = [](const std::function<void()>& f) {

@@ -48,6 +48,27 @@ void MulAddF32(const float* a, bool a_bcast, const float* b, bool b_bcast, const
   }
 }
 
+// MulAddF32 on bf16 rows (each operand unit-stride or broadcast), the sum stored as bf16 (StoreBf16's rounding):
+// the same values as widening the rows, MulAddF32 and storing, in one pass.
+void MulAddBf16(const uint16_t* a, bool a_bcast, const uint16_t* b, bool b_bcast, const uint16_t* c, bool c_bcast,
+                bool round_bf16, uint16_t* y, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = int64_t(hn::Lanes(d));
+  const auto va0 = hn::Set(d, bf16_to_f32(a[0])), vb0 = hn::Set(d, bf16_to_f32(b[0]));
+  const auto vc0 = hn::Set(d, bf16_to_f32(c[0]));
+  int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    auto p = hn::Mul(a_bcast ? va0 : LoadBf16(d, a + i), b_bcast ? vb0 : LoadBf16(d, b + i));
+    if (round_bf16) p = RoundToBf16(d, p);
+    StoreBf16(d, hn::Add(p, c_bcast ? vc0 : LoadBf16(d, c + i)), y + i);
+  }
+  for (; i < n; ++i) {
+    float p = bf16_to_f32(a[a_bcast ? 0 : i]) * bf16_to_f32(b[b_bcast ? 0 : i]);
+    if (round_bf16) p = bf16_to_f32(f32_to_bf16(p));
+    y[i] = f32_to_bf16(p + bf16_to_f32(c[c_bcast ? 0 : i]));
+  }
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace diffq::backend::cpu
 HWY_AFTER_NAMESPACE();
@@ -56,6 +77,7 @@ HWY_AFTER_NAMESPACE();
 namespace diffq::backend::cpu {
 
 HWY_EXPORT(MulAddF32);
+HWY_EXPORT(MulAddBf16);
 
 void mul_add_row_reference(const float* a, bool a_bcast, const float* b, bool b_bcast, const float* c, bool c_bcast,
                            DType round_product_to, float* y, int64_t n) {
@@ -86,6 +108,24 @@ void mul_add_kernel(const OpCall& call, Tensor& out) {
   const int64_t sa = ra.row_stride(), sb = rb.row_stride(), sc = rc.row_stride();
   auto* dst = static_cast<uint8_t*>(out.data_ptr());
   const int64_t oes = int64_t(dtype_size(ot));
+  // bf16 operands and result, rows unit-stride or broadcast: one pass over the bf16 rows (the same values).
+  const auto unit_or_bcast = [](int64_t s) { return s == 0 || s == 1; };
+  if (ot == DType::bf16 && a.dtype() == DType::bf16 && b.dtype() == DType::bf16 && c.dtype() == DType::bf16 &&
+      unit_or_bcast(sa) && unit_or_bcast(sb) && unit_or_bcast(sc)) {
+    const auto bf16_fn = HWY_DYNAMIC_DISPATCH(MulAddBf16);
+    const auto* pa = a.data<uint16_t>();
+    const auto* pb = b.data<uint16_t>();
+    const auto* pc = c.data<uint16_t>();
+    auto* py = reinterpret_cast<uint16_t*>(dst);
+    parallel_for(ra.num_rows() * per_row, 2, [&](int64_t beg, int64_t end) {
+      for (int64_t it = beg; it < end; ++it) {
+        const int64_t r = it / per_row, c0 = (it % per_row) * kChunk, n = std::min(kChunk, len - c0);
+        bf16_fn(pa + ra.row_offset(r) + c0 * sa, sa == 0, pb + rb.row_offset(r) + c0 * sb, sb == 0,
+                pc + rc.row_offset(r) + c0 * sc, sc == 0, call.attrs.flag, py + r * len + c0, n);
+      }
+    });
+    return;
+  }
   const auto row_fn = HWY_DYNAMIC_DISPATCH(MulAddF32);
   parallel_for(ra.num_rows() * per_row, 2, [&](int64_t beg, int64_t end) {
     alignas(64) float abuf[kChunk], bbuf[kChunk], cbuf[kChunk], ybuf[kChunk];

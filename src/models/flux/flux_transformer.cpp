@@ -116,6 +116,10 @@ AdaNorm::AdaNorm(std::string type_name, int64_t dim, int64_t n)
 }
 
 std::vector<Tensor> AdaNorm::modulation(const Tensor& temb) {
+  if (plan) {
+    const Tensor rows = plan->rows(this, temb, [&](const Tensor& stacked) { return linear(ops::silu(stacked)); });
+    if (rows.defined()) return rows.chunk(chunks, 1);  // chunks x [B, D]
+  }
   return linear(ops::silu(temb)).chunk(chunks, 1);  // chunks x [B, D]
 }
 
@@ -309,6 +313,9 @@ FluxTransformer2DModel::FluxTransformer2DModel(const FluxTransformerConfig& cfg)
   register_module("single_transformer_blocks", single_transformer_blocks);
   register_module("norm_out", norm_out);
   register_module("proj_out", proj_out);
+  for (auto& b : transformer_blocks) b->norm1.plan = b->norm1_context.plan = step_plan_;
+  for (auto& b : single_transformer_blocks) b->norm.plan = step_plan_;
+  norm_out.plan = step_plan_;
 }
 
 std::unique_ptr<FluxTransformer2DModel> FluxTransformer2DModel::from_pretrained(const std::filesystem::path& dir,
@@ -374,9 +381,20 @@ Tensor FluxTransformer2DModel::forward_body(const Tensor& hidden, const Tensor& 
   Tensor x = x_embedder(hidden.to(dt));  // [B, N, D]
   record("x_embedder", x);
   // The pipeline passes t/1000; the model scales back in its compute dtype (Diffusers: .to(dtype) * 1000).
-  const Tensor t = ops::mul_scalar(timestep.to(dt), 1000.0);                                   // [B]
   const Tensor g = guidance.defined() ? ops::mul_scalar(guidance.to(dt), 1000.0) : Tensor();  // [B]
-  const Tensor temb = time_text_embed(t, g, pooled.to(dt));                                   // [B, D]
+  const auto embed = [&](const Tensor& ts) {  // ts [B] -> temb [B, D]
+    return time_text_embed(ops::mul_scalar(ts.to(dt), 1000.0), g, pooled.to(dt));
+  };
+  // A planned step's temb comes from the plan (its window's steps embedded by `embed` each, at the window's
+  // first call), so that the norms' modulation linears run once per window (step_modulation_plan.h).
+  Tensor temb;
+  if (step_plan_->active() && !timestep.is_symbolic()) {
+    std::vector<float> cond = g.defined() ? g.to_f32_vector() : std::vector<float>();
+    const std::vector<float> p = pooled.to_f32_vector();
+    cond.insert(cond.end(), p.begin(), p.end());
+    temb = step_plan_->temb(timestep, cond, embed);
+  }
+  if (!temb.defined()) temb = embed(timestep);  // [B, D]
   record("temb", temb);
   Tensor e = context_embedder(encoder.to(dt));  // [B, T, D]
   record("context_embedder", e);

@@ -14,6 +14,7 @@
 #include "io/json_config.h"
 #include "modules/layers.h"
 #include "models/common/rope_table_cache.h"
+#include "models/common/step_modulation_plan.h"
 #include "modules/state_dict.h"
 
 namespace diffq::compile {
@@ -79,6 +80,9 @@ class AdaNorm : public Module {
   Tensor norm(const Tensor& x) const;                  // LN without affine, [B, S, dim]
   int64_t chunks;
   Linear linear;
+  // The model's plan of the loop's steps (step_modulation_plan.h): a temb it handed out gets its rows of the
+  // linear run once over the window's steps. Null: every call computes its own.
+  std::shared_ptr<StepModulationPlan> plan;
 };
 
 // net.0 = GELU(tanh) with its `proj` Linear, net.1 = Dropout (no parameters), net.2 = Linear.
@@ -212,6 +216,12 @@ class FluxTransformer2DModel : public Module {
   // The RoPE tables kept for the positions of the running generation (rope_table_cache.h): dropped by the
   // pipeline when a generation ends.
   void clear_rope_cache() { rope_cache_->clear(); }  // for stats
+  // The coming generation's timesteps (each call's `timestep` [B], in order): the norms' modulation linears
+  // then run once per window of steps instead of once per call (step_modulation_plan.h: the same values).
+  // Calls with other timesteps, compiled graphs and traces compute their own. clear_step_plan() at the end
+  // of the generation (the pipeline does both).
+  void plan_steps(std::vector<Tensor> timesteps) { step_plan_->plan(std::move(timesteps)); }
+  void clear_step_plan() { step_plan_->clear(); }
 
   // Step caching (Diffusers' enable_cache(config) / disable_cache): FirstBlockCache, MagCache and TeaCache
   // decide at the block loop (forward_body); TaylorSeer hooks every block's attn. With a cache on, a full
@@ -234,6 +244,7 @@ class FluxTransformer2DModel : public Module {
   std::shared_ptr<compile::CompiledModule> compiled_;
   std::shared_ptr<cache::StepCache> step_cache_;
   std::shared_ptr<RopeTableCache> rope_cache_ = std::make_shared<RopeTableCache>();
+  std::shared_ptr<StepModulationPlan> step_plan_ = std::make_shared<StepModulationPlan>();
 };
 
 }  // namespace diffq::models::flux
