@@ -13,6 +13,7 @@
 #include "pipelines/component_loading.h"
 #include "quant/quant_method.h"
 #include "models/flux/flux_single_file.h"
+#include "offload/offload_hook.h"
 #include "ops/ops.h"
 #include "pipelines/flux_latents.h"
 #include "pipelines/stage_clock.h"
@@ -265,14 +266,15 @@ FluxOutput FluxPipeline::operator()(const FluxCallOptions& opt) {
   cache::StepCache* step_cache = transformer->step_cache();
   if (step_cache) step_cache->reset(N);
   // Each step's timestep: t.expand(B).to(latents.dtype) / 1000, computed in latents' dtype. Told to the
-  // transformer first, so that its norms' modulation linears run once for many steps (the same values).
+  // transformer first, so that its norms' modulation linears run once for many steps (the same values);
+  // not under group offloading, whose prefetch replays the first pass's module calls in every later pass.
   std::vector<Tensor> step_timesteps;
   for (const float t : timesteps) {
     const float t_rounded = Tensor::full({1}, double(t), ldt).to_f32_vector()[0];
     step_timesteps.push_back(
         Tensor::from_vector(std::vector<float>(size_t(B), t_rounded / 1000.0f), {B}, ldt).to(device));
   }
-  transformer->plan_steps(step_timesteps);
+  if (offload::active_offload(*transformer) != offload::OffloadKind::group) transformer->plan_steps(step_timesteps);
   for (int64_t i = 0; i < N; ++i) {
     const float t = timesteps[size_t(i)];
     const Tensor& timestep = step_timesteps[size_t(i)];
