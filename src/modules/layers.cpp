@@ -1,5 +1,6 @@
 #include "modules/layers.h"
 
+#include "diffq/error.h"
 #include "ops/linear_q.h"
 #include "ops/ops.h"
 
@@ -65,6 +66,22 @@ RMSNorm::RMSNorm(int64_t dim, double e, bool elementwise_affine)
 }
 
 Tensor RMSNorm::forward(const Tensor& x) { return ops::rms_norm(x, opt(weight, affine), eps); }
+
+Tensor rms_norm_rope(const std::vector<RMSNorm*>& norms, const std::vector<Tensor>& xs, const Tensor& cos,
+                     const Tensor& sin) {
+  check(!norms.empty() && norms.size() == xs.size(), "rms_norm_rope", "one norm per segment: ", norms.size(),
+        " norms, ", xs.size(), " segments");
+  bool fused = CaptureHook::current() == nullptr;
+  for (const RMSNorm* n : norms) fused = fused && n->hooks().empty() && n->eps == norms[0]->eps;
+  if (!fused) {
+    std::vector<Tensor> normed;
+    for (size_t i = 0; i < norms.size(); ++i) normed.push_back((*norms[i])(xs[i]));
+    return ops::rope(normed.size() == 1 ? normed[0] : ops::concat(normed, 1), cos, sin);
+  }
+  std::vector<Tensor> ws;
+  for (const RMSNorm* n : norms) ws.push_back(opt(n->weight, n->affine));
+  return ops::rms_norm_rope(xs, ws, norms[0]->eps, cos, sin);
+}
 
 GroupNorm::GroupNorm(int64_t g, int64_t channels, double e, bool a)
     : Module("GroupNorm"), groups(g), eps(e), affine(a), weight({channels}), bias({channels}) {

@@ -60,6 +60,12 @@ class RMSNorm : public Module {
   Parameter weight;
 };
 
+// rope(concat([norms[i](xs[i]), ...], dim 1), cos, sin) (FLUX's q / k: per-head RMSNorms of the text and image
+// streams, then RoPE over the joint sequence) as one op, ops::rms_norm_rope (the same values), where no hook is on
+// the norms (offloading) and no compile capture runs (compile fuses the ops itself); else those calls and ops.
+Tensor rms_norm_rope(const std::vector<RMSNorm*>& norms, const std::vector<Tensor>& xs, const Tensor& cos,
+                     const Tensor& sin);
+
 class GroupNorm : public Module {
  public:
   GroupNorm(int64_t groups, int64_t channels, double eps, bool affine = true);

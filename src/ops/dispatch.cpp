@@ -40,7 +40,7 @@ constexpr std::array<std::string_view, kNumOps> kNames = {
     "scalar",    "clamp",      "unary",      "softmax", "layer_norm", "rms_norm",
     "group_norm", "rope",      "sdpa",       "conv2d",  "upsample_nearest2x", "concat",
     "embedding", "reduce",     "absmax_blocks", "channel_norm", "linear_q",
-    "mul_add"};
+    "mul_add",   "rms_norm_rope"};
 }  // namespace
 
 std::string_view op_name(OpKind k) {

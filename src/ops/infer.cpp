@@ -262,6 +262,29 @@ OutputMeta infer(const OpCall& c) {
       const Shape ab = broadcast_shapes(c.inputs[0].shape(), c.inputs[1].shape(), "mul_add");
       return {broadcast_shapes(ab, c.inputs[2].shape(), "mul_add"), c.attrs.dtype, c.inputs[0].device()};
     }
+    case OpKind::rms_norm_rope: {
+      check(c.inputs.size() >= 4 && c.inputs.size() % 2 == 0, "rms_norm_rope",
+            "expects cos, sin and (x, w) per segment, got ", c.inputs.size(), " inputs");
+      same_device(c);
+      const Tensor &cs = c.inputs[0], &sn = c.inputs[1], &x0 = c.inputs[2];
+      check(x0.dim() == 4 && x0.size(3) % 2 == 0, "rms_norm_rope", "expects x[B, S, H, D] with even D, got ", x0.str());
+      need_float(c, x0, "x");
+      int64_t S = 0;
+      for (size_t i = 2; i < c.inputs.size(); i += 2) {
+        const Tensor& x = c.inputs[i];
+        check(x.dim() == 4 && x.size(0) == x0.size(0) && x.size(2) == x0.size(2) && x.size(3) == x0.size(3) &&
+                  x.dtype() == x0.dtype(),
+              "rms_norm_rope", "segment ", i / 2 - 1, " is ", x.str(), ", expected [", x0.size(0), ", S, ", x0.size(2),
+              ", ", x0.size(3), "] of ", dtype_name(x0.dtype()));
+        const Tensor& w = c.inputs[i + 1];
+        check(!w.defined() || w.numel() == x0.size(3), "rms_norm_rope", "the weight of segment ", i / 2 - 1, " has ",
+              w.defined() ? w.numel() : 0, " elements, expected ", x0.size(3));
+        S += x.size(1);
+      }
+      check(cs.shape() == Shape{S, x0.size(3)} && sn.shape() == cs.shape(), "rms_norm_rope", "cos/sin ",
+            shape_str(cs.shape()), " must be [S, D] = ", shape_str({S, x0.size(3)}));
+      return like(x0, {x0.size(0), S, x0.size(2), x0.size(3)});
+    }
     case OpKind::count_: break;
   }
   fail("dispatch", "unknown op kind ", int(c.kind));

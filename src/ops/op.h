@@ -45,6 +45,9 @@ enum class OpKind : uint16_t {
   mul_add,        // a, b, c (floats, numpy broadcasting): a * b + c in f32 from the exactly widened inputs,
                   // rounded once to attrs.dtype (attrs.flag: a * b rounded to attrs.dtype first, as torch's
                   // two ops in that dtype); no fused multiply-add (the chains it replaces round the product)
+  rms_norm_rope,  // cos[S, D], sin[S, D], then x_k[B, S_k, H, D], w_k[D]? per segment (sum S_k = S); attrs.f0 = eps:
+                  // rope(concat_k(rms_norm(x_k, w_k)), dim 1), cos, sin), each norm rounded to x's dtype first;
+                  // where a device has no kernel (and while a trace records) ops::rms_norm_rope runs those ops
   count_
 };
 

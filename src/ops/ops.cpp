@@ -171,6 +171,27 @@ Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
   return call1(OpKind::rope, {x, cos, sin});
 }
 
+Tensor rms_norm_rope(const std::vector<Tensor>& xs, const std::vector<Tensor>& ws, double eps, const Tensor& cos,
+                     const Tensor& sin) {
+  check(!xs.empty() && ws.size() == xs.size(), "rms_norm_rope", "expects one weight (or an undefined tensor) per ",
+        "segment, got ", xs.size(), " segments and ", ws.size(), " weights");
+  OpCall call{OpKind::rms_norm_rope, {cos, sin}, {}};
+  call.attrs.f0 = eps;
+  for (size_t i = 0; i < xs.size(); ++i) call.inputs.insert(call.inputs.end(), {xs[i], ws[i]});
+  infer(call);  // its checks first, whichever way it runs
+  const Trace* t = Trace::current();
+  if ((t && t->records_pieces()) || !find_kernel(OpKind::rms_norm_rope, xs[0].device().kind)) {
+    // The ops it stands for (the same bits): what compile's capture records (it fuses them itself,
+    // compile/fuse_rope.cpp) and what a device without the fused kernel runs.
+    std::vector<Tensor> normed;
+    for (size_t i = 0; i < xs.size(); ++i) normed.push_back(rms_norm(xs[i], ws[i], eps));
+    return rope(normed.size() == 1 ? normed[0] : concat(normed, 1), cos, sin);
+  }
+  return dispatch(std::move(call));
+}
+
+bool runs_as_pieces_without_kernel(OpKind k) { return k == OpKind::rms_norm_rope; }
+
 Tensor sdpa(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, double scale) {
   Attrs a;
   a.f0 = scale;

@@ -67,6 +67,16 @@ Tensor channel_norm_silu(const Tensor& x, const Tensor& w, double scale, double 
 // x [B, S, H, D]; cos, sin [S, D] (each value repeated for the pair): out[2k] = x[2k]c - x[2k+1]s,
 // out[2k+1] = x[2k+1]c + x[2k]s, computed in f32.
 Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin);
+// rope(concat([rms_norm(xs[i], ws[i], eps), ...], dim 1), cos, sin) in one pass over the rows (FLUX's q / k:
+// the text and image streams' per-head RMSNorms, then the rotary embedding of the joint sequence): the same
+// values as those ops (each norm rounded to x's dtype before the rotation). xs[i] [B, S_i, H, D] of one
+// dtype, ws[i] [D] or an undefined tensor; cos, sin [sum S_i, D]. On a device without the fused kernel, and
+// while a trace records pieces (compile's capture), it runs (records) those ops.
+Tensor rms_norm_rope(const std::vector<Tensor>& xs, const std::vector<Tensor>& ws, double eps, const Tensor& cos,
+                     const Tensor& sin);
+// Ops that ops.h runs as the ops they stand for where a device has no kernel for them (rms_norm_rope): a device
+// needs no kernel of its own for these.
+bool runs_as_pieces_without_kernel(OpKind k);
 // q [B, H, Sq, D], k [B, H, Sk, D], v [B, H, Sk, Dv]; optional additive mask broadcastable to
 // [B, H, Sq, Sk]; scale defaults to 1/sqrt(D) when <= 0. Never materialises Sq x Sk.
 Tensor sdpa(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask = {},

@@ -6,6 +6,7 @@
 #include "modules/module.h"
 #include "ops/linear_q.h"
 #include "ops/op.h"
+#include "ops/ops.h"
 
 namespace diffq {
 
@@ -19,6 +20,7 @@ void check_execution_device(Device d) {
   for (size_t i = 0; i < size_t(ops::OpKind::count_); ++i) {
     const auto k = static_cast<ops::OpKind>(i);
     if (k == ops::OpKind::linear_q) continue;  // per scheme: checked for each quantized weight when placed
+    if (ops::runs_as_pieces_without_kernel(k)) continue;  // its pieces run there
     check(ops::find_kernel(k, d.kind) != nullptr, kCtx, "op ", ops::op_name(k), " has no kernel for ", d.str(),
           " in this build of diffq, so no pipeline can run there yet (run on the cpu)");
   }

@@ -16,6 +16,7 @@ void register_unary_kernels();        // unary.cpp: unary
 void register_softmax_kernels();      // softmax.cpp: softmax
 void register_norm_kernels();         // norm.cpp: layer_norm, rms_norm, group_norm
 void register_rope_kernels();         // rope.cpp: rope
+void register_norm_rope_kernel();     // norm_rope.cpp: rms_norm_rope
 void register_attention_kernels();    // attention.cpp: sdpa
 void register_conv_kernels();         // conv.cpp: conv2d
 void register_layout_kernels();       // layout.cpp: upsample_nearest2x, concat, embedding

@@ -16,6 +16,7 @@ void register_kernels() {
   register_channel_norm_kernels();
   register_mul_add_kernel();
   register_rope_kernels();
+  register_norm_rope_kernel();
   register_attention_kernels();
   register_conv_kernels();
   register_layout_kernels();

@@ -10,6 +10,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/row_kernels.h"
 #include "backend/cpu/simd-inl.h"
+#include "backend/cpu/rope_row-inl.h"
 #include "backend/cpu/strided.h"
 #include "backend/cpu/threads.h"
 
@@ -17,33 +18,6 @@ HWY_BEFORE_NAMESPACE();
 namespace diffq::backend::cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
-
-void RopeRow(const float* x, const float* cs, const float* sn, float* y, int64_t n) {
-#if HWY_TARGET == HWY_SCALAR  // one lane: no pair shuffles
-  for (int64_t i = 0; i < n; i += 2) {
-    const float a = x[i], b = x[i + 1];
-    y[i] = a * cs[i] - b * sn[i];
-    y[i + 1] = b * cs[i + 1] + a * sn[i + 1];
-  }
-#else
-  const hn::ScalableTag<float> d;
-  const int64_t N = int64_t(hn::Lanes(d));
-  auto one = [&](int64_t i, size_t len) {
-    const bool full = len == size_t(N);
-    const auto v = full ? hn::LoadU(d, x + i) : LoadTail(d, x + i, len);
-    const auto c = full ? hn::LoadU(d, cs + i) : LoadTail(d, cs + i, len);
-    const auto s = full ? hn::LoadU(d, sn + i) : LoadTail(d, sn + i, len);
-    const auto sw = hn::Shuffle2301(v);                 // (x1, x0, x3, x2, ...)
-    const auto rot = hn::OddEven(sw, hn::Neg(sw));      // (-x1, x0, -x3, x2, ...)
-    const auto r = hn::MulAdd(v, c, hn::Mul(rot, s));
-    if (full) hn::StoreU(r, d, y + i);
-    else StoreTail(r, d, y + i, len);
-  };
-  int64_t i = 0;
-  for (; i + N <= n; i += N) one(i, size_t(N));
-  if (i < n) one(i, size_t(n - i));
-#endif
-}
 
 // Rows [r0, r1) of rope over rows of D of [B, S, H, D] (dtype xt, row r at element rows.row_offset(r) of x, r * D
 // when contiguous; its position (r / H) % S) into the contiguous rows of y (dtype yt): RopeRow on the row widened to

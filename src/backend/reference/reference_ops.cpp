@@ -501,6 +501,14 @@ static Array run_channels_first(const ops::OpCall& c, std::vector<Array>& in) {
       if (a.flag) round_to(p, a.dtype);
       return binary(BinaryFn::add, p, in[2], false);
     }
+    case OpKind::rms_norm_rope: {  // each segment's norm rounded to x's dtype, concatenated, then rope
+      std::vector<Array> normed;
+      for (size_t i = 2; i + 1 < in.size(); i += 2) {
+        normed.push_back(rms_norm(in[i], opt(i + 1), a.f0));
+        round_to(normed.back(), c.inputs[2].dtype());
+      }
+      return rope(concat(normed, 1), in[0], in[1]);
+    }
     case OpKind::count_: break;
   }
   fail("reference", "unknown op kind ", int(c.kind));

@@ -168,8 +168,8 @@ Tensor FluxAttention::heads_of(const Tensor& x) const {
 
 Tensor FluxAttention::self_attention(const Tensor& x, const Tensor& cos, const Tensor& sin) {
   const int64_t B = x.size(0), S = x.size(1);
-  const Tensor q = ops::rope(norm_q(heads_of(to_q(x))), cos, sin);                 // [B, S, H, Dh]
-  const Tensor k = ops::rope(norm_k(heads_of(to_k(x))), cos, sin);                 // [B, S, H, Dh]
+  const Tensor q = rms_norm_rope({&norm_q}, {heads_of(to_q(x))}, cos, sin);        // [B, S, H, Dh]
+  const Tensor k = rms_norm_rope({&norm_k}, {heads_of(to_k(x))}, cos, sin);        // [B, S, H, Dh]
   const Tensor v = heads_of(to_v(x));                                              // [B, S, H, Dh]
   const Tensor o = ops::sdpa(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2));  // [B, H, S, Dh]
   Tensor out = o.transpose(1, 2).reshape({B, S, heads * head_dim});                // [B, S, D]
@@ -180,11 +180,12 @@ std::pair<Tensor, Tensor> FluxAttention::joint_attention(const Tensor& img, cons
                                                          const Tensor& sin) {
   check(add_q_proj != nullptr, "flux", "joint attention on a single-stream attention module");
   const int64_t B = img.size(0), N = img.size(1), T = txt.size(1);
-  // Text first, then image, along the sequence.
-  const Tensor q = ops::concat({(*norm_added_q)(heads_of((*add_q_proj)(txt))), norm_q(heads_of(to_q(img)))}, 1);
-  const Tensor k = ops::concat({(*norm_added_k)(heads_of((*add_k_proj)(txt))), norm_k(heads_of(to_k(img)))}, 1);
+  // Text first, then image, along the sequence: each stream's norm, then RoPE over the joint sequence.
+  const Tensor qr = rms_norm_rope({norm_added_q.get(), &norm_q}, {heads_of((*add_q_proj)(txt)), heads_of(to_q(img))},
+                                  cos, sin);  // [B, T+N, H, Dh]
+  const Tensor kr = rms_norm_rope({norm_added_k.get(), &norm_k}, {heads_of((*add_k_proj)(txt)), heads_of(to_k(img))},
+                                  cos, sin);  // [B, T+N, H, Dh]
   const Tensor v = ops::concat({heads_of((*add_v_proj)(txt)), heads_of(to_v(img))}, 1);  // [B, T+N, H, Dh]
-  const Tensor qr = ops::rope(q, cos, sin), kr = ops::rope(k, cos, sin);                 // [B, T+N, H, Dh]
   const Tensor o = ops::sdpa(qr.transpose(1, 2), kr.transpose(1, 2), v.transpose(1, 2));  // [B, H, T+N, Dh]
   const Tensor out = o.transpose(1, 2).reshape({B, T + N, heads * head_dim});            // [B, T+N, D]
   const Tensor txt_out = (*to_add_out)(out.slice(1, 0, T));                              // [B, T, D]
