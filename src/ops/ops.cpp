@@ -50,10 +50,41 @@ void copy_into(const Tensor& src, const Tensor& dst) {
   execute_into(OpCall{src.dtype() == dst.dtype() ? OpKind::copy : OpKind::cast, {src}, a}, out);
 }
 
+namespace {
+// The tensors' concatenation along dim as a view, where they are slices laid end to end along dim in one
+// storage (a block's output split into its streams and joined again: FLUX's single blocks' cat([txt, img])
+// of the previous block's halves): the same values without the copy. Undefined otherwise, and while a trace
+// records (its graph keeps the op).
+Tensor adjacent_span(const std::vector<Tensor>& xs, int64_t dim) {
+  if (xs.size() < 2 || Trace::current() || !xs[0].defined() || xs[0].is_symbolic()) return {};
+  const Tensor& a = xs[0];
+  const int64_t d = dim < 0 ? dim + a.dim() : dim;
+  if (d < 0 || d >= a.dim() || a.strides()[size_t(d)] <= 0) return {};
+  int64_t len = a.size(d);
+  for (size_t i = 1; i < xs.size(); ++i) {
+    const Tensor &p = xs[i - 1], &x = xs[i];
+    if (!x.defined() || x.storage() != a.storage() || x.dtype() != a.dtype() || x.dim() != a.dim() ||
+        x.strides() != a.strides() || x.offset() != p.offset() + p.size(d) * a.strides()[size_t(d)])
+      return {};
+    for (int64_t j = 0; j < a.dim(); ++j)
+      if (j != d && x.size(j) != a.size(j)) return {};
+    len += x.size(d);
+  }
+  Shape shape = a.shape();
+  shape[size_t(d)] = len;
+  return Tensor(a.storage(), shape, a.strides(), a.offset(), a.dtype());
+}
+}  // namespace
+
 Tensor concat(const std::vector<Tensor>& xs, int64_t dim) {
   Attrs a;
   a.i0 = dim;
-  return call1(OpKind::concat, xs, a);
+  OpCall call{OpKind::concat, xs, a};
+  if (Tensor span = adjacent_span(xs, dim); span.defined()) {
+    infer(call);  // its checks, as the op
+    return span;
+  }
+  return dispatch(std::move(call));
 }
 
 Tensor repeat_interleave(const Tensor& x, int64_t repeats, int64_t dim) {

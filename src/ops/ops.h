@@ -16,6 +16,8 @@ Tensor to_device(const Tensor& x, Device d);
 // dst[...] = src (torch's dst.copy_(src)): same shape and device, cast to dst's dtype as torch rounds.
 // dst may be a view whose rows are contiguous (a slice of a preallocated tensor). Eager only.
 void copy_into(const Tensor& src, const Tensor& dst);
+// Tensors that are slices laid end to end along dim in one storage come back as the view of their span (the
+// same values, no copy; eager calls): the result may share memory with its inputs, as views do.
 Tensor concat(const std::vector<Tensor>& xs, int64_t dim);
 // torch.repeat_interleave(x, repeats, dim): each slice along `dim` repeated in place (r0, r0, r1, r1, ...).
 Tensor repeat_interleave(const Tensor& x, int64_t repeats, int64_t dim = 0);
