@@ -89,8 +89,8 @@ std::string cuda_kernel_refuses(const ops::OpCall& c, DType out) {
     case OpKind::conv2d:
     case OpKind::mul_add:
       return first_not(c, out, is_float, kFloats);
-    case OpKind::rms_norm_rope:  // no CUDA kernel: ops::rms_norm_rope runs rms_norm, concat and rope there
-      return "no CUDA kernel (it runs as rms_norm, concat and rope)";
+    case OpKind::rms_norm_rope:  // (the CUDA backend registers none: ops::rms_norm_rope runs its pieces there)
+      return first_not(c, out, is_float, kFloats);
     case OpKind::count_:
       break;
   }

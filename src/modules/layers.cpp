@@ -43,6 +43,25 @@ Tensor Linear::with_gelu_tanh(const Tensor& x) {
   });
 }
 
+void Linear::forward_into(const Tensor& x, const Tensor& out, bool gelu) {
+  check(CaptureHook::current() == nullptr, "Linear", "forward_into is eager only (a compile capture is running)");
+  if (adapter) {  // the adapter's term is added to the linear's output first
+    ops::copy_into(gelu ? with_gelu_tanh(x) : (*this)(x), out);
+    return;
+  }
+  call([&] {
+    const ops::PackedWeight* w = packed_for(x);
+    const auto act = gelu ? std::optional<ops::UnaryFn>(ops::UnaryFn::gelu_tanh) : std::nullopt;
+    if (w) {
+      ops::linear_q_into(x, *w, opt(bias, has_bias), act, out);
+    } else {
+      const Tensor y = ops::linear(x, weight.dense(), opt(bias, has_bias));
+      ops::copy_into(gelu ? ops::gelu(y, /*tanh_approx=*/true) : y, out);
+    }
+    return 0;  // (call() wants a value)
+  });
+}
+
 LayerNorm::LayerNorm(int64_t dim, double e, bool elementwise_affine, bool b)
     : Module("LayerNorm"), eps(e), affine(elementwise_affine), has_bias(elementwise_affine && b),
       weight({dim}), bias({dim}) {

@@ -29,6 +29,10 @@ class Linear : public Module {
   // While compile captures, the two ops (the linear through operator(), which may record it as an opaque
   // node; compiled graphs fuse the GELU into their GEMM parts themselves).
   Tensor with_gelu_tanh(const Tensor& x);
+  // this(x) (gelu: with_gelu_tanh(x)) written into `out`, a view of the result with contiguous rows (the columns
+  // of a preallocated concat, ops::linear_q_into): the weight's kernel writes there where it can, else the result
+  // is copied in. The same values; eager only (an Error while compile captures).
+  void forward_into(const Tensor& x, const Tensor& out, bool gelu = false);
   int64_t in_features, out_features;
   Parameter weight;  // [out, in], dense or quantized
   Parameter bias;    // [out] (undefined shape [] when bias=false)

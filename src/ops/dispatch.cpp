@@ -8,6 +8,7 @@
 #include "diffq/error.h"
 #include "ops/op.h"
 #include "ops/op_profile.h"
+#include "ops/ops.h"
 #include "ops/kernel_precondition.h"
 #include "ops/linear_q.h"
 #include "ops/trace.h"
@@ -77,7 +78,10 @@ void wait_for_device(Device d) {
 }
 }  // namespace
 
-Tensor execute(const OpCall& call) {
+namespace {
+// execute(); a linear_q kernel is handed `preset` (a view of the result's meta, or undefined) as its out: it writes
+// there where it can, else sets out to a result of its own, which is then copied into preset.
+Tensor execute_with(const OpCall& call, const Tensor& preset) {
   const OutputMeta meta = infer(call);
   // to_device runs on the CUDA backend when either end is a CUDA device (cpu->cuda, cuda->cpu,
   // cuda->cuda); every other op runs where its output lives.
@@ -93,7 +97,7 @@ Tensor execute(const OpCall& call) {
   check_precondition(call, meta, where);
   const auto t0 = op_profile_enabled() ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   // linear_q's kernels allocate their own result (ops/linear_q.h); every other kernel fills a fresh tensor.
-  Tensor out = quantized ? Tensor() : Tensor::empty(meta.shape, meta.dtype, meta.device);
+  Tensor out = quantized ? preset : Tensor::empty(meta.shape, meta.dtype, meta.device);
   if (quantized || out.numel() > 0) fn(call, out);
   if (quantized)
     check(out.defined() && out.shape() == meta.shape && out.dtype() == meta.dtype && out.device() == meta.device,
@@ -106,7 +110,27 @@ Tensor execute(const OpCall& call) {
                       op_profile_flops(call),
                       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
+  if (preset.defined() && (out.data_ptr() != preset.data_ptr() || out.strides() != preset.strides())) {
+    copy_into(out, preset);  // the kernel's own result
+    return preset;
+  }
   return out;
+}
+}  // namespace
+
+Tensor execute(const OpCall& call) { return execute_with(call, Tensor()); }
+
+void execute_linear_q_into(const OpCall& call, const Tensor& out) {
+  check(call.kind == OpKind::linear_q, op_name(call.kind), "only linear_q writes into a given output this way");
+  check(Trace::current() == nullptr, "linear_q", "writing into a given output cannot be traced");
+  for (const Tensor& t : call.inputs)
+    check(!t.defined() || !t.is_symbolic(), "linear_q", "a symbolic (traced) tensor was used outside its trace");
+  const OutputMeta meta = infer(call);
+  check(out.defined() && !out.is_symbolic() && out.shape() == meta.shape && out.dtype() == meta.dtype &&
+            out.device() == meta.device && (out.strides().back() == 1 || out.shape().back() <= 1),
+        "linear_q", "output ", out.defined() ? out.str() : std::string("(undefined)"), " is not a view with rows of ",
+        dtype_name(meta.dtype), " ", shape_str(meta.shape), " on ", meta.device.str(), " the call produces");
+  execute_with(call, out);
 }
 
 void execute_into(const OpCall& call, Tensor& out) {

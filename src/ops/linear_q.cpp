@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "diffq/error.h"
 #include "ops/ops.h"
 #include "ops/trace.h"
 
@@ -73,14 +74,27 @@ std::vector<std::pair<std::string, KernelFn>> take_linear_q_kernels(DeviceKind d
 }
 
 namespace {
-Tensor linear_q_call(const Tensor& x, const PackedWeight& w, const Tensor& bias, int64_t act) {
+OpCall linear_q_op(const Tensor& x, const PackedWeight& w, const Tensor& bias, int64_t act) {
   OpCall c{OpKind::linear_q, {x, bias}, {}};
   for (Tensor& t : w.storage_tensors()) c.inputs.push_back(std::move(t));
   c.attrs.packed = &w;
   c.attrs.i1 = act;
-  return dispatch(std::move(c));
+  return c;
+}
+Tensor linear_q_call(const Tensor& x, const PackedWeight& w, const Tensor& bias, int64_t act) {
+  return dispatch(linear_q_op(x, w, bias, act));
 }
 }  // namespace
+
+void linear_q_into(const Tensor& x, const PackedWeight& w, const Tensor& bias, std::optional<UnaryFn> act,
+                   const Tensor& out) {
+  check(x.defined(), "linear_q", "linear_q_into of an undefined input");
+  if (act && !linear_q_applies_activation(x.device().kind, w.scheme())) {
+    copy_into(unary(linear_q_call(x, w, bias, 0), *act), out);
+    return;
+  }
+  execute_linear_q_into(linear_q_op(x, w, bias, act ? 1 + int64_t(*act) : 0), out);
+}
 
 Tensor linear_q(const Tensor& x, const PackedWeight& w, const Tensor& bias) { return linear_q_call(x, w, bias, 0); }
 

@@ -5,7 +5,8 @@
 // tile linear plan, else its dequantization). A device without one for a scheme refuses the call, and a
 // pipeline placed there refuses the weight at load (pipelines/pipeline_device.cpp), naming both.
 // A linear_q kernel is handed `out` undefined and sets it to the result it allocates (the schemes' drivers
-// allocate their own outputs); the dispatcher checks its shape, dtype and device.
+// allocate their own outputs); the dispatcher checks its shape, dtype and device. Called for linear_q_into it
+// is handed the caller's view instead: it may write into it, else sets out to its own result (copied in).
 #pragma once
 
 #include <optional>
@@ -39,6 +40,12 @@ Tensor linear_q(const Tensor& x, const PackedWeight& w, const Tensor& bias = {})
 // read once, not three times), else the two ops. While a trace records, always the two ops (compiled
 // graphs fuse activations into their GEMM parts their own way).
 Tensor linear_q_act(const Tensor& x, const PackedWeight& w, const Tensor& bias, UnaryFn act);
+// linear_q_act(x, w, bias, act) (act empty: linear_q) written into `out`, a view of the result's shape, dtype
+// and device whose rows are contiguous (the columns of a preallocated concat: FLUX's single blocks write their
+// MLP next to the attention's output, so proj_out reads both without a concat's copy): the same values. A kernel
+// handed a defined out writes into it where it can, else sets out to its own result (copied in). Eager only.
+void linear_q_into(const Tensor& x, const PackedWeight& w, const Tensor& bias, std::optional<UnaryFn> act,
+                   const Tensor& out);
 // The activation a linear_q call asks its kernel for (attrs.i1), if any.
 inline std::optional<UnaryFn> linear_q_activation(const OpCall& c) {
   if (c.attrs.i1 <= 0) return std::nullopt;

@@ -107,5 +107,9 @@ Tensor execute(const OpCall& call);
 // for copy / cast only: their CPU kernels accept an output view whose rows are contiguous (last stride
 // 1), e.g. a frame range of a preallocated video; the CUDA kernels any output view. Not recordable: throws while a trace is active.
 void execute_into(const OpCall& call, Tensor& out);
+// linear_q's eager execution into a caller-provided view of its result (same shape, dtype and device, rows
+// contiguous): its kernel, handed the view as out, writes into it where it can (the CPU's packed bf16 linear),
+// else returns its own result, which is copied in. Not recordable: throws while a trace is active.
+void execute_linear_q_into(const OpCall& call, const Tensor& out);
 
 }  // namespace diffq::ops

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "common/random_tensor.h"
+#include "small_flux.h"
 #include "models/flux/flux_transformer.h"
 #include "modules/random_init.h"
 
@@ -23,20 +24,10 @@ struct CountCalls : ModuleHook {
   void pre_forward(Module&) override { ++calls; }
 };
 
-// FLUX's structure at a small width (4 heads x 64), one block of each kind, random bf16 weights.
+// small_flux.h's model, random bf16 weights, hooks counting the AdaNorms' linear calls.
 struct StepPlanCase {
   explicit StepPlanCase(int64_t batch) : B(batch) {
-    FluxTransformerConfig c;
-    c.num_layers = 1;
-    c.num_single_layers = 1;
-    c.num_attention_heads = 4;
-    c.attention_head_dim = 64;
-    c.axes_dims_rope = {8, 28, 28};
-    c.in_channels = c.out_channels = 16;
-    c.joint_attention_dim = 64;
-    c.pooled_projection_dim = 32;
-    c.guidance_embeds = true;
-    model = std::make_unique<FluxTransformer2DModel>(c);
+    model = std::make_unique<FluxTransformer2DModel>(diffq::testing::small_flux_config());
     init_parameters_randn(*model, DType::bf16, 7);
     for (AdaNorm* n : {&model->transformer_blocks[0].norm1, &model->transformer_blocks[0].norm1_context,
                        &model->single_transformer_blocks[0].norm, &model->norm_out}) {

@@ -20,6 +20,7 @@
 #include "backend/cpu/tuning.h"
 #include "common/random_tensor.h"
 #include "core/random.h"
+#include "diffq/error.h"
 #include "modules/layers.h"
 #include "ops/linear_q.h"
 #include "ops/ops.h"
@@ -194,3 +195,78 @@ TEST(LinearQAct, LinearWithGeluTanhEqualsGeluOfTheLinear) {
 }
 
 }  // namespace
+
+// Counts the CPU copy / cast kernels' calls while alive (ops::copy_into runs them).
+int g_copy_calls = 0;
+ops::KernelFn g_copy = nullptr, g_cast = nullptr;
+void counting_copy(const ops::OpCall& c, Tensor& out) {
+  ++g_copy_calls;
+  g_copy(c, out);
+}
+void counting_cast(const ops::OpCall& c, Tensor& out) {
+  ++g_copy_calls;
+  g_cast(c, out);
+}
+struct CopyCounter {
+  CopyCounter() {
+    g_copy = ops::find_kernel(ops::OpKind::copy, DeviceKind::cpu);
+    g_cast = ops::find_kernel(ops::OpKind::cast, DeviceKind::cpu);
+    g_copy_calls = 0;
+    ops::register_kernel(ops::OpKind::copy, DeviceKind::cpu, counting_copy);
+    ops::register_kernel(ops::OpKind::cast, DeviceKind::cpu, counting_cast);
+  }
+  ~CopyCounter() {
+    ops::register_kernel(ops::OpKind::copy, DeviceKind::cpu, g_copy);
+    ops::register_kernel(ops::OpKind::cast, DeviceKind::cpu, g_cast);
+  }
+  int calls() const { return g_copy_calls; }
+};
+
+// ops::linear_q_into writes linear_q(_act)'s bits into columns of a wider buffer and leaves the other columns:
+// the packed bf16 kernel in place (no copy; AMX tiles at 300 x 4096, oneDNN's parts forced and elsewhere), other
+// schemes' results copied in (int8dq; int8 weight-only with an activation it does not apply); while a trace
+// records it is an error.
+TEST(LinearQInto, WritesTheLinearsBitsIntoColumnsOfABuffer) {
+  Generator g(9);
+  const auto check_into = [&](const ops::PackedWeight& w, const Tensor& x, const Tensor& b, std::optional<UnaryFn> act,
+                              int want_copies /* -1: not checked */, const std::string& what) {
+    const int64_t n = w.shape()[0], m = x.size(-2);
+    Tensor buf = Tensor::full({2, m, n + 48}, 7.0, x.dtype());
+    const Tensor x3 = ops::concat({x.unsqueeze(0), ops::mul_scalar(x, -0.5).unsqueeze(0)}, 0);  // [2, m, k]
+    const Tensor want = act ? ops::linear_q_act(x3, w, b, *act) : ops::linear_q(x3, w, b);
+    CopyCounter copies;
+    ops::linear_q_into(x3, w, b, act, buf.slice(2, 16, 16 + n));
+    if (want_copies >= 0) EXPECT_EQ(copies.calls(), want_copies) << what;
+    EXPECT_TRUE(same_bytes(buf.slice(2, 16, 16 + n), want)) << what;
+    const Tensor sentinel = Tensor::full({2, m, 16}, 7.0, x.dtype());
+    EXPECT_TRUE(same_bytes(buf.slice(2, 0, 16), sentinel) && same_bytes(buf.slice(2, 16 + n, 32 + n), sentinel))
+        << what << ": columns outside the view were written";
+  };
+  if (cpu::onednn_bf16_packing_usable()) {
+    for (const bool onednn : {false, true}) {
+      cpu::Tuning t = cpu::current_tuning();
+      if (onednn) t.gemm_kernel = cpu::GemmKernel::onednn;
+      const cpu::ScopedTuning scope(t);
+      for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{300, 160, 4096}, {77, 130, 96}}) {
+        const cpu::PackedBf16Weight w(ops::mul_scalar(randn_tensor({n, k}, g, DType::f32), 0.05).to(DType::bf16));
+        const Tensor x = randn_tensor({m, k}, g, DType::f32).to(DType::bf16);
+        const Tensor b = randn_tensor({n}, g, DType::f32).to(DType::bf16);
+        for (const auto act : {std::optional<UnaryFn>(), std::optional<UnaryFn>(UnaryFn::gelu_tanh)})
+          check_into(w, x, b, act, 0,
+                     "packed bf16 " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) +
+                         (onednn ? " oneDNN" : "") + (act ? " gelu" : ""));
+      }
+    }
+  }
+  const auto qw = int8dq_weight(40, 64, DType::bf16, tao::Granularity::PerRow, g);
+  const Tensor x = randn_tensor({3, 64}, g, DType::f32).to(DType::bf16);
+  // (these kernels copy / cast internally too: their counts are not checked)
+  check_into(*qw, x, {}, UnaryFn::gelu_tanh, -1, "int8dq (its own result, copied in)");
+  const Tensor w = ops::mul_scalar(randn_tensor({40, 64}, g, DType::f32), 0.05).to(DType::bf16);
+  const auto wo = tao::AffineInt8Weight::quantize_int8(w, tao::Granularity{}, std::nullopt);
+  check_into(*wo, x, {}, UnaryFn::gelu_tanh, -1, "int8 weight-only with GELU (the two ops, copied in)");
+  ops::Trace trace;
+  const Tensor sx = trace.input(x.shape(), x.dtype());
+  EXPECT_THROW(ops::linear_q_into(sx, *qw, {}, std::nullopt, Tensor::zeros({3, 40}, DType::bf16)), Error);
+  (void)trace.finish({sx});
+}

@@ -228,11 +228,16 @@ bool linear_bf16_packed(const Tensor& x_in, const uint16_t* w_packed, int64_t N,
   if (!x.defined()) return false;
   Shape shape = x_in.shape();
   shape.back() = N;
-  Tensor y = Tensor::empty(shape, DType::bf16);
+  // A given out (ops::linear_q_into: a view with rows of N, e.g. columns of a concat's buffer) is written in
+  // place when its rows have one stride; else a fresh result.
+  const bool into = out.defined() && out.dtype() == DType::bf16 && out.shape() == shape && out.strides().back() == 1 &&
+                    rows_mergeable(out) && !out.is_symbolic() && out.device().is_cpu();
+  Tensor y = into ? out : Tensor::empty(shape, DType::bf16);
+  const int64_t ldy = into ? merged_row_stride(out) : N;
   std::optional<F32Input> b;
   if (bias.defined()) b.emplace(bias);
   if (!gemm_bf16_linear_packed(M, N, K, x.data<uint16_t>(), ldx, w_packed, b ? b->data() : nullptr,
-                               y.data<uint16_t>(), N, act))
+                               y.data<uint16_t>(), ldy, act))
     return false;
   out = std::move(y);
   return true;

@@ -166,13 +166,16 @@ Tensor FluxAttention::heads_of(const Tensor& x) const {
   return x.view({x.size(0), x.size(1), heads, head_dim});  // [B, S, H, Dh]
 }
 
-Tensor FluxAttention::self_attention(const Tensor& x, const Tensor& cos, const Tensor& sin) {
-  const int64_t B = x.size(0), S = x.size(1);
+Tensor FluxAttention::heads_attention(const Tensor& x, const Tensor& cos, const Tensor& sin) {
   const Tensor q = rms_norm_rope({&norm_q}, {heads_of(to_q(x))}, cos, sin);        // [B, S, H, Dh]
   const Tensor k = rms_norm_rope({&norm_k}, {heads_of(to_k(x))}, cos, sin);        // [B, S, H, Dh]
   const Tensor v = heads_of(to_v(x));                                              // [B, S, H, Dh]
-  const Tensor o = ops::sdpa(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2));  // [B, H, S, Dh]
-  Tensor out = o.transpose(1, 2).reshape({B, S, heads * head_dim});                // [B, S, D]
+  return ops::sdpa(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2));      // [B, H, S, Dh]
+}
+
+Tensor FluxAttention::self_attention(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  const int64_t B = x.size(0), S = x.size(1);
+  Tensor out = heads_attention(x, cos, sin).transpose(1, 2).reshape({B, S, heads * head_dim});  // [B, S, D]
   return to_out.size() ? to_out[0](out) : out;
 }
 
@@ -255,11 +258,23 @@ std::pair<Tensor, Tensor> FluxSingleTransformerBlock::forward(const Tensor& img,
   const Tensor h = ops::concat({txt, img}, 1);                                   // [B, S, D]
   const std::vector<Tensor> m = norm.modulation(temb);                           // shift, scale, gate [B, D]
   const Tensor h_hat = modulate(norm.norm(h), m[0], m[1]);                       // [B, S, D]
-  const Tensor mlp = proj_mlp.with_gelu_tanh(h_hat);                            // GELU(tanh): [B, S, 4D]
-  const Tensor a = attn.output_hook ? attn.output_hook(attn.hook_id, [&] {
-    return std::vector<Tensor>{attn.self_attention(h_hat, cos, sin)};
-  })[0] : attn.self_attention(h_hat, cos, sin);                                   // [B, S, D]
-  const Tensor out = proj_out(ops::concat({a, mlp}, 2));                         // [B, S, D]
+  Tensor joined;                                                                 // cat([attention, MLP], -1): [B, S, 5D]
+  if (!attn.output_hook && !CaptureHook::current()) {
+    // Eager: the MLP and the attention's heads written into their columns of one buffer, which proj_out reads:
+    // no concat copying the MLP's 4D columns, no separate copy of the heads (the same values).
+    const int64_t B = h.size(0), D = h.size(2);
+    joined = Tensor::empty({B, S, 5 * D}, h_hat.dtype(), h_hat.device());
+    proj_mlp.forward_into(h_hat, joined.slice(2, D, 5 * D), /*gelu=*/true);  // GELU(tanh): [B, S, 4D]
+    const Tensor o = attn.heads_attention(h_hat, cos, sin);                 // [B, H, S, Dh]
+    ops::copy_into(o.transpose(1, 2), joined.slice(2, 0, D).view({B, S, attn.heads, attn.head_dim}));
+  } else {
+    const Tensor mlp = proj_mlp.with_gelu_tanh(h_hat);  // GELU(tanh): [B, S, 4D]
+    const Tensor a = attn.output_hook ? attn.output_hook(attn.hook_id, [&] {
+      return std::vector<Tensor>{attn.self_attention(h_hat, cos, sin)};
+    })[0] : attn.self_attention(h_hat, cos, sin);  // [B, S, D]
+    joined = ops::concat({a, mlp}, 2);
+  }
+  const Tensor out = proj_out(joined);                                           // [B, S, D]
   const Tensor y = clip_if_f16(gated_add(h, m[2], out));                         // [B, S, D]
   return {y.slice(1, 0, T), y.slice(1, T, S)};
 }

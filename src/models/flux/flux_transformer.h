@@ -112,6 +112,8 @@ class FluxAttention : public Module {
   FluxAttention(int64_t heads, int64_t head_dim, bool joint, bool pre_only);
   // Single stream: x [B, S, D] -> [B, S, D] (pre_only: no output projection).
   Tensor self_attention(const Tensor& x, const Tensor& cos, const Tensor& sin);
+  // Its heads before the output projection: x [B, S, D] -> SDPA's output [B, H, S, Dh].
+  Tensor heads_attention(const Tensor& x, const Tensor& cos, const Tensor& sin);
   // Double stream: returns {image [B, N, D], text [B, T, D]} after to_out.0 / to_add_out.
   std::pair<Tensor, Tensor> joint_attention(const Tensor& img, const Tensor& txt, const Tensor& cos,
                                             const Tensor& sin);
