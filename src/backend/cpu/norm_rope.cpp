@@ -69,13 +69,7 @@ void NormRopeRows(const NormRopeSegment* segs, int64_t nsegs, DType xt, int64_t 
       store_f32(buf, t.data(), xt, D);
       load_f32(t.data(), xt, 1, buf, D);
     }
-    // rope on the rounded row, rounded once to yt.
-    float* out = yt == DType::f32 ? reinterpret_cast<float*>(y) + r * D : res;
-    RopeRow(buf, cs + s * D, sn + s * D, out, D);
-    if (yt == DType::bf16)
-      F32RowToBf16(res, reinterpret_cast<uint16_t*>(y) + r * D, D);
-    else if (yt != DType::f32)
-      store_f32(res, y + r * D * yes, yt, D);
+    RopeRowTo(buf, cs + s * D, sn + s * D, y + r * D * yes, yt, D, res);  // rope on the rounded row
     if (++h == H) {  // the next row's position
       h = 0;
       if (++s == S) s = 0, ++b, k = 0;

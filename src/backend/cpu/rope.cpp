@@ -38,12 +38,7 @@ void RopeRows(const uint8_t* x, DType xt, const RowIterator& rows, bool contiguo
     else
       load_f32(src, xt, stride, buf, D);
     const int64_t p = (r / H) % S;
-    float* out = yt == DType::f32 ? reinterpret_cast<float*>(y) + r * D : res;
-    RopeRow(v, cs + p * D, sn + p * D, out, D);
-    if (yt == DType::bf16)
-      F32RowToBf16(res, reinterpret_cast<uint16_t*>(y) + r * D, D);
-    else if (yt != DType::f32)
-      store_f32(res, y + r * D * yes, yt, D);
+    RopeRowTo(v, cs + p * D, sn + p * D, y + r * D * yes, yt, D, res);
   }
 }
 
