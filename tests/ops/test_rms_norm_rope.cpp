@@ -73,7 +73,8 @@ TEST(RmsNormRope, ATraceOfPiecesRecordsTheOpsItStandsFor) {
 }
 
 TEST(RmsNormRope, BadInputsAreErrorsNamingTheOp) {
-  const auto [cs, sn] = tables(12, 8);
+  const auto cos_sin = tables(12, 8);  // (no structured binding: the lambdas below capture the tables)
+  const Tensor cs = cos_sin.first, sn = cos_sin.second;
   const Tensor a = randn({1, 5, 2, 8}, 1, DType::bf16), b = randn({1, 7, 2, 8}, 2, DType::bf16);
   const auto throws_naming_op = [](const std::function<void()>& f) {
     EXPECT_NE(testing::error_of(f).find("rms_norm_rope"), std::string::npos) << testing::error_of(f);
