@@ -120,34 +120,35 @@ Tensor execute_with(const OpCall& call, const Tensor& preset) {
 
 Tensor execute(const OpCall& call) { return execute_with(call, Tensor()); }
 
-void execute_linear_q_into(const OpCall& call, const Tensor& out) {
-  check(call.kind == OpKind::linear_q, op_name(call.kind), "only linear_q writes into a given output this way");
-  check(Trace::current() == nullptr, "linear_q", "writing into a given output cannot be traced");
-  for (const Tensor& t : call.inputs)
-    check(!t.defined() || !t.is_symbolic(), "linear_q", "a symbolic (traced) tensor was used outside its trace");
-  const OutputMeta meta = infer(call);
-  check(out.defined() && !out.is_symbolic() && out.shape() == meta.shape && out.dtype() == meta.dtype &&
-            out.device() == meta.device && (out.strides().back() == 1 || out.shape().back() <= 1),
-        "linear_q", "output ", out.defined() ? out.str() : std::string("(undefined)"), " is not a view with rows of ",
-        dtype_name(meta.dtype), " ", shape_str(meta.shape), " on ", meta.device.str(), " the call produces");
-  execute_with(call, out);
-}
-
-void execute_into(const OpCall& call, Tensor& out) {
-  check(call.kind == OpKind::copy || call.kind == OpKind::cast, op_name(call.kind),
-        "only copy and cast write into a given output");
+namespace {
+// The checks of a call executed into a caller's output (execute_into, execute_linear_q_into): eager, real inputs,
+// and an output of the call's meta whose rows the CPU kernels can write (last stride 1; CUDA: any view).
+OutputMeta check_given_output(const OpCall& call, const Tensor& out) {
   check(Trace::current() == nullptr, op_name(call.kind), "writing into a given output cannot be traced");
   for (const Tensor& t : call.inputs)
-    check(!t.is_symbolic(), op_name(call.kind), "a symbolic (traced) tensor was used outside its trace");
+    check(!t.defined() || !t.is_symbolic(), op_name(call.kind), "a symbolic (traced) tensor was used outside its trace");
   const OutputMeta meta = infer(call);
   check(out.defined() && !out.is_symbolic() && out.shape() == meta.shape && out.dtype() == meta.dtype &&
             out.device() == meta.device,
         op_name(call.kind), "output ", out.defined() ? out.str() : std::string("(undefined)"), " is not the ",
         dtype_name(meta.dtype), " tensor of shape ", shape_str(meta.shape), " on ", meta.device.str(),
         " the call produces");
-  // The CPU kernels write whole rows (last stride 1); the CUDA copy kernel writes any view.
   check(out.is_contiguous() || !meta.device.is_cpu() || out.strides().back() == 1 || out.shape().back() <= 1,
         op_name(call.kind), "output must be contiguous (on the CPU: its rows), got ", out.str());
+  return meta;
+}
+}  // namespace
+
+void execute_linear_q_into(const OpCall& call, const Tensor& out) {
+  check(call.kind == OpKind::linear_q, op_name(call.kind), "only linear_q writes into a given output this way");
+  check_given_output(call, out);
+  execute_with(call, out);
+}
+
+void execute_into(const OpCall& call, Tensor& out) {
+  check(call.kind == OpKind::copy || call.kind == OpKind::cast, op_name(call.kind),
+        "only copy and cast write into a given output");
+  const OutputMeta meta = check_given_output(call, out);
   KernelFn fn = find_kernel(call.kind, meta.device.kind);
   check(fn != nullptr, op_name(call.kind), "no kernel for device ", meta.device.str(), " in this build of diffq");
   check_precondition(call, meta, meta.device);

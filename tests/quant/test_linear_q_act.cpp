@@ -39,22 +39,24 @@ struct ThreadsGuard {
   ~ThreadsGuard() { cpu::set_num_threads(0); }
 };
 
-// Counts the CPU unary kernel's calls while alive (the real kernel still computes them).
-int g_unary_calls = 0;
-ops::KernelFn g_unary = nullptr;
-void counting_unary(const ops::OpCall& c, Tensor& out) {
-  ++g_unary_calls;
-  g_unary(c, out);
-}
-struct UnaryCounter {
-  UnaryCounter() {
-    g_unary = ops::find_kernel(ops::OpKind::unary, DeviceKind::cpu);
-    g_unary_calls = 0;
-    ops::register_kernel(ops::OpKind::unary, DeviceKind::cpu, counting_unary);
+// Counts the CPU kernel of op K's calls while alive (the real kernel still computes them).
+template <ops::OpKind K>
+struct KernelCounter {
+  static inline int count = 0;
+  static inline ops::KernelFn real = nullptr;
+  static void counting(const ops::OpCall& c, Tensor& out) {
+    ++count;
+    real(c, out);
   }
-  ~UnaryCounter() { ops::register_kernel(ops::OpKind::unary, DeviceKind::cpu, g_unary); }
-  int calls() const { return g_unary_calls; }
+  KernelCounter() {
+    real = ops::find_kernel(K, DeviceKind::cpu);
+    count = 0;
+    ops::register_kernel(K, DeviceKind::cpu, counting);
+  }
+  ~KernelCounter() { ops::register_kernel(K, DeviceKind::cpu, real); }
+  int calls() const { return count; }
 };
+using UnaryCounter = KernelCounter<ops::OpKind::unary>;
 
 bool same_bytes(const Tensor& a, const Tensor& b) {
   if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
@@ -196,30 +198,11 @@ TEST(LinearQAct, LinearWithGeluTanhEqualsGeluOfTheLinear) {
 
 }  // namespace
 
-// Counts the CPU copy / cast kernels' calls while alive (ops::copy_into runs them).
-int g_copy_calls = 0;
-ops::KernelFn g_copy = nullptr, g_cast = nullptr;
-void counting_copy(const ops::OpCall& c, Tensor& out) {
-  ++g_copy_calls;
-  g_copy(c, out);
-}
-void counting_cast(const ops::OpCall& c, Tensor& out) {
-  ++g_copy_calls;
-  g_cast(c, out);
-}
+// The CPU copy / cast kernels' calls while alive (ops::copy_into runs them).
 struct CopyCounter {
-  CopyCounter() {
-    g_copy = ops::find_kernel(ops::OpKind::copy, DeviceKind::cpu);
-    g_cast = ops::find_kernel(ops::OpKind::cast, DeviceKind::cpu);
-    g_copy_calls = 0;
-    ops::register_kernel(ops::OpKind::copy, DeviceKind::cpu, counting_copy);
-    ops::register_kernel(ops::OpKind::cast, DeviceKind::cpu, counting_cast);
-  }
-  ~CopyCounter() {
-    ops::register_kernel(ops::OpKind::copy, DeviceKind::cpu, g_copy);
-    ops::register_kernel(ops::OpKind::cast, DeviceKind::cpu, g_cast);
-  }
-  int calls() const { return g_copy_calls; }
+  KernelCounter<ops::OpKind::copy> copies;
+  KernelCounter<ops::OpKind::cast> casts;
+  int calls() const { return copies.calls() + casts.calls(); }
 };
 
 // ops::linear_q_into writes linear_q(_act)'s bits into columns of a wider buffer and leaves the other columns:

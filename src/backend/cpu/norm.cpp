@@ -170,25 +170,18 @@ void NormRows(const uint8_t* x, DType xt, const RowIterator& rows, bool contiguo
   const int64_t n = rows.row_len(), stride = rows.row_stride();
   const int64_t xes = int64_t(dtype_size(xt)), yes = int64_t(dtype_size(yt));
   for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t* src = x + (contiguous ? r * n : rows.row_offset(r)) * xes;
-    if (xt == DType::bf16 && stride == 1)
-      Bf16RowToF32(reinterpret_cast<const uint16_t*>(src), buf, n);
-    else
-      load_f32(src, xt, stride, buf, n);
+    const float* v = RowAsF32(x + (contiguous ? r * n : rows.row_offset(r)) * xes, xt, stride, buf, n);
     double s = 0, q = 0;
     float mean = 0;
     if (!rms) {
-      SumAndSquares(buf, n, 0.f, &s, &q);
+      SumAndSquares(v, n, 0.f, &s, &q);
       mean = float(s / double(n));
     }
-    SumAndSquares(buf, n, mean, &s, &q);
+    SumAndSquares(v, n, mean, &s, &q);
     const float rstd = float(1.0 / std::sqrt(q / double(n) + eps));
     float* out = yt == DType::f32 ? reinterpret_cast<float*>(y) + r * n : buf;
-    NormalizeRow(buf, out, n, mean, rstd, w, b);
-    if (yt == DType::bf16)
-      F32RowToBf16(buf, reinterpret_cast<uint16_t*>(y) + r * n, n);
-    else if (yt != DType::f32)
-      store_f32(buf, y + r * n * yes, yt, n);
+    NormalizeRow(v, out, n, mean, rstd, w, b);
+    if (yt != DType::f32) StoreRowAs(buf, y + r * n * yes, yt, n);
   }
 }
 

@@ -43,31 +43,24 @@ void NormRopeRows(const NormRopeSegment* segs, int64_t nsegs, DType xt, int64_t 
                   const float* cs, const float* sn, int64_t r0, int64_t r1, uint8_t* y, DType yt, float* buf) {
   const int64_t xes = int64_t(dtype_size(xt)), yes = int64_t(dtype_size(yt));
   float* const res = buf + D;
-  const hn::ScalableTag<float> d;
-  const int64_t N = int64_t(hn::Lanes(d));
   // (b, s, h) of row r0, then stepped row by row (no divisions per row: FLUX's rows are 128 elements)
   int64_t h = r0 % H, s = (r0 / H) % S, b = r0 / (H * S), k = 0;
   while (k + 1 < nsegs && s >= segs[k + 1].s0) ++k;
   for (int64_t r = r0; r < r1; ++r) {
     const NormRopeSegment& g = segs[k];
     const uint8_t* src = g.x + (b * g.stride_b + (s - g.s0) * g.stride_s + h * g.stride_h) * xes;
-    if (xt == DType::bf16 && g.stride_d == 1)
-      Bf16RowToF32(reinterpret_cast<const uint16_t*>(src), buf, D);
-    else
-      load_f32(src, xt, g.stride_d, buf, D);
-    // rms_norm (NormRows with rms): the statistics, the normalised row, rounded to the norm's dtype.
+    const float* v = RowAsF32(src, xt, g.stride_d, buf, D);
+    // rms_norm (NormRows with rms): the statistics, the normalised row, rounded to the norm's dtype (x's) and back.
     double sum = 0, q = 0;
-    SumAndSquares(buf, D, 0.f, &sum, &q);
+    SumAndSquares(v, D, 0.f, &sum, &q);
     const float rstd = float(1.0 / std::sqrt(q / double(D) + eps));
-    NormalizeRow(buf, buf, D, 0.f, rstd, g.w, nullptr);
+    NormalizeRow(v, buf, D, 0.f, rstd, g.w, nullptr);
     if (xt == DType::bf16) {
-      int64_t i = 0;
-      for (; i + N <= D; i += N) hn::StoreU(RoundToBf16(d, hn::LoadU(d, buf + i)), d, buf + i);
-      for (; i < D; ++i) buf[i] = bf16_to_f32(f32_to_bf16(buf[i]));
+      MapF32(buf, buf, D, [](auto d, auto v) { return RoundToBf16(d, v); });  // (StoreRowAs's rounding, in place)
     } else if (xt != DType::f32) {
-      std::vector<uint8_t> t(size_t(D) * size_t(xes));
-      store_f32(buf, t.data(), xt, D);
-      load_f32(t.data(), xt, 1, buf, D);
+      auto* rounded = reinterpret_cast<uint8_t*>(res);  // (D floats hold D values of any narrower dtype)
+      StoreRowAs(buf, rounded, xt, D);
+      RowAsF32(rounded, xt, 1, buf, D);
     }
     RopeRowTo(buf, cs + s * D, sn + s * D, y + r * D * yes, yt, D, res);  // rope on the rounded row
     if (++h == H) {  // the next row's position

@@ -29,14 +29,7 @@ void RopeRows(const uint8_t* x, DType xt, const RowIterator& rows, bool contiguo
   const int64_t xes = int64_t(dtype_size(xt)), yes = int64_t(dtype_size(yt));
   float* const res = buf + D;
   for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t* src = x + (contiguous ? r * D : rows.row_offset(r)) * xes;
-    const float* v = buf;
-    if (xt == DType::f32 && stride == 1)
-      v = reinterpret_cast<const float*>(src);
-    else if (xt == DType::bf16 && stride == 1)
-      Bf16RowToF32(reinterpret_cast<const uint16_t*>(src), buf, D);
-    else
-      load_f32(src, xt, stride, buf, D);
+    const float* v = RowAsF32(x + (contiguous ? r * D : rows.row_offset(r)) * xes, xt, stride, buf, D);
     const int64_t p = (r / H) % S;
     RopeRowTo(v, cs + p * D, sn + p * D, y + r * D * yes, yt, D, res);
   }

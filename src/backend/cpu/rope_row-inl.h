@@ -10,7 +10,6 @@
 
 #include <hwy/highway.h>
 
-#include "backend/cpu/common.h"
 #include "backend/cpu/simd-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -45,15 +44,12 @@ inline void RopeRow(const float* x, const float* cs, const float* sn, float* y, 
 #endif
 }
 
-// RopeRow of x with row p's tables into the output row at y (dtype yt), rounded once to yt (bf16: F32RowToBf16's
-// rounding; f32 written directly, other dtypes through store_f32). res: D floats of scratch.
+// RopeRow of x with row p's tables into the output row at y (dtype yt), rounded once to yt (f32 written directly,
+// the rest by StoreRowAs). res: D floats of scratch.
 inline void RopeRowTo(const float* x, const float* cs, const float* sn, uint8_t* y, DType yt, int64_t D, float* res) {
   float* out = yt == DType::f32 ? reinterpret_cast<float*>(y) : res;
   RopeRow(x, cs, sn, out, D);
-  if (yt == DType::bf16)
-    F32RowToBf16(res, reinterpret_cast<uint16_t*>(y), D);
-  else if (yt != DType::f32)
-    store_f32(res, y, yt, D);
+  if (yt != DType::f32) StoreRowAs(res, y, yt, D);
 }
 
 }  // namespace HWY_NAMESPACE

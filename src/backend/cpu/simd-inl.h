@@ -11,6 +11,7 @@
 
 #include <cstring>
 
+#include "backend/cpu/common.h"
 #include "diffq/dtype.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -85,6 +86,24 @@ HWY_INLINE void F32RowToBf16(const float* x, uint16_t* y, int64_t n) {
   int64_t i = 0;
   for (; i + N <= n; i += N) StoreBf16(d, hn::LoadU(d, x + i), y + i);
   for (; i < n; ++i) y[i] = f32_to_bf16(x[i]);
+}
+
+// A row of n values of dtype t at src (element stride `stride`) as f32: src itself where it already is unit-stride
+// f32, else widened into buf (bf16 rows of unit stride in the target, the rest through load_f32). The row kernels'
+// (norms, rope) load; StoreRowAs is their store: bf16 in the target, the rest through store_f32.
+HWY_INLINE const float* RowAsF32(const uint8_t* src, DType t, int64_t stride, float* buf, int64_t n) {
+  if (t == DType::f32 && stride == 1) return reinterpret_cast<const float*>(src);
+  if (t == DType::bf16 && stride == 1)
+    Bf16RowToF32(reinterpret_cast<const uint16_t*>(src), buf, n);
+  else
+    load_f32(src, t, stride, buf, n);
+  return buf;
+}
+HWY_INLINE void StoreRowAs(const float* v, uint8_t* dst, DType t, int64_t n) {
+  if (t == DType::bf16)
+    F32RowToBf16(v, reinterpret_cast<uint16_t*>(dst), n);
+  else
+    store_f32(v, dst, t, n);
 }
 
 // y[i] = f(x[i]) for a vector functor f(d, v); x may equal y.
